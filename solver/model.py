@@ -1,0 +1,243 @@
+"""The problem model: devices, workload, budgets and the state of one time slot.
+
+Units throughout: seconds, bytes, FLOP, FLOP/s, watts, US dollars.
+Everything here is frozen; a `SlotState` is what is true in one slot and is all
+that the per-slot solver sees.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Mapping
+
+import numpy as np
+
+BUDGET_KINDS = ("money", "energy", "device_energy")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator of the pool (static properties).
+
+    peak_flops: FLOP/s at full efficiency; memory_bytes: usable memory;
+    busy_power_w / idle_power_w: watts while computing / while held idle;
+    price_per_s: base price in USD per second held; kind: hardware type
+    (a key of the measured per-layer times, e.g. "V100-SXM2-16GB").
+    """
+
+    name: str
+    kind: str
+    peak_flops: float
+    memory_bytes: float
+    busy_power_w: float
+    idle_power_w: float
+    price_per_s: float
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer, per sample.
+
+    fwd_flops / bwd_flops: FLOP per sample; out_bytes: output activation bytes per
+    sample (what crosses a cut after this layer); stash_bytes: activation bytes per
+    sample kept for the backward pass; param_bytes: parameter bytes (fp32 weights).
+    """
+
+    name: str
+    fwd_flops: float
+    bwd_flops: float
+    out_bytes: float
+    stash_bytes: float
+    param_bytes: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A DNN training job: layers in order, batch B samples, micro-batch u samples.
+
+    input_bytes: bytes per sample of the input (o_0).
+    opt_factor: bytes held per parameter byte (weights + grads + optimizer state).
+    measured: optional per device kind, (forward seconds per sample per layer,
+    backward seconds per sample per layer); used instead of FLOPs / speed for
+    devices of that kind (the speed factor of the slot still divides them).
+    """
+
+    name: str
+    layers: tuple[Layer, ...]
+    batch: int
+    micro_batch: int
+    opt_factor: float = 4.0
+    input_bytes: float = 0.0
+    measured: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @cached_property
+    def fwd_flops(self) -> np.ndarray:
+        return np.array([l.fwd_flops for l in self.layers], dtype=float)
+
+    @cached_property
+    def bwd_flops(self) -> np.ndarray:
+        return np.array([l.bwd_flops for l in self.layers], dtype=float)
+
+    @cached_property
+    def out_bytes(self) -> np.ndarray:
+        return np.array([l.out_bytes for l in self.layers], dtype=float)
+
+    @cached_property
+    def stash_bytes(self) -> np.ndarray:
+        return np.array([l.stash_bytes for l in self.layers], dtype=float)
+
+    @cached_property
+    def param_bytes(self) -> np.ndarray:
+        return np.array([l.param_bytes for l in self.layers], dtype=float)
+
+    @property
+    def total_flops(self) -> float:
+        """Forward plus backward FLOP per sample of the whole model."""
+        return float(self.fwd_flops.sum() + self.bwd_flops.sum())
+
+    def with_batch(self, batch: int, micro_batch: int | None = None) -> "Workload":
+        return Workload(self.name, self.layers, batch, micro_batch or self.micro_batch,
+                        self.opt_factor, self.input_bytes, self.measured)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A long-term average budget per iteration: limit in USD (money) or joules (energy).
+
+    kind "device_energy" caps the energy of the single device named by `device`.
+    """
+
+    name: str
+    kind: str
+    limit: float
+    device: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class SlotState:
+    """What is true in slot t: the only input of the per-slot solver.
+
+    available[i]: device i may be used; speed[i]: effective FLOP/s (peak times
+    efficiency times this slot's speed factor); speed_factor[i]: the slot's factor
+    alone (divides measured per-layer times); price[i]: USD per second held;
+    bandwidth[i, j]: bytes/s from i to j (inf on the diagonal); latency[i, j]: seconds.
+    """
+
+    t: int
+    devices: tuple[Device, ...]
+    workload: Workload
+    budgets: tuple[Budget, ...]
+    available: np.ndarray
+    speed: np.ndarray
+    speed_factor: np.ndarray
+    price: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.devices)
+
+    @property
+    def available_indices(self) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.flatnonzero(self.available))
+
+    def device_index(self, name: str) -> int:
+        for i, d in enumerate(self.devices):
+            if d.name == name:
+                return i
+        raise KeyError(f"no device named {name!r}")
+
+    @cached_property
+    def layer_fwd_seconds(self) -> np.ndarray:
+        """(n, L) forward seconds per sample of each layer on each device this slot."""
+        return self._layer_seconds(0)
+
+    @cached_property
+    def layer_bwd_seconds(self) -> np.ndarray:
+        """(n, L) backward seconds per sample of each layer on each device this slot."""
+        return self._layer_seconds(1)
+
+    def _layer_seconds(self, which: int) -> np.ndarray:
+        wl = self.workload
+        flops = wl.fwd_flops if which == 0 else wl.bwd_flops
+        out = np.empty((self.n, wl.num_layers))
+        for i, d in enumerate(self.devices):
+            m = wl.measured.get(d.kind)
+            if m is not None:
+                out[i] = np.asarray(m[which], dtype=float) / max(self.speed_factor[i], 1e-300)
+            else:
+                out[i] = flops / max(self.speed[i], 1e-300)
+        return out
+
+    @cached_property
+    def fwd_prefix(self) -> np.ndarray:
+        """(n, L+1) prefix sums of layer_fwd_seconds: stage a..b = p[:, b] - p[:, a]."""
+        return np.concatenate([np.zeros((self.n, 1)), np.cumsum(self.layer_fwd_seconds, axis=1)], axis=1)
+
+    @cached_property
+    def bwd_prefix(self) -> np.ndarray:
+        return np.concatenate([np.zeros((self.n, 1)), np.cumsum(self.layer_bwd_seconds, axis=1)], axis=1)
+
+    @cached_property
+    def param_prefix(self) -> np.ndarray:
+        """(L+1,) prefix sums of parameter bytes."""
+        return np.concatenate([[0.0], np.cumsum(self.workload.param_bytes)])
+
+    @cached_property
+    def stash_prefix(self) -> np.ndarray:
+        """(L+1,) prefix sums of stashed activation bytes per sample."""
+        return np.concatenate([[0.0], np.cumsum(self.workload.stash_bytes)])
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """A cluster, a workload, budgets and the per-slot traces of its changing parts.
+
+    Arrays over slots (S = num_slots, n devices): available (S, n) bool; speed_factor
+    (S, n) multiplies each device's peak_flops * efficiency; price (S, n) USD/s;
+    bandwidth (S, n, n) bytes/s; latency (n, n) seconds. efficiency (n,) is the
+    sustained fraction of peak FLOP/s. source: the file it was loaded from, if any.
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    workload: Workload
+    budgets: tuple[Budget, ...]
+    efficiency: np.ndarray
+    available: np.ndarray
+    speed_factor: np.ndarray
+    price: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    source: str | None = None
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.available.shape[0])
+
+    @property
+    def n(self) -> int:
+        return len(self.devices)
+
+    def state(self, t: int) -> SlotState:
+        """The SlotState of slot t (0-based)."""
+        if not (0 <= t < self.num_slots):
+            raise IndexError(f"slot {t} out of range: instance {self.name!r} has {self.num_slots} slots")
+        peak = np.array([d.peak_flops for d in self.devices])
+        bw = np.array(self.bandwidth[t], dtype=float)
+        np.fill_diagonal(bw, np.inf)
+        lat = np.array(self.latency, dtype=float)
+        np.fill_diagonal(lat, 0.0)
+        return SlotState(t, self.devices, self.workload, self.budgets,
+                         np.asarray(self.available[t], dtype=bool),
+                         peak * self.efficiency * self.speed_factor[t],
+                         np.asarray(self.speed_factor[t], dtype=float),
+                         np.asarray(self.price[t], dtype=float), bw, lat)
+
+    def states(self):
+        return (self.state(t) for t in range(self.num_slots))
