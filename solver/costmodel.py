@@ -87,12 +87,17 @@ def memory_use(state: SlotState, devices: Sequence[int], cuts: Sequence[int], sh
     return wl.opt_factor * P + live * H
 
 
+MEM_RTOL = 1e-12
+"""Relative slack on device memory, shared by share_cap and Plan.validate so that they agree."""
+
+
 def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> int:
-    """Largest share (multiple of u) within every stage's memory; 0 when none fits."""
+    """Largest share (multiple of u) within every stage's memory (as Plan.validate checks it,
+    up to MEM_RTOL); 0 when none fits."""
     wl = state.workload
     u = wl.micro_batch
     P, H = stage_params_and_stash(state, cuts)
-    M = np.array([state.devices[d].memory_bytes for d in devices])
+    M = np.array([state.devices[d].memory_bytes for d in devices]) * (1 + MEM_RTOL)
     free = M - wl.opt_factor * P
     if np.any(free < 0):
         return 0
@@ -103,7 +108,16 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> 
     b = float(per.min())
     if not np.isfinite(b):
         return NO_CAP
-    return int(np.floor(b / u + 1e-9)) * u
+    cap = int(np.floor(b / u)) * u
+
+    def fits(share: int) -> bool:
+        return bool(np.all(memory_use(state, devices, cuts, share) <= M))
+
+    if cap > 0 and not fits(cap):        # b / u rounded up across an integer
+        cap -= u
+    elif fits(cap + u):                  # b / u rounded down across an integer
+        cap += u
+    return cap
 
 
 def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> GroupCoeffs:

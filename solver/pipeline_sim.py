@@ -93,6 +93,8 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
         for j in range(k):
             if stage_free[j] and nxt[j] < n * 2:
                 op, m = orders[j][nxt[j]]
+                # stage 1 owns the inputs; the last stage's own F(m) precedes B(m) in its order
+                # (in GPipe after ALL its forwards: the flush), so both need no delivery
                 if (op, j, m) in arrived or (op == "F" and j == 0) or (op == "B" and j == k - 1):
                     stage_free[j], nxt[j] = False, nxt[j] + 1
                     dur = sizes[m] * (F[j] if op == "F" else G[j])
@@ -129,5 +131,6 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
                 link_free[where] = True
                 arrived.add(("F", where + 1, m) if kind == "sentF" else ("B", where, m))
         dispatch(now)
-    assert all(x == 2 * n for x in nxt), "deadlock: some operation never ran"
+    if any(x != 2 * n for x in nxt):
+        raise RuntimeError(f"deadlock: stages stopped after {nxt} of {2 * n} operations")
     return SimResult(now, tuple(stage_busy), tuple(link_busy), tuple(peak), tuple(sizes))

@@ -57,7 +57,7 @@ class Plan:
 
     def validate(self, state: SlotState) -> list[Violation]:
         """Every broken constraint of this plan in `state`; [] when feasible."""
-        from .costmodel import memory_use  # late: costmodel imports this module
+        from .costmodel import MEM_RTOL, memory_use  # late: costmodel imports this module
 
         v: list[Violation] = []
         L = state.workload.num_layers
@@ -104,7 +104,7 @@ class Plan:
         for gi, g in enumerate(self.groups):
             for d, used in zip(g.devices, memory_use(state, g.devices, g.cuts, g.share)):
                 cap = state.devices[d].memory_bytes
-                if used > cap * (1 + 1e-12):
+                if used > cap * (1 + MEM_RTOL):
                     v.append(Violation("memory", f"group {gi} device {state.devices[d].name} needs "
                                                   f"{used:.4g} B > {cap:.4g} B"))
         return v

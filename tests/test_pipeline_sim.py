@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from solver.costmodel import gpipe_coeffs
 from solver.pipeline_sim import micro_batches, simulate
@@ -34,6 +34,7 @@ def closed_form(F, G, lam, u: int, b: int) -> float:
     return alpha * b + beta
 
 
+@settings(max_examples=400)
 @given(pipelines(), st.lists(st.integers(1, 12), min_size=1, max_size=3))
 def test_closed_form_equals_gpipe_simulation(pipe, counts):
     F, G, lam, u = pipe
@@ -88,6 +89,7 @@ def test_short_last_micro_batch():
         simulate([1.0], [1.0], [], 1, 4, "zb-v")
 
 
+@settings(max_examples=200)
 @given(pipelines(), st.integers(1, 12))
 def test_1f1b_stash_and_lower_bound(pipe, n):
     F, G, lam, u = pipe

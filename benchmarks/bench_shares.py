@@ -1,0 +1,96 @@
+"""Microseconds per batch-share solve: solve_shares with the persistent ShareLP vs a model
+rebuilt every call, the exact integer part alone (no LP bound), the raw LP both ways, and
+HiGHS's MIP for comparison (default 1e-4 gap, persistent-free, fewer repetitions).
+
+Usage: .venv/bin/python benchmarks/bench_shares.py [--reps 300] [--B 1024] [--u 4]
+Each row cycles through 16 random instances of the same m, so the persistent model sees
+changing coefficients and bounds on every call.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
+from solver.costmodel import NO_CAP  # noqa: E402
+from solver.shares import ShareLP, solve_shares  # noqa: E402
+
+
+def instances(rng: np.random.Generator, m: int, B: int, u: int, with_q: bool, k: int = 16) -> list[tuple]:
+    """Plausible slots: alpha 2-20 ms/sample, beta 0.05-0.5 s, a third of the groups capped."""
+    N, out = B // u, []
+    for _ in range(k):
+        capn = np.where(rng.random(m) < 0.33, rng.integers(min(N, N // m + 1), N + 1, m), NO_CAP // u)
+        q = rng.uniform(0.0, 2e-3, m) if with_q else np.zeros(m)
+        out.append((rng.uniform(2e-3, 2e-2, m), rng.uniform(0.05, 0.5, m), capn * u, B, u, 1.0, q))
+    return out
+
+
+def timed(fn: Callable[[tuple], object], insts: list[tuple], reps: int) -> tuple[float, float]:
+    """(median, p95) microseconds of fn over reps calls cycling through insts (after a warm-up)."""
+    for i in insts:
+        fn(i)
+    t = np.empty(reps)
+    for r in range(reps):
+        inst = insts[r % len(insts)]
+        t0 = time.perf_counter()
+        fn(inst)
+        t[r] = time.perf_counter() - t0
+    return float(np.median(t)) * 1e6, float(np.percentile(t, 95)) * 1e6
+
+
+def mip(inst: tuple) -> float:
+    """The integer problem as a HiGHS MIP built from scratch (for comparison only)."""
+    import highspy
+    alpha, beta, cap, B, u, W, q = inst
+    m, N, inf = len(alpha), B // u, highspy.kHighsInf
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    for g in range(m):
+        h.addVar(1.0, float(min(cap[g] // u, N)))
+    h.addVar(-inf, inf)
+    h.changeColsIntegrality(m, np.arange(m, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * m))
+    h.changeColsCost(m + 1, np.arange(m + 1, dtype=np.int32), np.r_[q * u, W])
+    for g in range(m):
+        h.addRow(-inf, -float(beta[g]), 2, np.array([g, m], dtype=np.int32), np.array([alpha[g] * u, -1.0]))
+    h.addRow(N, N, m, np.arange(m, dtype=np.int32), np.ones(m))
+    h.run()
+    assert h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return h.getInfo().objective_function_value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--B", type=int, default=1024)
+    ap.add_argument("--u", type=int, default=4)
+    ap.add_argument("--mip-reps", type=int, default=20)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    persistent, rebuilt = ShareLP(), ShareLP(persistent=False)
+    cols = ["shares persist", "shares rebuilt", "int only", "LP persist", "LP rebuilt", "MIP"]
+    print(f"B={args.B} u={args.u}; median / p95 microseconds per call")
+    print(f"{'m':>3} {'q':>4} " + " ".join(f"{c:>17}" for c in cols))
+    for with_q in (False, True):
+        for m in (1, 2, 4, 8, 16, 64):
+            insts = instances(rng, m, args.B, args.u, with_q)
+            for inst in insts:   # same answer both ways
+                a, b = solve_shares(*inst, lp=persistent), solve_shares(*inst, lp=rebuilt)
+                assert a.status == b.status == "optimal" and a.shares == b.shares
+            rows = [timed(lambda i: solve_shares(*i, lp=persistent), insts, args.reps),
+                    timed(lambda i: solve_shares(*i, lp=rebuilt), insts, args.reps),
+                    timed(lambda i: solve_shares(*i, lp_bound=False), insts, args.reps),
+                    timed(lambda i: persistent.solve(*i), insts, args.reps),
+                    timed(lambda i: rebuilt.solve(*i), insts, args.reps),
+                    timed(mip, insts, max(1, args.mip_reps if m <= 16 else args.mip_reps // 4))]
+            print(f"{m:>3} {'!=0' if with_q else '0':>4} "
+                  + " ".join(f"{md:>8.0f} /{p95:>7.0f}" for md, p95 in rows), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""One training iteration on one rank: GPipe forward/backward of its stage over plain
+isend/recv, then the per-layer gradient all-reduce across groups."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .layout import StageRole, micro_sizes
+
+
+@dataclass(frozen=True)
+class Pad:
+    """Emulated device speed: each micro-batch's forward (backward) compute on this stage
+    is padded by sleeping to `fwd_s` (`bwd_s`) seconds per sample times its size."""
+
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+
+
+def _sleep_until(t_end: float) -> None:
+    left = t_end - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+def _tag(micro: int, backward: bool) -> int:
+    return 2 * micro + int(backward)
+
+
+def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Tensor | None,
+                  y: torch.Tensor | None, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  micro_batch: int, batch: int, in_shape: Sequence[int], in_dtype: torch.dtype,
+                  pad: Pad | None = None) -> None:
+    """Accumulate this stage's gradients for one iteration, already scaled by share / batch.
+
+    x, y: the group's own samples (share rows; x needed by the first stage, y by the last).
+    in_shape / in_dtype: per-sample shape and dtype of this stage's input (what the
+    previous stage sends). loss_fn must return the mean over its micro-batch: each
+    micro-batch's loss is scaled by size / share, so the group's gradient is that of its
+    mean loss, and the share / batch factor makes the SUM all-reduce a full-batch mean.
+    """
+    mods = [layers[i] for i in role.layers]
+    dev = next((p.device for m in mods for p in m.parameters()), x.device if x is not None else None)
+    sizes = micro_sizes(role.share, micro_batch)
+    pad = pad or Pad()
+    first, last = role.prev is None, role.next is None
+    sends: list[dist.Work] = []
+    stash: list[tuple[torch.Tensor, torch.Tensor]] = []
+    start = 0
+    for m, s in enumerate(sizes):
+        if first:
+            inp = x[start:start + s]
+        else:
+            inp = torch.empty((s, *in_shape), dtype=in_dtype, device=dev)
+            dist.recv(inp, src=role.prev, tag=_tag(m, False))
+            inp.requires_grad_(inp.is_floating_point())
+        t0 = time.perf_counter()
+        out = inp
+        for mod in mods:
+            out = mod(out)
+        if last:
+            out = loss_fn(out, y[start:start + s]) * (s / role.share)
+        _sleep_until(t0 + s * pad.fwd_s)
+        if not last:
+            sends.append(dist.isend(out.detach().contiguous(), dst=role.next, tag=_tag(m, False)))
+        stash.append((inp, out))
+        start += s
+    for m in reversed(range(len(sizes))):
+        inp, out = stash[m]
+        if last:
+            t0 = time.perf_counter()
+            out.backward()
+        else:
+            grad = torch.empty_like(out)
+            dist.recv(grad, src=role.next, tag=_tag(m, True))
+            t0 = time.perf_counter()
+            out.backward(grad)
+        _sleep_until(t0 + sizes[m] * pad.bwd_s)
+        if not first:
+            sends.append(dist.isend(inp.grad.contiguous(), dst=role.prev, tag=_tag(m, True)))
+        stash[m] = None  # free the micro-batch's activations
+    for w in sends:
+        w.wait()
+    scale = role.share / batch
+    for mod in mods:
+        for p in mod.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+
+
+def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],
+                    bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]]) -> None:
+    """SUM-all-reduce each bucket (holder-rank set, its layers, process group) this rank
+    belongs to, as one flat tensor, in the given (same on every rank) order."""
+    for ranks, bucket_layers, pg in bucket_groups:
+        if rank not in ranks:
+            continue
+        params = [p for i in bucket_layers for p in layers[i].parameters()]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[off:off + n].view_as(p).clone()
+            off += n

@@ -1,0 +1,112 @@
+"""Profile an nn.Sequential into a workload table, and probe a device's matmul speed.
+
+Per layer, per sample: forward / backward seconds (median of `repeats`, divided by the
+example's batch size), output activation bytes, stashed bytes, FLOPs (Linear and Conv2d
+only; 0 for other layers), and parameter bytes.
+
+Stashed bytes: the tensors autograd saves for backward during this layer's forward,
+captured with saved_tensors_hooks, counted once per storage and excluding parameters and
+buffers. A tensor saved by two adjacent layers (a ReLU's output that the next Linear also
+saves as its input) counts in both, so the sum over a stage is an upper bound.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from ..model import Layer, Workload
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _flops(mod: nn.Module, out: torch.Tensor, n: int) -> float:
+    """Forward FLOP per sample (multiply-add = 2) of a Linear or Conv2d, else 0."""
+    if isinstance(mod, nn.Linear):
+        return 2.0 * mod.in_features * out.numel() / n
+    if isinstance(mod, nn.Conv2d):
+        kh, kw = mod.kernel_size
+        return 2.0 * (mod.in_channels // mod.groups) * kh * kw * out.numel() / n
+    return 0.0
+
+
+def _stash_bytes(mod: nn.Module, x: torch.Tensor) -> int:
+    own = {p.untyped_storage().data_ptr() for p in list(mod.parameters()) + list(mod.buffers())}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in own:
+            seen[ptr] = max(seen.get(ptr, 0), _nbytes(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        mod(x)
+    return sum(seen.values())
+
+
+def _time(fn, repeats: int) -> float:
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch: int,
+                   micro_batch: int, repeats: int = 5, name: str = "profiled",
+                   opt_factor: float = 4.0) -> Workload:
+    """Measure `model` on `example` (a batch of n samples) on this device and return a
+    Workload of its layers with measured={kind: (fwd s/sample, bwd s/sample)}.
+    batch / micro_batch: the global batch and micro-batch of the training job (samples)."""
+    n = int(example.shape[0])
+    if n < 1:
+        raise ValueError("the example needs at least one sample")
+    layers, fwd_s, bwd_s = [], [], []
+    x = example.detach()
+    for i, mod in enumerate(model):
+        inp = x.detach().requires_grad_(i > 0 and x.is_floating_point())
+        with torch.no_grad():
+            out = mod(inp)
+        fwd_s.append(_time(lambda: mod(inp), repeats) / n)
+        stash = _stash_bytes(mod, inp)
+        needs_grad = inp.requires_grad or any(p.requires_grad for p in mod.parameters())
+        if needs_grad:
+            grad = torch.ones_like(out)
+
+            def step() -> float:
+                o = mod(inp)
+                t0 = time.perf_counter()
+                o.backward(grad)
+                return time.perf_counter() - t0
+
+            bwd_s.append(statistics.median(step() for _ in range(repeats)) / n)
+        else:
+            bwd_s.append(0.0)
+        f = _flops(mod, out, n)
+        params = sum(_nbytes(p) for p in mod.parameters())
+        layers.append(Layer(f"{i}:{type(mod).__name__}", f, 2.0 * f, _nbytes(out) / n, stash / n, float(params)))
+        x = out
+    model.zero_grad(set_to_none=True)
+    return Workload(name, tuple(layers), batch, micro_batch, opt_factor, _nbytes(example) / n,
+                    {kind: (tuple(fwd_s), tuple(bwd_s))})
+
+
+def measure_matmul_flops(size: int = 512, repeats: int = 5, dtype: torch.dtype = torch.float32,
+                         device: str | torch.device = "cpu") -> float:
+    """Sustained FLOP/s of a size x size matmul on `device` (median of `repeats`)."""
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    (a @ b).sum().item()
+
+    def once() -> None:
+        a @ b
+        sync()
+
+    return 2.0 * size ** 3 / _time(once, repeats)

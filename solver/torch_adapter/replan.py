@@ -1,0 +1,95 @@
+"""State migration between slots: every layer's parameters, buffers and optimizer state
+go from one current holder to each new holder that lacks them (point-to-point)."""
+from __future__ import annotations
+
+import copy
+import io
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+OptFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+_TAG = 1 << 20
+
+
+@dataclass
+class LayerState:
+    """One held layer: its module and its own optimizer (None for a layer without
+    parameters). One optimizer per layer equals one over all parameters for
+    element-wise optimizers (SGD, momentum, Adam) and makes a layer's state movable."""
+
+    module: nn.Module
+    opt: torch.optim.Optimizer | None
+
+    def pack(self) -> dict:
+        return {"module": self.module.state_dict(),
+                "opt": self.opt.state_dict() if self.opt is not None else None}
+
+
+def new_layer(template: nn.Module, device: torch.device, make_opt: OptFactory,
+              state: dict | None = None) -> LayerState:
+    """A layer built from `template` (possibly on the meta device) on `device`; loads
+    `state` (from LayerState.pack) when given, else copies the template's values."""
+    if state is None:
+        mod = copy.deepcopy(template).to(device)
+    else:
+        mod = copy.deepcopy(template).to_empty(device=device)
+        mod.load_state_dict(state["module"])
+    params = list(mod.parameters())
+    opt = make_opt(params) if params else None
+    if opt is not None and state is not None and state["opt"] is not None:
+        opt.load_state_dict(state["opt"])
+    return LayerState(mod, opt)
+
+
+def send_obj(obj: object, dst: int, device: torch.device) -> None:
+    """Send a picklable object of tensors to rank dst (length, then bytes)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8).to(device)
+    dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=device), dst=dst, tag=_TAG)
+    dist.send(data, dst=dst, tag=_TAG + 1)
+
+
+def recv_obj(src: int, device: torch.device) -> object:
+    """Receive what send_obj sent from rank src; tensors land on `device`."""
+    n = torch.empty(1, dtype=torch.int64, device=device)
+    dist.recv(n, src=src, tag=_TAG)
+    data = torch.empty(int(n.item()), dtype=torch.uint8, device=device)
+    dist.recv(data, src=src, tag=_TAG + 1)
+    return torch.load(io.BytesIO(data.cpu().numpy().tobytes()), map_location=device, weights_only=True)
+
+
+def transfers(old: Sequence[tuple[int, ...]], new: Sequence[tuple[int, ...]]
+              ) -> dict[tuple[int, int], list[int]]:
+    """(source rank, destination rank) -> layers to send: each layer from its first
+    current holder to every new holder that does not hold it now. Sorted by pair."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for layer, (have, want) in enumerate(zip(old, new)):
+        for dst in want:
+            if dst not in have:
+                out.setdefault((have[0], dst), []).append(layer)
+    return dict(sorted(out.items()))
+
+
+def migrate(rank: int, held: dict[int, LayerState], old: Sequence[tuple[int, ...]],
+            new: Sequence[tuple[int, ...]], templates: Sequence[nn.Module], make_opt: OptFactory,
+            device: torch.device) -> dict[int, LayerState]:
+    """Move layer states from the `old` holders to the `new` ones (per layer, rank tuples)
+    and return what this rank holds afterwards. Every rank calls this with the same
+    arguments but its own `held`; blocking sends in one global order cannot deadlock.
+    A rank leaving the plan sends what it is the first holder of before it drops it."""
+    got: dict[int, LayerState] = {}
+    for (src, dst), layers in transfers(old, new).items():
+        if rank == src:
+            send_obj({i: held[i].pack() for i in layers}, dst, device)
+        elif rank == dst:
+            states = recv_obj(src, device)
+            for i in layers:
+                got[i] = new_layer(templates[i], device, make_opt, states[i])
+    keep = {i: s for i, s in held.items() if rank in new[i]}
+    keep.update(got)
+    return keep

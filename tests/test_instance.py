@@ -1,0 +1,217 @@
+"""Instance files: every committed instance loads; every kind of bad file gives one clear InstanceError."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import solver
+from solver.errors import InstanceError
+from solver.instance import Instance, load_instance, save_instance
+
+INSTANCES = sorted((Path(__file__).resolve().parents[1] / "instances").glob("*.toml"))
+
+GOOD_TOML = """\
+name = "tiny"
+num_slots = 3
+
+[workload]
+model = "mlp"
+batch = 16
+micro_batch = 4
+
+[network]
+inter_server_gbps = 10.0
+
+[[devices]]
+name = "gpu0"
+kind = "V100-SXM2-16GB"
+server = "a"
+
+[[devices]]
+name = "gpu1"
+kind = "T4"
+server = "b"
+efficiency = 0.4
+
+[[links]]
+a = "gpu0"
+b = "gpu1"
+gbps = 5.0
+
+[[budgets]]
+kind = "money"
+limit = 0.01
+
+[traces]
+devices = "devs.csv"
+links = "links.csv"
+"""
+
+GOOD_DEVICES = "slot,device,available,speed_factor,price_per_hour\n" + "".join(
+    f"{t},{d},1,0.9,1.5\n" for t in range(3) for d in ("gpu0", "gpu1"))
+GOOD_LINKS = "slot,a,b,gbps\n" + "".join(f"{t},gpu0,gpu1,{4 + t}\n" for t in range(3))
+
+
+def write_case(tmp_path: Path, toml: str = GOOD_TOML, devices: str = GOOD_DEVICES, links: str = GOOD_LINKS) -> Path:
+    (tmp_path / "devs.csv").write_text(devices)
+    (tmp_path / "links.csv").write_text(links)
+    p = tmp_path / "case.toml"
+    p.write_text(toml)
+    return p
+
+
+@pytest.mark.parametrize("path", INSTANCES, ids=lambda p: p.name)
+def test_committed_instances_load_and_give_sane_states(path):
+    inst = solver.load_instance(path)
+    assert isinstance(inst, Instance) and inst.num_slots >= 1 and inst.n >= 1
+    wl = inst.workload
+    assert wl.batch % wl.micro_batch == 0
+    for t in range(inst.num_slots):
+        st = inst.state(t)
+        assert st.available.shape == (inst.n,) and st.available.dtype == bool
+        assert np.all(np.isfinite(st.speed)) and np.all(st.speed > 0)
+        assert np.all(st.price >= 0)
+        off = ~np.eye(inst.n, dtype=bool)
+        assert np.all(st.bandwidth[off] > 0) and np.all(np.isfinite(st.bandwidth[off]))
+        assert np.allclose(st.bandwidth, st.bandwidth.T) and np.all(st.latency >= 0)
+        assert st.available.any()
+    with pytest.raises(IndexError):
+        inst.state(inst.num_slots)
+
+
+def test_default_instance_has_changing_state():
+    inst = load_instance(Path(__file__).resolve().parents[1] / "instances" / "default.toml")
+    assert inst.n == 6 and len({d.kind for d in inst.devices}) == 3 and inst.num_slots == 20
+    assert not inst.available.all()
+    assert inst.price.std(axis=0).max() > 0 and inst.speed_factor.min() < 1
+    assert [b.kind for b in inst.budgets] == ["money", "energy"]
+
+
+def test_good_tiny_instance_values(tmp_path):
+    inst = load_instance(write_case(tmp_path))
+    assert inst.name == "tiny" and inst.workload.name == "mlp" and inst.workload.batch == 16
+    assert inst.efficiency.tolist() == [0.5, 0.4]
+    assert inst.devices[1].kind == "T4" and inst.devices[0].peak_flops == pytest.approx(15.67e12)
+    assert inst.price[0, 0] == pytest.approx(1.5 / 3600)
+    assert inst.bandwidth[2, 0, 1] == pytest.approx(6e9 / 8)
+    st = inst.state(0)
+    assert st.speed[1] == pytest.approx(8.14e12 * 0.4 * 0.9)
+
+
+def test_missing_traces_mean_constant(tmp_path):
+    toml = GOOD_TOML.split("[traces]")[0]
+    inst = load_instance(write_case(tmp_path, toml))
+    assert inst.available.all() and np.all(inst.speed_factor == 1.0)
+    assert np.allclose(inst.price, inst.price[0]) and inst.bandwidth.shape == (3, 2, 2)
+    assert inst.bandwidth[0, 0, 1] == pytest.approx(5e9 / 8)
+
+
+def sub(old: str, new: str, text: str = GOOD_TOML) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+BAD = {
+    # id: (toml, devices csv, links csv, substrings the message must contain)
+    "toml_syntax": (sub('name = "tiny"', 'name = "tiny'), None, None, ["TOML syntax error"]),
+    "missing_batch": (sub("batch = 16\n", ""), None, None, ["workload.batch", "missing"]),
+    "missing_devices": (GOOD_TOML.split("[[devices]]")[0], None, None, ["devices", "missing"]),
+    "zero_speed": (None, GOOD_DEVICES.replace("1,0.9,1.5", "1,0,1.5", 1), None, ["speed_factor", "'0'"]),
+    "neg_efficiency": (sub("efficiency = 0.4", "efficiency = -0.4"), None, None, ["devices[1].efficiency", "-0.4"]),
+    "efficiency_above_1": (sub("efficiency = 0.4", "efficiency = 1.5"), None, None, ["efficiency", "1.5"]),
+    "zero_bandwidth": (sub("inter_server_gbps = 10.0", "inter_server_gbps = 0.0"), None, None,
+                       ["network.inter_server_gbps", "0.0"]),
+    "neg_link_gbps": (sub("gbps = 5.0", "gbps = -5.0"), None, None, ["links[0].gbps", "-5.0"]),
+    "zero_trace_gbps": (None, None, GOOD_LINKS.replace("0,gpu0,gpu1,4", "0,gpu0,gpu1,0"), ["gbps", "'0'"]),
+    "unknown_link_device": (sub('b = "gpu1"', 'b = "nosuch"'), None, None, ["links[0].b", "nosuch"]),
+    "unknown_trace_device": (None, GOOD_DEVICES.replace("2,gpu1", "2,ghost"), None, ["device", "ghost"]),
+    "unknown_link_trace_device": (None, None, GOOD_LINKS.replace("1,gpu0", "1,gpuX"), ["'a'", "gpuX"]),
+    "unknown_kind": (sub('kind = "T4"', 'kind = "Z9000"'), None, None, ["devices[1].kind", "Z9000"]),
+    "duplicate_device": (sub('name = "gpu1"', 'name = "gpu0"'), None, None, ["devices[1].name", "gpu0", "duplicate"]),
+    "trace_missing_slot": (None, "\n".join(GOOD_DEVICES.splitlines()[:-1]) + "\n", None,
+                           ["traces.devices", "slot 2", "gpu1"]),
+    "link_trace_missing_slot": (None, None, "\n".join(GOOD_LINKS.splitlines()[:-1]) + "\n",
+                                ["traces.links", "slot 2"]),
+    "trace_slot_out_of_range": (None, GOOD_DEVICES + "7,gpu0,1,1,1\n", None, ["slot", "'7'"]),
+    "non_numeric_cell": (None, GOOD_DEVICES.replace("1,0.9,1.5", "1,0.9,cheap", 1), None,
+                         ["price_per_hour", "cheap", "row 2"]),
+    "non_numeric_toml": (sub("limit = 0.01", 'limit = "lots"'), None, None, ["budgets[0].limit", "lots"]),
+    "batch_zero": (sub("batch = 16", "batch = 0"), None, None, ["workload.batch", "0"]),
+    "micro_batch_zero": (sub("micro_batch = 4", "micro_batch = 0"), None, None, ["workload.micro_batch", "0"]),
+    "batch_not_multiple": (sub("batch = 16", "batch = 18"), None, None, ["batch 18", "micro_batch 4"]),
+    "fractional_batch": (sub("batch = 16", "batch = 16.5"), None, None, ["workload.batch", "16.5"]),
+    "unknown_budget_kind": (sub('kind = "money"', 'kind = "carbon"'), None, None, ["budgets[0].kind", "carbon"]),
+    "negative_budget": (sub("limit = 0.01", "limit = -1.0"), None, None, ["budgets[0].limit", "-1.0"]),
+    "device_energy_without_device": (sub('kind = "money"', 'kind = "device_energy"'), None, None,
+                                     ["budgets[0].device", "missing"]),
+    "unknown_model": (sub('model = "mlp"', 'model = "resnet9000"'), None, None, ["workload.model", "resnet9000"]),
+    "availability_not_binary": (None, GOOD_DEVICES.replace("1,0.9,1.5", "2,0.9,1.5", 1), None, ["available", "'2'"]),
+    "trace_file_missing": (sub('devices = "devs.csv"', 'devices = "nowhere.csv"'), None, None,
+                           ["traces.devices", "nowhere.csv"]),
+    "unknown_field": (sub("batch = 16", "batchsize = 16\nbatch = 16"), None, None, ["workload.batchsize", "16"]),
+    "duplicate_trace_row": (None, GOOD_DEVICES + "0,gpu0,1,1,1\n", None, ["duplicate", "gpu0"]),
+    "num_slots_zero": (sub("num_slots = 3", "num_slots = 0"), None, None, ["num_slots", "0"]),
+    "negative_memory_override": (sub('kind = "T4"', 'kind = "T4"\nmemory_gb = -16'), None, None,
+                                 ["devices[1].memory_gb", "-16"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_instance_gives_one_clear_error(tmp_path, case):
+    toml, devices, links, expected = BAD[case]
+    path = write_case(tmp_path, toml or GOOD_TOML, devices or GOOD_DEVICES, links or GOOD_LINKS)
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    msg = str(info.value)
+    for s in expected:
+        assert s in msg, f"{s!r} not in {msg!r}"
+    assert info.value.__cause__ is None or isinstance(info.value.__cause__, InstanceError)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InstanceError, match="not found") as info:
+        solver.load_instance(tmp_path / "absent.toml")
+    assert "absent.toml" in str(info.value)
+
+
+def test_bad_model_csv_names_file_row_column_value(tmp_path):
+    (tmp_path / "net.csv").write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\n"
+                                      "a,1,2,3,4,5\nb,1,two,3,4,5\n")
+    path = write_case(tmp_path, sub('model = "mlp"', 'model = "net.csv"'))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    msg = str(info.value)
+    assert all(s in msg for s in ("net.csv", "row 3", "bwd_flops", "two"))
+
+
+def test_load_is_all_or_nothing(tmp_path):
+    good = load_instance(write_case(tmp_path))
+    bad_trace = GOOD_DEVICES + "2,gpu0,1,1,1\n"
+    with pytest.raises(InstanceError):
+        load_instance(write_case(tmp_path, devices=bad_trace))
+    again = load_instance(write_case(tmp_path))
+    assert np.array_equal(good.price, again.price) and good.devices == again.devices
+
+
+def test_save_round_trip(tmp_path):
+    inst = load_instance(INSTANCES[0] if INSTANCES else write_case(tmp_path))
+    out = save_instance(inst, tmp_path / "copy" / "saved.toml")
+    back = load_instance(out)
+    assert back.devices == inst.devices and back.budgets == inst.budgets
+    assert back.workload.layers == inst.workload.layers and back.workload.batch == inst.workload.batch
+    for a in ("efficiency", "available", "speed_factor", "price", "bandwidth", "latency"):
+        assert np.allclose(getattr(back, a), getattr(inst, a)), a
+
+
+def test_default_instance_regenerates_identically(tmp_path):
+    import importlib.util
+
+    here = Path(__file__).resolve().parents[1] / "instances"
+    spec = importlib.util.spec_from_file_location("make_default", here / "make_default.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(tmp_path)
+    for name in ("default.toml", "default_devices.csv", "default_links.csv"):
+        assert (tmp_path / name).read_text() == (here / name).read_text(), name

@@ -1,0 +1,192 @@
+"""Batch-share subproblem: closed forms, exact integer shares, HiGHS/Pyomo agreement."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, strategies as st
+
+from solver.costmodel import NO_CAP
+from solver.shares import ShareLP, greedy_shares, solve_shares, water_fill
+
+REL = 1e-9
+
+
+@st.composite
+def instances(draw, max_m: int = 6, max_n: int = 40, caps: bool = True, costs: bool = True):
+    """(alpha, beta, cap, B, u, W, q) with a feasible integer problem."""
+    m = draw(st.integers(1, max_m))
+    u = draw(st.sampled_from([1, 2, 4]))
+    N = draw(st.integers(m, max_n))
+    fl = lambda lo, hi: st.floats(lo, hi, allow_nan=False)    # noqa: E731
+    alpha = np.array(draw(st.lists(fl(1e-3, 1.0), min_size=m, max_size=m)))
+    beta = np.array(draw(st.lists(fl(0.0, 2.0), min_size=m, max_size=m)))
+    capn = np.array(draw(st.lists(st.one_of(st.just(NO_CAP // u), st.integers(1, N)), min_size=m, max_size=m))
+                    if caps else [NO_CAP // u] * m, dtype=np.int64)
+    assume(np.minimum(capn, N).sum() >= N)
+    W = draw(st.sampled_from([0.0, 1.0, 10.0])) if costs else draw(st.sampled_from([0.0, 1.0]))
+    q = np.array(draw(st.lists(st.sampled_from([0.0, 0.001, 0.01, 0.1]), min_size=m, max_size=m))) \
+        if costs else np.zeros(m)
+    return alpha, beta, capn * u, N * u, u, W, q
+
+
+def brute_force(alpha, beta, cap, B, u, W, q):
+    """(best value, smallest z among optima) over every integer split (micro-batch units)."""
+    m, N = len(alpha), B // u
+    best = (np.inf, np.inf)
+    for head in itertools.product(range(1, N + 1), repeat=m - 1):
+        n = np.array(head + (N - sum(head),))
+        if n[-1] < 1 or np.any(n * u > cap):
+            continue
+        b = n * u
+        z = float(np.max(alpha * b + beta))
+        v = W * z + float(q @ b)
+        if v < best[0] - 1e-12 * max(1, abs(v)) or (abs(v - best[0]) <= 1e-12 * max(1, abs(v)) and z < best[1]):
+            best = (min(v, best[0]), z)
+    return best
+
+
+def check_plan(r, cap, B, u):
+    b = np.array(r.shares)
+    assert r.status == "optimal", r.message
+    assert b.sum() == B and np.all(b % u == 0) and np.all(b >= u) and np.all(b <= cap)
+
+
+@given(instances())
+def test_plan_valid_and_above_lp(inst):
+    alpha, beta, cap, B, u, W, q = inst
+    r = solve_shares(*inst)
+    check_plan(r, cap, B, u)
+    assert r.z == pytest.approx(float(np.max(alpha * np.array(r.shares) + beta)), rel=REL)
+    assert r.value == pytest.approx(W * r.z + q @ np.array(r.shares), rel=REL)
+    assert r.value >= r.lp_value - 1e-7 * max(1.0, abs(r.value))
+
+
+@given(instances(max_m=3, max_n=12, costs=False))
+def test_greedy_matches_brute_force(inst):
+    alpha, beta, cap, B, u, W, q = inst
+    r = solve_shares(*inst)
+    v, z = brute_force(*inst)
+    assert r.z == pytest.approx(z, rel=REL)
+    assert r.value == pytest.approx(v, rel=REL, abs=1e-12)
+    # the literal one-at-a-time hand-out from one micro-batch each reaches the same max time
+    g = greedy_shares(alpha, beta, cap, B, u)
+    assert float(np.max(alpha * g + beta)) == pytest.approx(z, rel=REL)
+
+
+@given(instances(max_m=3, max_n=12))
+def test_exact_with_costs_matches_brute_force(inst):
+    r = solve_shares(*inst)
+    v, z = brute_force(*inst)
+    assert r.value == pytest.approx(v, rel=REL, abs=1e-12)
+    assert r.z == pytest.approx(z, rel=REL)     # ties go to the smaller batch time
+
+
+@given(instances(max_m=8, max_n=200, costs=False))
+def test_greedy_within_one_micro_batch_of_lp(inst):
+    alpha, beta, cap, B, u, W, q = inst
+    r = solve_shares(alpha, beta, cap, B, u, 1.0, q)
+    lp = ShareLP().solve(alpha, beta, cap, B, u, 1.0, q)
+    assert lp.status == "optimal"
+    assert r.lp_value == pytest.approx(lp.z, rel=1e-7, abs=1e-9)   # closed form = HiGHS
+    assert lp.z - 1e-9 <= r.z <= lp.z + u * alpha.max() + 1e-9
+
+
+@given(st.integers(1, 8), st.integers(0, 2**31 - 1))
+def test_water_fill_equals_lp_without_caps(m, seed):
+    rng = np.random.default_rng(seed)
+    alpha, beta, B = rng.uniform(0.01, 0.1, m), rng.uniform(0.0, 0.5, m), 512
+    b, z = water_fill(alpha, beta, B)
+    assert b.sum() == pytest.approx(B) and np.all(b >= 0)
+    active = b > 0
+    assert np.allclose(alpha[active] * b[active] + beta[active], z) and np.all(beta[~active] >= z - 1e-12)
+    if b.min() >= 1.0:   # the LP's lower bound u = 1 does not bind: same optimum
+        lp = ShareLP().solve(alpha, beta, np.full(m, NO_CAP), B, 1, 1.0, np.zeros(m))
+        assert lp.z == pytest.approx(z, rel=1e-7)
+
+
+def test_water_fill_drops_slow_start_groups():
+    b, z = water_fill([1.0, 1.0], [0.0, 10.0], 4.0)
+    assert z == pytest.approx(4.0) and b[1] == 0.0
+
+
+@pytest.mark.parametrize("args, why", [
+    (([0.1, 0.1], [0, 0], [4, 4], 12, 2), "sum of caps"),
+    (([0.1, 0.1, 0.1], [0, 0], [NO_CAP] * 3, 4, 2), "lengths"),
+    (([0.1, 0.1, 0.1], [0, 0, 0], [NO_CAP] * 3, 4, 2), "m*u"),
+    (([0.1, 0.1], [0, 0], [0, NO_CAP], 8, 2), "cannot hold"),
+    (([0.1, 0.1], [0, 0], [NO_CAP] * 2, 9, 2), "multiple"),
+])
+def test_infeasible_or_bad_input(args, why):
+    alpha, beta, cap, B, u = args
+    r = solve_shares(np.array(alpha), np.array(beta), cap, B, u, 1.0, np.full(len(alpha), 0.01))
+    assert r.status in ("infeasible", "error") and why in r.message and r.shares == ()
+    if why in ("sum of caps", "m*u", "cannot hold"):
+        assert r.status == "infeasible"
+
+
+def test_zero_weights_break_ties_by_batch_time():
+    alpha, beta = np.array([0.01, 0.03, 0.02]), np.array([0.2, 0.0, 0.1])
+    r = solve_shares(alpha, beta, [NO_CAP] * 3, 48, 4, 0.0, np.zeros(3))
+    assert r.value == 0.0 and r.z == pytest.approx(brute_force(alpha, beta, [NO_CAP] * 3, 48, 4, 1.0, np.zeros(3))[1])
+
+
+def random_instance(rng, m, u=2):
+    N = int(rng.integers(m, 8 * m + 20))
+    cap = np.where(rng.random(m) < 0.3, rng.integers(1, N + 1, m) * u, NO_CAP)
+    if np.minimum(cap // u, N).sum() < N:
+        cap[:] = NO_CAP
+    return (rng.uniform(1e-3, 0.2, m), rng.uniform(0.0, 1.0, m), cap, N * u, u,
+            float(rng.choice([0.0, 1.0, 5.0])), rng.choice([0.0, 0.002, 0.05], m))
+
+
+def test_pyomo_and_highspy_lp_agree():
+    from solver.shares_pyomo import solve_shares_lp_pyomo
+    rng = np.random.default_rng(7)
+    lp = ShareLP()
+    for _ in range(12):
+        inst = random_instance(rng, int(rng.integers(1, 7)))
+        a, p = lp.solve(*inst), solve_shares_lp_pyomo(*inst)
+        assert a.status == p.status == "optimal"
+        assert a.value == pytest.approx(p.value, rel=1e-6, abs=1e-9)
+
+
+def test_persistent_model_matches_fresh_after_many_calls():
+    rng = np.random.default_rng(11)
+    persistent, fresh = ShareLP(max_models=3), ShareLP(persistent=False)
+    for _ in range(150):
+        inst = random_instance(rng, int(rng.choice([1, 2, 3, 5, 8, 13])))
+        a, f = persistent.solve(*inst), fresh.solve(*inst)
+        assert a.status == f.status == "optimal"
+        assert a.value == pytest.approx(f.value, rel=1e-9, abs=1e-12)
+        r = solve_shares(*inst, lp=persistent)
+        assert r.lp_value == pytest.approx(f.value, rel=1e-7, abs=1e-9) and r.value >= f.value - 1e-9
+
+
+def test_large_instance_is_exact_and_fast_enough():
+    rng = np.random.default_rng(3)
+    m, u, N = 64, 1, 2048
+    alpha, beta = rng.uniform(1e-3, 2e-2, m), rng.uniform(0.0, 0.5, m)
+    q = rng.uniform(0.0, 1e-3, m)
+    r = solve_shares(alpha, beta, [NO_CAP] * m, N * u, u, 1.0, q)
+    check_plan(r, NO_CAP, N * u, u)
+    assert r.lp_value <= r.value <= r.lp_value + u * alpha.max() + q.max() * m * u
+
+
+def test_chunked_sweep_matches_single_block(monkeypatch):
+    import solver.shares as shares
+    rng = np.random.default_rng(5)
+    insts = [random_instance(rng, int(rng.integers(2, 9))) for _ in range(40)]
+    whole = [solve_shares(*i, lp_bound=False) for i in insts]
+    monkeypatch.setattr(shares, "_ROWS_PER_CHUNK", 16)
+    for inst, w in zip(insts, whole):
+        r = solve_shares(*inst, lp_bound=False)
+        assert r.value == pytest.approx(w.value, rel=1e-12, abs=1e-12) and r.z == pytest.approx(w.z, rel=1e-12)
+
+
+def test_every_group_at_its_cap():
+    r = solve_shares(np.array([0.0106, 0.02]), np.array([1.2, 0.3]), [8, 4], 12, 2, 1.0, np.array([0.07, 0.0]))
+    assert r.shares == (8, 4) and np.isfinite(r.lp_value) and r.lp_value == pytest.approx(r.value)
+    r = solve_shares(np.array([0.0106]), np.array([1.2]), [8], 8, 2, 20.0, np.array([0.07]))
+    assert r.shares == (8,) and r.lp_value == pytest.approx(r.value)

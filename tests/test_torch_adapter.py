@@ -1,0 +1,159 @@
+"""Torch adapter: multi-process training equals single-process full-batch training,
+re-plans lose nothing, the profiler counts bytes exactly, bad plans fail before spawning."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from solver.errors import DynparError  # noqa: E402
+from solver.model import Device, SlotState  # noqa: E402
+from solver.plan import Group, Plan  # noqa: E402
+from solver.torch_adapter import (PlanMismatchError, Slot, TensorBatches, micro_sizes,  # noqa: E402
+                                  profile_module, run)
+
+pytestmark = pytest.mark.torch
+B, U = 32, 4
+
+
+def make_model(dtype: torch.dtype = torch.float64) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(),
+                         nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3)).to(dtype)
+
+
+def make_data(dtype: torch.dtype = torch.float64) -> TensorBatches:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(96, 6, generator=g, dtype=dtype)
+    y = torch.randn(96, 3, generator=g, dtype=dtype)
+    return TensorBatches(x, y, B)
+
+
+def reference(model: nn.Sequential, data: TensorBatches, steps: int, make_opt) -> nn.Sequential:
+    """Single-process full-batch training: the result every plan must reproduce."""
+    import copy
+    m = copy.deepcopy(model)
+    opt = make_opt(m.parameters())
+    for i in range(steps):
+        x, y = data.get(i)
+        opt.zero_grad()
+        nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+    return m
+
+
+def assert_same(result, ref: nn.Sequential, rtol: float, atol: float) -> None:
+    ref_sd = ref.state_dict()
+    assert set(result.state_dict) == set(ref_sd)
+    for k, v in ref_sd.items():
+        torch.testing.assert_close(result.state_dict[k], v, rtol=rtol, atol=atol, msg=k)
+
+
+def plan(*groups: tuple[tuple[int, ...], tuple[int, ...], int]) -> Plan:
+    return Plan(tuple(Group(d, c, s) for d, c, s in groups))
+
+
+def test_micro_sizes_uneven() -> None:
+    assert micro_sizes(19, 4) == [4, 4, 4, 4, 3]
+    assert micro_sizes(8, 4) == [4, 4]
+    assert micro_sizes(3, 4) == [3]
+
+
+def test_equivalence_uneven_shares_float64() -> None:
+    """2 groups x 2 stages, different cuts, shares 24/8 then 19/13 (uneven micro-batches)."""
+    model, data = make_model(), make_data()
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)
+    p1 = plan(((0, 1), (3, 7), 24), ((2, 3), (5, 7), 8))
+    p2 = plan(((0, 1), (3, 7), 19), ((2, 3), (5, 7), 13))
+    res = run(model, [Slot(p1, 3), Slot(p2, 3)], data, nn.MSELoss(), sgd, world_size=4, micro_batch=U)
+    assert_same(res, reference(model, data, 6, sgd), rtol=1e-12, atol=1e-13)
+    assert [len(t) for t in res.times] == [3, 3]
+
+
+def test_replan_momentum_carried_over() -> None:
+    """Cuts move, a group is removed (a device leaves) then added, shares change; SGD
+    momentum state travels with its layer: equal to training without re-plans."""
+    model, data = make_model(), make_data()
+    sgd = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)
+    slots = [
+        Slot(plan(((0, 1), (3, 7), 24), ((2, 3), (5, 7), 8)), 2),
+        Slot(plan(((2, 0, 3), (2, 4, 7), 32)), 2),                       # device 1 leaves
+        Slot(plan(((1,), (7,), 12), ((3, 2), (6, 7), 8), ((0,), (7,), 12)), 2),  # 3 groups
+    ]
+    res = run(model, slots, data, nn.MSELoss(), sgd, world_size=4, micro_batch=U)
+    ref = reference(model, data, 6, sgd)
+    assert_same(res, ref, rtol=1e-12, atol=1e-13)
+    ref_opt = sgd(ref.parameters())  # the reference's momentum buffers, per parameter
+    del ref_opt
+    for i, mod in enumerate(ref):
+        st = res.opt_states[i]
+        if not any(True for _ in mod.parameters()):
+            assert st is None
+            continue
+        assert len(st["state"]) == len(list(mod.parameters()))
+        assert all("momentum_buffer" in s and s["momentum_buffer"] is not None for s in st["state"].values())
+
+
+def test_replan_adam_float32() -> None:
+    """Adam state (step, exp_avg, exp_avg_sq) survives a re-plan that moves every layer."""
+    model, data = make_model(torch.float32), make_data(torch.float32)
+    adam = functools.partial(torch.optim.Adam, lr=1e-2)
+    slots = [Slot(plan(((0, 1), (2, 7), 20), ((2, 3), (4, 7), 12)), 2),
+             Slot(plan(((3, 2), (5, 7), 16), ((1, 0), (1, 7), 16)), 2)]
+    res = run(model, slots, data, nn.MSELoss(), adam, world_size=4, micro_batch=U)
+    assert_same(res, reference(model, data, 4, adam), rtol=1e-4, atol=1e-6)
+    assert float(res.opt_states[0]["state"][0]["step"]) == 4.0
+
+
+def test_profiler_exact_bytes() -> None:
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3), nn.Conv2d(1, 2, 3, padding=1))
+    wl = profile_module(m[:3], torch.randn(16, 4), "cpu", batch=32, micro_batch=4, repeats=2)
+    assert wl.num_layers == 3 and set(wl.measured) == {"cpu"}
+    assert [l.param_bytes for l in wl.layers] == [(4 * 8 + 8) * 4, 0, (8 * 3 + 3) * 4]
+    assert [l.out_bytes for l in wl.layers] == [32, 32, 12]
+    assert [l.stash_bytes for l in wl.layers] == [16, 32, 32]  # Linear: input; ReLU: output
+    assert [l.fwd_flops for l in wl.layers] == [64, 0, 48]
+    assert wl.input_bytes == 16
+    fwd, bwd = wl.measured["cpu"]
+    assert len(fwd) == len(bwd) == 3 and all(t > 0 for t in fwd)
+    conv = profile_module(nn.Sequential(m[3]), torch.randn(2, 1, 5, 5), "cpu", 4, 2, repeats=1)
+    assert conv.layers[0].fwd_flops == 2 * 9 * 2 * 25
+    assert conv.layers[0].param_bytes == (2 * 9 + 2) * 4
+    assert conv.layers[0].out_bytes == 2 * 25 * 4
+
+
+def tiny_state(mem: float) -> SlotState:
+    wl = profile_module(make_model(), torch.randn(4, 6, dtype=torch.float64), "emu", B, U, repeats=1)
+    devs = tuple(Device(f"d{i}", "emu", 1e9, mem, 100.0, 30.0, 0.0) for i in range(4))
+    ones = np.ones(4)
+    bw = np.full((4, 4), 1e9)
+    return SlotState(0, devs, wl, (), np.ones(4, bool), ones * 1e9, ones, ones * 0.0, bw, bw * 0)
+
+
+@pytest.mark.parametrize("bad, words", [
+    (plan(((0, 1), (3, 6), 32)), "layer count mismatch"),
+    (plan(((0, 5), (3, 7), 32)), "device index 5"),
+    (plan(((0, 1), (3, 7), 20), ((2, 3), (5, 7), 8)), "shares sum to 28"),
+    (plan(((0, 0), (3, 7), 32)), "appears twice"),
+])
+def test_bad_plan_fails_before_spawn(bad: Plan, words: str) -> None:
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)
+    with pytest.raises(PlanMismatchError, match=words) as e:
+        run(make_model(), [Slot(bad, 1)], make_data(), nn.MSELoss(), sgd, world_size=4, micro_batch=U,
+            timeout_s=5)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, DynparError)
+
+
+def test_memory_violation_fails_before_spawn() -> None:
+    p = plan(((0, 1), (3, 7), 32))
+    sgd = functools.partial(torch.optim.SGD, lr=0.1)
+    with pytest.raises(PlanMismatchError, match="memory"):
+        run(make_model(), [Slot(p, 1)], make_data(), nn.MSELoss(), sgd, world_size=4, micro_batch=U,
+            states=[tiny_state(mem=100.0)])
+    with pytest.raises(PlanMismatchError, match="layer count mismatch"):
+        run(make_model()[:5], [Slot(plan(((0,), (5,), 32)), 1)], make_data(), nn.MSELoss(), sgd,
+            world_size=4, micro_batch=U, states=[tiny_state(mem=1e9)])
