@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import multiprocessing
 import os
 import socket
 import tempfile
@@ -102,11 +103,14 @@ def input_shapes(model: nn.Sequential, example: torch.Tensor) -> list[tuple[tupl
 def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data: TensorBatches,
         loss_fn: LossFn, make_opt: OptFactory, world_size: int, micro_batch: int,
         backend: str = "gloo", states: Sequence[SlotState | None] | None = None,
-        timeout_s: float = 120.0) -> RunResult:
+        timeout_s: float = 120.0, start_method: str = "forkserver") -> RunResult:
     """Train `model` through `slots` on `world_size` spawned processes and return the result.
 
     Every plan is checked against the model, world and (when given) its slot state before
     any process starts (PlanMismatchError). backend "nccl" puts rank r on cuda:r mod #GPUs.
+    start_method "forkserver" (default) imports torch once in a server process that
+    forks the workers (seconds faster than "spawn" per run; safe after the parent
+    used threads, unlike "fork").
     """
     model = model if isinstance(model, nn.Sequential) else nn.Sequential(*model)
     if not slots:
@@ -119,8 +123,10 @@ def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.pt")
         init = f"tcp://127.0.0.1:{_free_port()}"
+        if start_method == "forkserver":
+            multiprocessing.set_forkserver_preload(["torch", "torch.distributed", __name__])
         mp.start_processes(_spawned, args=(world_size, init, job, out), nprocs=world_size,
-                           join=True, start_method="spawn")
+                           join=True, start_method=start_method)
         return torch.load(out, weights_only=False)
 
 

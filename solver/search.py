@@ -1,0 +1,486 @@
+"""The per-slot solver: tentative search over groupings and partitions + exact batch shares
+(DESIGN.md section 3, "Per-slot solution: tentative search + linear solving").
+
+A *structure* is a tuple of ordered, cut groups ((devices, cuts), ...). For a structure every
+number of the slot problem is fixed and the shares come from `shares.solve_shares` with
+
+    W = V + sum_k Q_k R_k,   q_g = sum_k Q_k e_kg,
+    objective = W (z + T_sync + migration / iterations_per_slot) + q.b + sum_k Q_k F_k
+
+(= V T + sum_k Q_k c_k, plus the amortised migration time charged like batch time).
+The search scores candidate structures from several families (data parallel over the devices
+that hold the model, link-locality clusters, speed-balanced groups, contiguous chunks of a
+fast-link chain, single pipelines, the previous plan, every baseline, the cheapest plan), then
+improves the best ones by local moves (move, swap, drop, add a device; split, merge groups) and
+polishes cuts (frontier cut sets) and orders of the winner. Every baseline plan is scored with
+its own shares and with re-optimised shares, so the result never loses to a baseline.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from . import baselines
+from .costmodel import Evaluation, GroupCoeffs, cost_coeffs, evaluate, group_coeffs, sync_time
+from .cuts import frontier_cuts, group_arrays, min_bottleneck_cuts
+from .model import SlotState
+from .plan import Group, Plan
+from .replan import holder_mask, migration_time
+from .shares import solve_shares
+
+Ordered = tuple[int, ...]
+Structure = tuple[tuple[Ordered, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """exact: use the exhaustive oracle (n <= 6); max_groups: at most this many groups;
+    local_search: improve by local moves; frontier: cut sets per group tried in the polish;
+    replan: charge migration from previous_plan; iterations_per_slot: iterations the migration
+    time is amortised over; keep_candidates: return every scored plan; time_limit_s: soft
+    limit on the search (seconds; the baselines are always scored)."""
+
+    exact: bool = False
+    max_groups: int | None = None
+    local_search: bool = True
+    frontier: int = 4
+    replan: bool = True
+    iterations_per_slot: int = 100
+    keep_candidates: bool = False
+    time_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """Outcome of one slot. batch_time: predicted seconds per iteration (no migration);
+    costs: per budget in state order; objective: V T + sum Q_k c_k (+ W * migration /
+    iterations when re-planning is charged); status: "optimal" (exact), "feasible"
+    (heuristic) or "infeasible" (plan None); solve_time, migration_time: seconds;
+    candidates: structures scored; candidate_pool: (Plan, batch_time, costs) when asked."""
+
+    plan: Plan | None
+    batch_time: float
+    costs: tuple[float, ...]
+    objective: float
+    status: str
+    message: str
+    solve_time: float
+    candidates: int = 0
+    migration_time: float = 0.0
+    evaluation: Evaluation | None = None
+    candidate_pool: tuple = ()
+
+
+@dataclass
+class Scored:
+    objective: float
+    batch_time: float
+    plan: Plan
+    structure: Structure
+    migration: float
+    source: str
+
+
+def check_queues(state: SlotState, queues: Sequence[float]) -> np.ndarray:
+    """Queues as an array in budget order; () means all zero. ValueError on a length mismatch."""
+    K = len(state.budgets)
+    if len(queues) == 0:
+        return np.zeros(K)
+    if len(queues) != K:
+        names = ", ".join(b.name for b in state.budgets) or "none"
+        raise ValueError(f"got {len(queues)} queue values but the state has {K} budgets ({names})")
+    q = np.asarray(queues, dtype=float)
+    if not np.all(np.isfinite(q)) or np.any(q < 0):
+        raise ValueError(f"queues must be finite and >= 0, got {tuple(queues)}")
+    return q
+
+
+def infeasible_reason(state: SlotState) -> str | None:
+    """Why no plan can exist in this state, or None."""
+    if not state.available_indices:
+        return f"slot {state.t}: no device is available"
+    return None
+
+
+class Scorer:
+    """Scores structures in one state for fixed queues and V; caches group coefficients by
+    (devices, cuts), cuts by (devices, min share) and sync times by structure."""
+
+    def __init__(self, state: SlotState, Q: np.ndarray, V: float, options: SolveOptions,
+                 previous_plan: Plan | None) -> None:
+        self.state, self.Q, self.V, self.opt = state, Q, float(V), options
+        wl = state.workload
+        self.B, self.u, self.L = wl.batch, wl.micro_batch, wl.num_layers
+        self.prev = previous_plan if options.replan else None
+        self.prev_held = holder_mask(self.prev, state) if self.prev is not None else None
+        self._coeffs: dict[tuple, GroupCoeffs] = {}
+        self._cuts: dict[tuple, tuple | None] = {}
+        self._frontier: dict[tuple, list] = {}
+        self._sync: dict[Structure, float] = {}
+        self._seen: dict[tuple, Scored | None] = {}
+        self.best: Scored | None = None
+        self.pool: list[Scored] = []
+        self.count = 0
+
+    # ---- caches -------------------------------------------------------------------------
+    def coeffs(self, devices: Ordered, cuts: tuple[int, ...]) -> GroupCoeffs:
+        key = (devices, cuts)
+        c = self._coeffs.get(key)
+        if c is None:
+            c = self._coeffs[key] = group_coeffs(self.state, devices, cuts)
+        return c
+
+    def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
+        key = (devices, min_share)
+        if key not in self._cuts:
+            self._cuts[key] = min_bottleneck_cuts(self.state, devices, min_share)
+        return self._cuts[key]
+
+    def frontier(self, devices: Ordered, min_share: int | None = None) -> list[tuple[int, ...]]:
+        key = (devices, min_share)
+        if key not in self._frontier:
+            self._frontier[key] = frontier_cuts(self.state, devices, self.opt.frontier, min_share)
+        return self._frontier[key]
+
+    def sync(self, s: Structure) -> float:
+        v = self._sync.get(s)
+        if v is None:
+            v = self._sync[s] = sync_time(self.state, s)
+        return v
+
+    # ---- scoring ------------------------------------------------------------------------
+    def score(self, s: Structure, shares: Sequence[int] | None = None, source: str = "") -> Scored | None:
+        """Score a structure (exact integer shares unless given); None when infeasible."""
+        if not s:
+            return None
+        key = (s, None if shares is None else tuple(shares))
+        if key in self._seen:
+            return self._seen[key]
+        self._seen[key] = None
+        if self.opt.max_groups is not None and len(s) > self.opt.max_groups:
+            return None
+        gcs = [self.coeffs(d, c) for d, c in s]
+        m = len(gcs)
+        if m > self.B // self.u or any(g.cap < self.u for g in gcs):
+            return None
+        cc = cost_coeffs(self.state, gcs)
+        W = self.V + float(self.Q @ cc.R)
+        q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
+        alpha = np.array([g.alpha for g in gcs])
+        beta = np.array([g.beta for g in gcs])
+        if shares is None:
+            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, self.u, W, q, lp_bound=False)
+            if r.status != "optimal":
+                return None
+            b = np.array(r.shares, dtype=float)
+        else:
+            b = np.asarray(shares, dtype=float)
+            if len(b) != m or any(x > g.cap for x, g in zip(b, gcs)):
+                return None
+        self.count += 1
+        z = float(np.max(alpha * b + beta))
+        ts = self.sync(s)
+        plan = Plan(tuple(Group(d, c, int(x)) for (d, c), x in zip(s, b)))
+        mig = 0.0
+        if self.prev is not None:
+            mig = migration_time(self.prev, plan, self.state, self.prev_held)
+        obj = W * (z + ts + mig / max(self.opt.iterations_per_slot, 1)) + float(q @ b) + float(self.Q @ cc.F)
+        sc = Scored(obj, z + ts, plan, s, mig, source)
+        self._seen[key] = sc
+        if self.opt.keep_candidates:
+            self.pool.append(sc)
+        if self.best is None or better(sc, self.best):
+            self.best = sc
+        return sc
+
+    def score_groups(self, groups: Iterable[Ordered], source: str = "") -> Scored | None:
+        """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
+        that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
+        for a larger share and score again."""
+        s = []
+        for d in groups:
+            c = self.cuts(d)
+            if c is not None:
+                s.append((d, c))
+        if not s:
+            return None
+        sc = self.score(tuple(s), source=source)
+        if sc is None or all(g.share < self.coeffs(g.devices, g.cuts).cap for g in sc.plan.groups):
+            return sc
+        need = max(self.B // len(s), self.u)
+        s2 = []
+        for d, c in s:
+            c2 = self.cuts(d, need) if self.coeffs(d, c).cap < need else None
+            s2.append((d, c2 if c2 is not None else c))
+        sc2 = self.score(tuple(s2), source=source + "+mem")
+        return sc2 if sc2 is not None and better(sc2, sc) else sc
+
+
+def better(a: Scored, b: Scored) -> bool:
+    """a strictly better than b: smaller objective, ties (1e-12 relative) by batch time."""
+    tol = 1e-12 * max(1.0, abs(a.objective), abs(b.objective))
+    if a.objective < b.objective - tol:
+        return True
+    return abs(a.objective - b.objective) <= tol and a.batch_time < b.batch_time * (1 - 1e-12)
+
+
+# ---- candidate families -------------------------------------------------------------------
+def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    """Pipeline order keeping fast links adjacent: start at the fastest device, then always
+    the remaining device with the fastest link from the last one (ties: faster device)."""
+    rest = sorted(devices, key=lambda d: (-state.speed[d], d))
+    if len(rest) <= 2:
+        return tuple(rest)
+    out = [rest.pop(0)]
+    while rest:
+        last = out[-1]
+        nxt = max(rest, key=lambda d: (state.bandwidth[last, d], state.speed[d], -d))
+        rest.remove(nxt)
+        out.append(nxt)
+    return tuple(out)
+
+
+def speed_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    return tuple(sorted(devices, key=lambda d: (-state.speed[d], d)))
+
+
+def clusters(state: SlotState, devices: Sequence[int], threshold: float) -> list[list[int]]:
+    """Connected components of the links with bandwidth >= threshold (both directions)."""
+    left = set(devices)
+    out = []
+    while left:
+        stack = [min(left)]
+        left.discard(stack[0])
+        comp = []
+        while stack:
+            i = stack.pop()
+            comp.append(i)
+            for j in list(left):
+                if min(state.bandwidth[i, j], state.bandwidth[j, i]) >= threshold:
+                    left.discard(j)
+                    stack.append(j)
+        out.append(sorted(comp))
+    return out
+
+
+def balanced_partition(state: SlotState, devices: Sequence[int], m: int) -> list[list[int]]:
+    """m groups of similar total speed (LPT: fastest first to the slowest group so far)."""
+    groups: list[list[int]] = [[] for _ in range(m)]
+    load = [0.0] * m
+    for d in sorted(devices, key=lambda d: (-state.speed[d], d)):
+        g = min(range(m), key=lambda i: (load[i], i))
+        groups[g].append(d)
+        load[g] += float(state.speed[d])
+    return [g for g in groups if g]
+
+
+def chain_chunks(state: SlotState, chain: Sequence[int], m: int) -> list[list[int]]:
+    """Cut a device chain into m contiguous pieces of similar total speed."""
+    sp = np.array([state.speed[d] for d in chain], dtype=float)
+    cum = np.cumsum(sp) / sp.sum()
+    bounds = [0]
+    for i in range(1, m):
+        b = int(np.searchsorted(cum, i / m)) + 1
+        bounds.append(min(max(b, bounds[-1] + 1), len(chain) - (m - i)))
+    bounds.append(len(chain))
+    return [list(chain[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _levels(n: int, cap: int = 16) -> list[int]:
+    """1..n when small, else a geometric-ish subset."""
+    if n <= cap:
+        return list(range(1, n + 1))
+    out = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, n}
+    return sorted(x for x in out if x <= n)
+
+
+def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, list[Ordered]]]:
+    """Candidate groupings (lists of ordered groups)."""
+    avail = list(state.available_indices)
+    n = len(avail)
+    out: list[tuple[str, list[Ordered]]] = []
+    holders = baselines.holders(state)
+    for j in _levels(len(holders)):
+        out.append((f"dp{j}", [(d,) for d in holders[:j]]))
+    by_speed = speed_order(state, avail)
+    for k in _levels(min(n, max_depth, sc.L)):
+        if k > 1:
+            out.append((f"pipe{k}", [nn_order(state, by_speed[:k])]))
+    chain = list(nn_order(state, avail))
+    for m in _levels(n):
+        if -(-n // m) <= max_depth:
+            out.append((f"chunks{m}", [nn_order(state, g) for g in chain_chunks(state, chain, m)]))
+            out.append((f"balanced{m}", [nn_order(state, g) for g in balanced_partition(state, avail, m)]))
+    if n > 1:
+        idx = np.array(avail)
+        bws = np.unique(np.minimum(state.bandwidth[np.ix_(idx, idx)], state.bandwidth[np.ix_(idx, idx)].T)
+                        [~np.eye(n, dtype=bool)])
+        for thr in bws[::-1][: 4]:
+            cl = clusters(state, avail, float(thr))
+            groups = []
+            for c in cl:   # a cluster deeper than max_depth is split by speed balance
+                parts = -(-len(c) // max_depth)
+                groups += [nn_order(state, g) for g in balanced_partition(state, c, parts)]
+            out.append((f"clusters{thr:.3g}", groups))
+    return out
+
+
+# ---- local search -------------------------------------------------------------------------
+def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], max_depth: int
+               ) -> Iterable[tuple[str, list[frozenset]]]:
+    """Device-set moves: move, swap, drop, add (to a group or alone), split, merge."""
+    used = set().union(*groups) if groups else set()
+    unused = [d for d in avail if d not in used]
+    m = len(groups)
+    for gi, g in enumerate(groups):
+        for d in g:
+            rest = [x for i, x in enumerate(groups) if i != gi]
+            smaller = g - {d}
+            base = rest + ([smaller] if smaller else [])
+            yield "drop", base
+            for hi in range(m):
+                if hi != gi and len(groups[hi]) < max_depth:
+                    yield "move", [x if i != hi else x | {d} for i, x in enumerate(groups) if i != gi] + (
+                        [smaller] if smaller else [])
+            if smaller:
+                yield "alone", base + [frozenset({d})]
+    for gi in range(m):
+        for hi in range(gi + 1, m):
+            for d in groups[gi]:
+                for e in groups[hi]:
+                    yield "swap", [x if i not in (gi, hi) else (x - {d} | {e} if i == gi else x - {e} | {d})
+                                   for i, x in enumerate(groups)]
+            if len(groups[gi]) + len(groups[hi]) <= max_depth:
+                yield "merge", [x for i, x in enumerate(groups) if i not in (gi, hi)] + [groups[gi] | groups[hi]]
+    for d in unused:
+        yield "add-alone", groups + [frozenset({d})]
+        for gi in range(m):
+            if len(groups[gi]) < max_depth:
+                yield "add", [x | {d} if i == gi else x for i, x in enumerate(groups)]
+    for gi, g in enumerate(groups):
+        if len(g) >= 2:
+            for part in balanced_partition(state, sorted(g), 2), chain_chunks(state, nn_order(state, g), 2):
+                if len(part) == 2:
+                    yield "split", [x for i, x in enumerate(groups) if i != gi] + [frozenset(p) for p in part]
+
+
+def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, deadline: float,
+                 max_iter: int = 30) -> Scored:
+    avail = state.available_indices
+    cur = start
+    for _ in range(max_iter):
+        groups = [frozenset(g.devices) for g in cur.plan.groups]
+        best = cur
+        seen: set = set()
+        for name, ng in neighbours(state, groups, avail, max_depth):
+            if time.perf_counter() > deadline:
+                break
+            key = frozenset(ng)
+            if not ng or key in seen:
+                continue
+            seen.add(key)
+            cand = sc.score_groups([nn_order(state, g) for g in ng], source=f"ls-{name}")
+            if cand is not None and better(cand, best):
+                best = cand
+        if best is cur:
+            break
+        cur = best
+    return cur
+
+
+def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float) -> Scored:
+    """Per group, try other orders (speed order, reversed) and frontier cut sets, one group at
+    a time, keeping improvements (coordinate descent, two rounds)."""
+    for _ in range(2):
+        improved = False
+        for gi in range(len(cur.structure)):
+            d, _ = cur.structure[gi]
+            orders = {d, speed_order(state, d), tuple(reversed(d))}
+            for o in orders:
+                for c in sc.frontier(o) + sc.frontier(o, max(sc.B // len(cur.structure), sc.u)):
+                    if time.perf_counter() > deadline:
+                        return cur
+                    s = cur.structure[:gi] + ((o, c),) + cur.structure[gi + 1:]
+                    cand = sc.score(s, source="polish")
+                    if cand is not None and better(cand, cur):
+                        cur, improved = cand, True
+        if not improved:
+            break
+    return cur
+
+
+# ---- the solver ---------------------------------------------------------------------------
+def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, message: str,
+            t0: float) -> SlotResult:
+    best = sc.best
+    if best is None:
+        return SlotResult(None, math.inf, (), math.inf, "infeasible", message, time.perf_counter() - t0, sc.count)
+    plan = best.plan
+    violations = plan.validate(state)
+    assert not violations, f"solver produced an invalid plan: {violations}"
+    ev = evaluate(plan, state)
+    pool = tuple((s.plan, s.batch_time, tuple(evaluate(s.plan, state).costs)) for s in sc.pool) \
+        if sc.opt.keep_candidates else ()
+    return SlotResult(plan, ev.batch_time, ev.costs, best.objective, status, message,
+                      time.perf_counter() - t0, sc.count, best.migration, ev, pool)
+
+
+def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, *,
+               previous_plan: Plan | None = None, options: SolveOptions | None = None) -> SlotResult:
+    """Choose the plan minimising V T + sum_k Q_k c_k (+ amortised migration) in this slot."""
+    t0 = time.perf_counter()
+    opt = options or SolveOptions()
+    Q = check_queues(state, queues)
+    if not (np.isfinite(V) and V >= 0):
+        raise ValueError(f"V must be finite and >= 0, got {V}")
+    if opt.exact:
+        from .oracle import solve_exact
+        return solve_exact(state, queues, V, previous_plan=previous_plan if opt.replan else None,
+                           iterations_per_slot=opt.iterations_per_slot)
+    why = infeasible_reason(state)
+    if why:
+        return SlotResult(None, math.inf, (), math.inf, "infeasible", why, time.perf_counter() - t0)
+    sc = Scorer(state, Q, V, opt, previous_plan)
+    n = len(state.available_indices)
+    max_depth = min(n, sc.L, 8 if n > 16 else 16)
+    limit = opt.time_limit_s if opt.time_limit_s is not None else (0.6 if n > 16 else 5.0)
+    deadline = t0 + limit
+
+    # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
+    fixed = [(name, f(state)) for name, f in baselines.ALL.items()]
+    fixed.append(("cheapest", baselines.cheapest(state, Q)))
+    if previous_plan is not None and not previous_plan.validate(state):
+        fixed.append(("previous", previous_plan))
+    for name, p in fixed:
+        if p is None:
+            continue
+        s = tuple((g.devices, g.cuts) for g in p.groups)
+        sc.score(s, p.shares, source=name)
+        sc.score(s, source=name + "+lp")
+        if name == "previous":
+            sc.score_groups([g.devices for g in p.groups], source="previous-recut")
+    # 2. candidate families
+    for name, groups in families(state, sc, max_depth):
+        if time.perf_counter() > deadline:
+            break
+        sc.score_groups(groups, source=name)
+    if sc.best is None:
+        return SlotResult(None, math.inf, (), math.inf, "infeasible",
+                          f"slot {state.t}: no device or group of available devices can hold the model "
+                          f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
+    # 3. local search from the best few distinct structures, then polish the winner
+    if opt.local_search:
+        starts = sorted({id(s): s for s in sc._seen.values() if s is not None}.values(),
+                        key=lambda s: (s.objective, s.batch_time))[:3]
+        for s in starts:
+            if time.perf_counter() > deadline:
+                break
+            local_search(state, sc, s, max_depth, deadline)
+        polish(state, sc, sc.best, deadline)
+        local_search(state, sc, sc.best, max_depth, deadline, max_iter=5)
+    return _result(state, sc, Q, V, "feasible", f"tentative search: {sc.count} structures scored, "
+                   f"best from {sc.best.source}", t0)
