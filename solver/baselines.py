@@ -250,15 +250,18 @@ def cost_weights(state: SlotState, queues: Sequence[float]) -> np.ndarray:
     return np.array([1.0 / b.limit if b.limit > 0 else 0.0 for b in state.budgets])
 
 
-def cheapest(state: SlotState, queues: Sequence[float] = ()) -> Plan | None:
+def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Plan | None] | None = None
+             ) -> Plan | None:
     """The cheapest plan we know without search (a Slater witness for the queue bound): among
-    every single holder running the whole batch and every baseline plan, the least
-    sum_k w_k c_k (w = cost_weights); ties and budget-less states by batch time."""
+    every single holder running the whole batch and every baseline plan (`plans`, if already
+    built), the least sum_k w_k c_k (w = cost_weights); ties and budget-less states by batch time."""
     wl = state.workload
     L = wl.num_layers
     w = cost_weights(state, queues)
     cands = [Plan((Group((d,), (L,), wl.batch),)) for d in holders(state)]
-    cands += [p for p in (f(state) for f in ALL.values()) if p is not None]
+    if plans is None:
+        plans = [f(state) for f in ALL.values()]
+    cands += [p for p in plans if p is not None]
     best, key = None, None
     for p in cands:
         if p.validate(state):

@@ -30,7 +30,7 @@ from .cuts import frontier_cuts, group_arrays, min_bottleneck_cuts
 from .model import SlotState
 from .plan import Group, Plan
 from .replan import holder_mask, migration_time
-from .shares import solve_shares
+from .shares import solve_shares, water_fill
 
 Ordered = tuple[int, ...]
 Structure = tuple[tuple[Ordered, tuple[int, ...]], ...]
@@ -152,26 +152,66 @@ class Scorer:
             v = self._sync[s] = sync_time(self.state, s)
         return v
 
+    def device_bound(self, groups: Sequence[Ordered]) -> float:
+        """A lower bound on the objective of any cuts and shares of these device groups:
+        W z with z >= B / sum_g 1 / alpha_lb(g) (compute alone; FLOP-based: work over the summed
+        speed, measured times: per-layer fastest member over k) and W from device prices and
+        idle powers (busy energy and F are >= 0)."""
+        st = self.state
+        L = self.L
+        inv = 0.0
+        used = []
+        for g in groups:
+            d = list(g)
+            used += d
+            if not st.workload.measured:
+                a = 1.0 / float(np.sum(1.0 / st.fwd_prefix[d, L])) + 1.0 / float(np.sum(1.0 / st.bwd_prefix[d, L]))
+            else:
+                a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
+                     + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
+            inv += 1.0 / a if a > 0 else math.inf
+        W = self.V
+        for k, b in enumerate(st.budgets):
+            if self.Q[k] > 0 and b.kind == "money":
+                W += self.Q[k] * float(st.price[used].sum())
+            elif self.Q[k] > 0 and b.kind == "energy":
+                W += self.Q[k] * float(sum(st.devices[i].idle_power_w for i in used))
+        return W * self.B / inv if inv > 0 else 0.0
+
     # ---- scoring ------------------------------------------------------------------------
-    def score(self, s: Structure, shares: Sequence[int] | None = None, source: str = "") -> Scored | None:
-        """Score a structure (exact integer shares unless given); None when infeasible."""
+    def score(self, s: Structure, shares: Sequence[int] | None = None, source: str = "",
+              prune: bool = False) -> Scored | None:
+        """Score a structure (exact integer shares unless given); None when infeasible, or
+        (with prune) when a lower bound shows it cannot beat the incumbent."""
         if not s:
             return None
         key = (s, None if shares is None else tuple(shares))
         if key in self._seen:
             return self._seen[key]
-        self._seen[key] = None
         if self.opt.max_groups is not None and len(s) > self.opt.max_groups:
             return None
         gcs = [self.coeffs(d, c) for d, c in s]
         m = len(gcs)
         if m > self.B // self.u or any(g.cap < self.u for g in gcs):
+            self._seen[key] = None
+            return None
+        alpha = np.array([g.alpha for g in gcs])
+        beta = np.array([g.beta for g in gcs])
+        best = self.best
+        # z >= B / sum(1/alpha) and z >= max beta + u alpha: a bound before anything costly
+        zlb = max(self.B / float(np.sum(1.0 / alpha)), float(np.max(beta + self.u * alpha)))
+        if prune and best is not None and self.V * zlb > best.objective:
             return None
         cc = cost_coeffs(self.state, gcs)
         W = self.V + float(self.Q @ cc.R)
         q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
-        alpha = np.array([g.alpha for g in gcs])
-        beta = np.array([g.beta for g in gcs])
+        if prune and best is not None:
+            lb = W * zlb + float(np.min(q)) * self.B + float(self.Q @ cc.F)
+            if lb > best.objective:
+                return None
+            if W * (zlb + self.sync(s)) + float(np.min(q)) * self.B + float(self.Q @ cc.F) > best.objective:
+                return None
+        self._seen[key] = None
         if shares is None:
             r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, self.u, W, q, lp_bound=False)
             if r.status != "optimal":
@@ -197,10 +237,13 @@ class Scorer:
             self.best = sc
         return sc
 
-    def score_groups(self, groups: Iterable[Ordered], source: str = "") -> Scored | None:
+    def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True) -> Scored | None:
         """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
         for a larger share and score again."""
+        groups = list(groups)
+        if prune and self.best is not None and self.device_bound(groups) > self.best.objective:
+            return None
         s = []
         for d in groups:
             c = self.cuts(d)
@@ -208,16 +251,40 @@ class Scorer:
                 s.append((d, c))
         if not s:
             return None
-        sc = self.score(tuple(s), source=source)
+        sc = self.score(tuple(s), source=source, prune=prune)
         if sc is None or all(g.share < self.coeffs(g.devices, g.cuts).cap for g in sc.plan.groups):
             return sc
-        need = max(self.B // len(s), self.u)
-        s2 = []
-        for d, c in s:
-            c2 = self.cuts(d, need) if self.coeffs(d, c).cap < need else None
-            s2.append((d, c2 if c2 is not None else c))
-        sc2 = self.score(tuple(s2), source=source + "+mem")
-        return sc2 if sc2 is not None and better(sc2, sc) else sc
+        return self.relieve_memory(sc, source, prune)
+
+    def wanted_shares(self, s: Structure) -> np.ndarray:
+        """Shares (samples, multiples of u) the structure would get if memory did not bind."""
+        gcs = [self.coeffs(d, c) for d, c in s]
+        b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=float(self.u))
+        return np.maximum(np.ceil(b / self.u - 1e-9), 1).astype(int) * self.u
+
+    def relieve_memory(self, sc: Scored, source: str, prune: bool) -> Scored:
+        """Groups whose memory cap binds: try other orders (memory-rich first, speed) and cuts
+        that hold the share they would get without the cap (and halfway to it)."""
+        want = self.wanted_shares(sc.structure)
+        best = sc
+        for level in (1.0, 0.5):
+            s2 = []
+            for (d, c), g, w in zip(sc.structure, sc.plan.groups, want):
+                cap = self.coeffs(d, c).cap
+                need = int(np.ceil((cap + level * (w - cap)) / self.u)) * self.u
+                if g.share < cap or need <= cap:
+                    s2.append((d, c))
+                    continue
+                options = []
+                for o in dict.fromkeys((d, memory_order(self.state, d), speed_order(self.state, d))):
+                    c2 = self.cuts(o, need)
+                    if c2 is not None:
+                        options.append((self.coeffs(o, c2).alpha, o, c2))
+                s2.append(min(options)[1:] if options else (d, c))
+            cand = self.score(tuple(s2), source=source + "+mem", prune=prune)
+            if cand is not None and better(cand, best):
+                best = cand
+        return best
 
 
 def better(a: Scored, b: Scored) -> bool:
@@ -245,7 +312,13 @@ def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
 
 
 def speed_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    """Fastest first."""
     return tuple(sorted(devices, key=lambda d: (-state.speed[d], d)))
+
+
+def memory_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    """Most memory first (the first stages stash the most activations in CNNs), ties by speed."""
+    return tuple(sorted(devices, key=lambda d: (-state.devices[d].memory_bytes, -state.speed[d], d)))
 
 
 def clusters(state: SlotState, devices: Sequence[int], threshold: float) -> list[list[int]]:
@@ -399,13 +472,14 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float) -> Scored
         improved = False
         for gi in range(len(cur.structure)):
             d, _ = cur.structure[gi]
-            orders = {d, speed_order(state, d), tuple(reversed(d))}
+            orders = dict.fromkeys((d, speed_order(state, d), memory_order(state, d), tuple(reversed(d))))
+            share = cur.plan.groups[gi].share
             for o in orders:
-                for c in sc.frontier(o) + sc.frontier(o, max(sc.B // len(cur.structure), sc.u)):
+                for c in dict.fromkeys(sc.frontier(o) + sc.frontier(o, share)):
                     if time.perf_counter() > deadline:
                         return cur
                     s = cur.structure[:gi] + ((o, c),) + cur.structure[gi + 1:]
-                    cand = sc.score(s, source="polish")
+                    cand = sc.score(s, source="polish", prune=True)
                     if cand is not None and better(cand, cur):
                         cur, improved = cand, True
         if not improved:
@@ -440,7 +514,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
     if opt.exact:
         from .oracle import solve_exact
         return solve_exact(state, queues, V, previous_plan=previous_plan if opt.replan else None,
-                           iterations_per_slot=opt.iterations_per_slot)
+                           iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates)
     why = infeasible_reason(state)
     if why:
         return SlotResult(None, math.inf, (), math.inf, "infeasible", why, time.perf_counter() - t0)
@@ -452,7 +526,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
 
     # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
     fixed = [(name, f(state)) for name, f in baselines.ALL.items()]
-    fixed.append(("cheapest", baselines.cheapest(state, Q)))
+    fixed.append(("cheapest", baselines.cheapest(state, Q, [p for _, p in fixed])))
     if previous_plan is not None and not previous_plan.validate(state):
         fixed.append(("previous", previous_plan))
     for name, p in fixed:
@@ -462,7 +536,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
         sc.score(s, p.shares, source=name)
         sc.score(s, source=name + "+lp")
         if name == "previous":
-            sc.score_groups([g.devices for g in p.groups], source="previous-recut")
+            sc.score_groups([g.devices for g in p.groups], source="previous-recut", prune=False)
     # 2. candidate families
     for name, groups in families(state, sc, max_depth):
         if time.perf_counter() > deadline:

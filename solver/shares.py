@@ -14,9 +14,10 @@ constants and are left out.) Everything exact below works in micro-batch units n
   that hand-out from the floor of the capped water-filling LP solution (only <= m steps remain).
 * q not constant: the optimum z is some group's time t_g(n) = alpha_g u n + beta_g. For a fixed
   z each group may take at most min(cap_g, floor((z - beta_g) / (alpha_g u))) micro-batches and
-  the cheapest allocation is greedy by q_g, so we evaluate every breakpoint z in
-  [z_minmax, z_upper] at once with numpy (z_upper: where cost stops falling, or where
-  W z alone exceeds the incumbent). Ties at equal value go to the smaller z.
+  the cheapest allocation is greedy by q_g. Breakpoints z lie in [z_minmax, z_upper] (z_upper:
+  where cost stops falling, or where W z alone exceeds the incumbent); the convex continuous
+  bound W z + LP cost(z), checked on a sqrt-spaced grid, narrows them to a window whose rows
+  are evaluated at once with numpy. Ties at equal value go to the smaller z.
 * The continuous LP (lp_value, a lower bound) is the capped water fill when q is constant and a
   persistent HiGHS model (ShareLP) otherwise.
 """
@@ -166,19 +167,40 @@ def _exact_with_costs(a: np.ndarray, c: np.ndarray, capn: np.ndarray, N: int, W:
     n = lo_n[gi] + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     z = a_s[gi] * n + c_s[gi]
     z = np.unique(np.concatenate([[z0], z[(z > z0) & (z <= z_hi)]]))
-    best_f, best = np.inf, None
+
+    def rows(zz: np.ndarray, integer: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Objective of the cheapest allocation under each z (integer, or continuous: a lower bound)."""
+        hi = np.minimum((zz[:, None] - c_s) / a_s, cap_s)
+        if integer:
+            hi = np.minimum(np.floor(hi + _TOL_N), cap_s)
+        ok = (hi >= 1 - _TOL_N).all(axis=1) & (hi.sum(axis=1) >= N - _TOL_N)
+        alloc = _fill(np.maximum(hi - 1, 0), extra)
+        return np.where(ok, W * zz + alloc @ k_s + k_s.sum(), np.inf), alloc
+
+    # Window: the optimum z* has LB(z*) <= f(z*) <= f(z0) with LB(z) = W z + continuous cost,
+    # a convex function, so {LB <= incumbent} is an interval; locate it on a coarse grid.
+    tol = lambda v: 1e-12 * max(1.0, abs(v))                          # noqa: E731
+    best_f, best = float(rows(z[:1], True)[0][0]), None
+    stride = max(1, int(np.sqrt(len(z))))
+    grid = np.r_[np.arange(0, len(z), stride), len(z) - 1]
+    lb = rows(z[grid], False)[0]
+    k = int(np.argmin(lb))
+    inside = np.flatnonzero(lb <= best_f + 2 * tol(best_f))
+    lo = min(int(inside[0]), k) if len(inside) else k
+    hi = max(int(inside[-1]), k) if len(inside) else k
+    z = z[grid[max(lo - 1, 0)]:grid[min(hi + 1, len(grid) - 1)] + 1]
+    if z[0] > z0:
+        z = np.r_[z0, z]   # keeps the incumbent row, so ties at equal value still prefer small z
     step = max(1, _ROWS_PER_CHUNK // m)
+    best_f = np.inf
     for s in range(0, len(z), step):
         zz = z[s:s + step]
-        if W * zz[0] + cost_min > best_f + 1e-12 * max(1.0, abs(best_f)):
+        if W * zz[0] + cost_min > best_f + tol(best_f):
             break   # later z cannot beat the incumbent even at the cheapest cost
-        hi = np.minimum(np.floor((zz[:, None] - c_s) / a_s + _TOL_N), cap_s)
-        ok = (hi >= 1).all(axis=1) & (hi.sum(axis=1) >= N)
-        alloc = _fill(np.maximum(hi - 1, 0), extra)
-        f = np.where(ok, W * zz + alloc @ k_s + k_s.sum(), np.inf)
+        f, alloc = rows(zz, True)
         fmin = float(f.min())
-        if fmin < best_f - 1e-12 * max(1.0, abs(fmin)):
-            i = int(np.argmax(f <= fmin + 1e-12 * max(1.0, abs(fmin))))
+        if fmin < best_f - tol(fmin):
+            i = int(np.argmax(f <= fmin + tol(fmin)))
             best_f, best = fmin, alloc[i]
     out = np.empty(m, dtype=np.int64)
     out[order] = 1 + best.astype(np.int64)

@@ -2,6 +2,7 @@
 re-plans lose nothing, the profiler counts bytes exactly, bad plans fail before spawning."""
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
@@ -13,8 +14,9 @@ from torch import nn  # noqa: E402
 from solver.errors import DynparError  # noqa: E402
 from solver.model import Device, SlotState  # noqa: E402
 from solver.plan import Group, Plan  # noqa: E402
-from solver.torch_adapter import (PlanMismatchError, Slot, TensorBatches, micro_sizes,  # noqa: E402
-                                  profile_module, run)
+from solver.torch_adapter import (PlanMismatchError, Slot, TensorBatches, buckets,  # noqa: E402
+                                  layer_holders, micro_sizes, profile_module, run)
+from solver.torch_adapter.replan import transfers  # noqa: E402
 
 pytestmark = pytest.mark.torch
 B, U = 32, 4
@@ -35,7 +37,10 @@ def make_data(dtype: torch.dtype = torch.float64) -> TensorBatches:
 
 def reference(model: nn.Sequential, data: TensorBatches, steps: int, make_opt) -> nn.Sequential:
     """Single-process full-batch training: the result every plan must reproduce."""
-    import copy
+    return reference_with_opt(model, data, steps, make_opt)[0]
+
+
+def reference_with_opt(model: nn.Sequential, data: TensorBatches, steps: int, make_opt):
     m = copy.deepcopy(model)
     opt = make_opt(m.parameters())
     for i in range(steps):
@@ -43,7 +48,7 @@ def reference(model: nn.Sequential, data: TensorBatches, steps: int, make_opt) -
         opt.zero_grad()
         nn.functional.mse_loss(m(x), y).backward()
         opt.step()
-    return m
+    return m, opt
 
 
 def assert_same(result, ref: nn.Sequential, rtol: float, atol: float) -> None:
@@ -85,17 +90,18 @@ def test_replan_momentum_carried_over() -> None:
         Slot(plan(((1,), (7,), 12), ((3, 2), (6, 7), 8), ((0,), (7,), 12)), 2),  # 3 groups
     ]
     res = run(model, slots, data, nn.MSELoss(), sgd, world_size=4, micro_batch=U)
-    ref = reference(model, data, 6, sgd)
+    ref, ref_opt = reference_with_opt(model, data, 6, sgd)
     assert_same(res, ref, rtol=1e-12, atol=1e-13)
-    ref_opt = sgd(ref.parameters())  # the reference's momentum buffers, per parameter
-    del ref_opt
     for i, mod in enumerate(ref):
+        params = list(mod.parameters())
         st = res.opt_states[i]
-        if not any(True for _ in mod.parameters()):
+        if not params:
             assert st is None
             continue
-        assert len(st["state"]) == len(list(mod.parameters()))
-        assert all("momentum_buffer" in s and s["momentum_buffer"] is not None for s in st["state"].values())
+        assert len(st["state"]) == len(params)
+        for j, p in enumerate(params):  # per-layer optimizer: parameter j of layer i
+            torch.testing.assert_close(st["state"][j]["momentum_buffer"],
+                                       ref_opt.state[p]["momentum_buffer"], rtol=1e-12, atol=1e-13)
 
 
 def test_replan_adam_float32() -> None:
@@ -107,6 +113,18 @@ def test_replan_adam_float32() -> None:
     res = run(model, slots, data, nn.MSELoss(), adam, world_size=4, micro_batch=U)
     assert_same(res, reference(model, data, 4, adam), rtol=1e-4, atol=1e-6)
     assert float(res.opt_states[0]["state"][0]["step"]) == 4.0
+
+
+def test_layout_buckets_per_layer_and_transfers() -> None:
+    """Different cuts: a bucket is a layer's holder-rank set; each missing layer has one source."""
+    p = plan(((0, 1), (3, 7), 24), ((2, 3), (5, 7), 8))
+    has = [True, False, True, False, True, False, True]
+    assert buckets(p, 7, has) == {(0, 2): [0, 2], (1, 2): [4], (1, 3): [6]}
+    q = plan(((2, 0, 3), (2, 4, 7), 32))
+    t = transfers(layer_holders(p, 7), layer_holders(q, 7))
+    assert t == {(1, 0): [3], (1, 3): [4]}  # device 1 leaves: it hands layers 3 and 4 over
+    assert all(len({s for (s, d), ls in t.items() if layer in ls and d == dst}) <= 1
+               for layer in range(7) for dst in range(4))
 
 
 def test_profiler_exact_bytes() -> None:

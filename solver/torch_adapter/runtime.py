@@ -124,7 +124,7 @@ def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data:
         out = os.path.join(tmp, "result.pt")
         init = f"tcp://127.0.0.1:{_free_port()}"
         if start_method == "forkserver":
-            multiprocessing.set_forkserver_preload(["torch", "torch.distributed", __name__])
+            multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", __name__])
         mp.start_processes(_spawned, args=(world_size, init, job, out), nprocs=world_size,
                            join=True, start_method=start_method)
         return torch.load(out, weights_only=False)
