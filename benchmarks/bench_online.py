@@ -259,13 +259,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     q = args.quick
     t0 = time.perf_counter()
-    Vs = [0.01, 0.1, 1.0, 10.0] if q else [0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
+    Vs = [1.0, 1e2, 1e4, 1e6] if q else [1.0, 10.0, 1e2, 1e3, 1e4, 1e5, 1e6]
 
     log("V sweep")
     insts = bench_instances(q)
     sweep = v_sweep(insts, Vs, out)
     log("long run")
-    long = long_run(args.long_slots or (150 if q else 1000), [0.1, 1.0] if q else [0.03, 0.1, 0.3, 1.0, 3.0], out)
+    long = long_run(args.long_slots or (150 if q else 1000), [1e3, 1e5] if q else [1e2, 1e3, 1e4, 1e5, 1e6], out)
     Vrec = float(long.loc[long.recommended, "V"].iloc[0])
     log(f"policies (V={Vrec:g})")
     pol = policies_side_by_side(insts, Vrec, out)

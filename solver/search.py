@@ -17,6 +17,7 @@ its own shares and with re-optimised shares, so the result never loses to a base
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -252,9 +253,12 @@ class Scorer:
         if not s:
             return None
         sc = self.score(tuple(s), source=source, prune=prune)
-        if sc is None or all(g.share < self.coeffs(g.devices, g.cuts).cap for g in sc.plan.groups):
-            return sc
-        return self.relieve_memory(sc, source, prune)
+        s2 = self.relieve_memory(tuple(s))
+        if s2 is not None:
+            cand = self.score(s2, source=source + "+mem", prune=prune)
+            if cand is not None and (sc is None or better(cand, sc)):
+                sc = cand
+        return sc
 
     def wanted_shares(self, s: Structure) -> np.ndarray:
         """Shares (samples, multiples of u) the structure would get if memory did not bind."""
@@ -262,29 +266,29 @@ class Scorer:
         b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=float(self.u))
         return np.maximum(np.ceil(b / self.u - 1e-9), 1).astype(int) * self.u
 
-    def relieve_memory(self, sc: Scored, source: str, prune: bool) -> Scored:
-        """Groups whose memory cap binds: try other orders (memory-rich first, speed) and cuts
-        that hold the share they would get without the cap (and halfway to it)."""
-        want = self.wanted_shares(sc.structure)
-        best = sc
-        for level in (1.0, 0.5):
-            s2 = []
-            for (d, c), g, w in zip(sc.structure, sc.plan.groups, want):
-                cap = self.coeffs(d, c).cap
-                need = int(np.ceil((cap + level * (w - cap)) / self.u)) * self.u
-                if g.share < cap or need <= cap:
-                    s2.append((d, c))
-                    continue
-                options = []
-                for o in dict.fromkeys((d, memory_order(self.state, d), speed_order(self.state, d))):
-                    c2 = self.cuts(o, need)
-                    if c2 is not None:
-                        options.append((self.coeffs(o, c2).alpha, o, c2))
-                s2.append(min(options)[1:] if options else (d, c))
-            cand = self.score(tuple(s2), source=source + "+mem", prune=prune)
-            if cand is not None and better(cand, best):
-                best = cand
-        return best
+    def relieve_memory(self, s: Structure) -> Structure | None:
+        """When a group's memory cap is below the share it would get without caps: re-cut it
+        (trying the current, memory-rich-first and speed orders) to hold that share; None when
+        no cap binds or nothing changes."""
+        if len(s) > self.B // self.u:
+            return None
+        want = self.wanted_shares(s)
+        out, changed = [], False
+        for (d, c), w in zip(s, want):
+            if self.coeffs(d, c).cap >= w:
+                out.append((d, c))
+                continue
+            options = []
+            for o in dict.fromkeys((d, memory_order(self.state, d), speed_order(self.state, d))):
+                c2 = self.cuts(o, int(w))
+                if c2 is not None:
+                    options.append((self.coeffs(o, c2).alpha, o, c2))
+            if options:
+                out.append(min(options)[1:])
+                changed = True
+            else:
+                out.append((d, c))
+        return tuple(out) if changed else None
 
 
 def better(a: Scored, b: Scored) -> bool:
@@ -465,23 +469,37 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
     return cur
 
 
-def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float) -> Scored:
-    """Per group, try other orders (speed order, reversed) and frontier cut sets, one group at
-    a time, keeping improvements (coordinate descent, two rounds)."""
-    for _ in range(2):
+def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4) -> list[Ordered]:
+    """Orders to try for a group: every order up to `all_up_to` devices, else the current one,
+    speed, memory and reversed orders and every adjacent transposition of the current one."""
+    if len(d) <= all_up_to:
+        return list(itertools.permutations(d))
+    out = [d, speed_order(state, d), memory_order(state, d), tuple(reversed(d))]
+    for i in range(len(d) - 1):
+        out.append(d[:i] + (d[i + 1], d[i]) + d[i + 2:])
+    return list(dict.fromkeys(out))
+
+
+def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int = 4) -> Scored:
+    """Per group, try other orders (group_orders) with their min-bottleneck cuts for one
+    micro-batch and for the group's share, and the frontier cut sets of the current order; one
+    group at a time, keeping improvements (coordinate descent, at most three rounds)."""
+    for _ in range(3):
         improved = False
         for gi in range(len(cur.structure)):
             d, _ = cur.structure[gi]
-            orders = dict.fromkeys((d, speed_order(state, d), memory_order(state, d), tuple(reversed(d))))
             share = cur.plan.groups[gi].share
-            for o in orders:
-                for c in dict.fromkeys(sc.frontier(o) + sc.frontier(o, share)):
-                    if time.perf_counter() > deadline:
-                        return cur
-                    s = cur.structure[:gi] + ((o, c),) + cur.structure[gi + 1:]
-                    cand = sc.score(s, source="polish", prune=True)
-                    if cand is not None and better(cand, cur):
-                        cur, improved = cand, True
+            options = []
+            for o in group_orders(state, d, all_up_to):
+                options += [(o, c) for c in (sc.cuts(o), sc.cuts(o, share)) if c is not None]
+            options += [(d, c) for c in sc.frontier(d) + sc.frontier(d, share)]
+            for o, c in dict.fromkeys(options):
+                if time.perf_counter() > deadline:
+                    return cur
+                s = cur.structure[:gi] + ((o, c),) + cur.structure[gi + 1:]
+                cand = sc.score(s, source="polish", prune=True)
+                if cand is not None and better(cand, cur):
+                    cur, improved = cand, True
         if not improved:
             break
     return cur
@@ -554,7 +572,11 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
             if time.perf_counter() > deadline:
                 break
             local_search(state, sc, s, max_depth, deadline)
-        polish(state, sc, sc.best, deadline)
+        top = sorted({s.structure: s for s in sc._seen.values() if s is not None}.values(),
+                     key=lambda s: (s.objective, s.batch_time))[:3]
+        for s in top:
+            polish(state, sc, s, deadline, 4 if n <= 16 else 3)
         local_search(state, sc, sc.best, max_depth, deadline, max_iter=5)
+        polish(state, sc, sc.best, deadline, 4 if n <= 16 else 3)
     return _result(state, sc, Q, V, "feasible", f"tentative search: {sc.count} structures scored, "
                    f"best from {sc.best.source}", t0)

@@ -52,7 +52,7 @@ def _check_rows(df, inst):
 
 
 @settings(max_examples=6)
-@given(st.integers(0, 500), st.sampled_from([0.1, 1.0, 10.0, 100.0]))
+@given(st.integers(0, 500), st.sampled_from([0.1, 10.0, 1e3, 1e5]))
 def test_guarantee_a_every_run(seed, V):
     """Average overshoot of every budget <= Q_k(T)/T, and the queue law on every row."""
     inst = tight(seed % 4, 0.2)
@@ -77,7 +77,7 @@ def test_guarantee_b_slack_plan_one_budget(replan):
     delta = 0.25 * float(np.mean(c0))
     inst = replace(inst, budgets=(Budget("money", "money", max(c0) + delta),))
     cbar = inst.budgets[0].limit
-    for V in (1e-3, 1e-2, 1e-1):
+    for V in (1e-8, 1e-7, 1e-6):   # USD vs seconds: small V makes the queue matter
         df = run_online(inst, V=V, policy="ours", replan=replan, iterations_per_slot=20)
         prev, dT, ymax, worst0 = None, 0.0, 0.0, 0.0
         for t, r in df.iterrows():
@@ -91,7 +91,7 @@ def test_guarantee_b_slack_plan_one_budget(replan):
         d = cbar - worst0          # = delta without migration; migration may eat some slack
         assert d > 0
         bound = queue_bound(V, dT, 0.0, d, ymax)
-        assert df["queue_money_after"].max() <= bound * (1 + 1e-9)
+        assert 0 < df["queue_money_after"].max() <= bound * (1 + 1e-9)
 
 
 def test_resume_reproduces_unbroken_run(tmp_path):

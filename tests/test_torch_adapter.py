@@ -175,3 +175,11 @@ def test_memory_violation_fails_before_spawn() -> None:
     with pytest.raises(PlanMismatchError, match="layer count mismatch"):
         run(make_model()[:5], [Slot(plan(((0,), (5,), 32)), 1)], make_data(), nn.MSELoss(), sgd,
             world_size=4, micro_batch=U, states=[tiny_state(mem=1e9)])
+
+
+def test_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m solver.torch_adapter, shortened: a table row per slot, and training learns."""
+    from solver.torch_adapter.__main__ import main
+    assert main(["--slots", "2", "--steps", "2", "--t-ref", "1e-3", "--samples", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted ms" in out and out.count("hand ") >= 2 and "loss" in out

@@ -12,8 +12,9 @@ from .checks import PlanMismatchError, check_plan, check_slots
 from .layout import StageRole, buckets, layer_holders, micro_sizes, roles
 from .pipeline import Pad
 from .profiler import measure_matmul_flops, profile_module
-from .runtime import RunResult, Slot, TensorBatches, run, worker, worker_from_env
+from .runtime import RunResult, Slot, TensorBatches, make_job, run, run_here, under_torchrun, worker, worker_from_env
 
 __all__ = ["Pad", "PlanMismatchError", "RunResult", "Slot", "StageRole", "TensorBatches", "buckets",
            "check_plan", "check_slots", "layer_holders", "measure_matmul_flops", "micro_sizes",
-           "profile_module", "roles", "run", "worker", "worker_from_env"]
+           "make_job", "profile_module", "roles", "run", "run_here", "under_torchrun", "worker",
+           "worker_from_env"]

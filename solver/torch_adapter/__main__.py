@@ -1,9 +1,13 @@
 """python -m solver.torch_adapter: train a small MLP on 4 processes through slots whose
-plans change shares, cuts and groups; print measured vs predicted batch time per slot."""
+plans change shares, cuts and groups; print measured vs predicted batch time per slot.
+
+Spawns its 4 processes itself, or runs as one rank under
+`torchrun --nproc-per-node 4 -m solver.torch_adapter` (rank 0 prints)."""
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import time
 
@@ -41,13 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.compare_dp:
             c["evenDP"] = even_dp(st)
         cands.append(c)
-    print(f"4 processes ({a.backend}), B={a.batch}, u={a.micro_batch}, T_ref={1e3 * a.t_ref:g} ms/sample, "
-          f"slowdowns per slot: {SLOWDOWNS[:inst.num_slots].tolist()}"
-          + (f", hand groups {HAND[:inst.num_slots]}" if a.plans == "hand" else ""))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"4 processes ({a.backend}), B={a.batch}, u={a.micro_batch}, T_ref={1e3 * a.t_ref:g} ms/sample, "
+              f"slowdowns per slot: {SLOWDOWNS[:inst.num_slots].tolist()}"
+              + (f", hand groups {HAND[:inst.num_slots]}" if a.plans == "hand" else ""))
     before = accuracy(copy.deepcopy(model), model.state_dict(), data)
     t0 = time.perf_counter()
     rows, res = measure(model, inst, cands, a.steps, data, a.backend)
     wall = time.perf_counter() - t0
+    if res is None:  # a torchrun rank other than 0
+        return 0
     after = accuracy(copy.deepcopy(model), res.state_dict, data)
     print(table(rows))
     print(f"re-plan (state migration) seconds: {[round(s, 4) for s in res.migrate_s]}")

@@ -14,9 +14,9 @@ from torch import nn
 from ..costmodel import evaluate
 from ..model import Instance, SlotState
 from ..plan import Plan
-from .emulate import balanced_cuts, balanced_shares, brute_force_plan, emulated_instance, even_dp, pads, solver_plan
+from .emulate import balanced_cuts, balanced_shares, brute_force_plan, emulated_instance, pads, solver_plan
 from .profiler import profile_module
-from .runtime import RunResult, Slot, TensorBatches, run
+from .runtime import RunResult, Slot, TensorBatches, run, run_here, under_torchrun
 
 # Per slot, per device: slowdown factor (inf: the device is gone that slot).
 SLOWDOWNS = np.array([[1.0, 1.0, 2.0, 2.0],
@@ -81,9 +81,10 @@ class Row:
 
 
 def measure(model: nn.Sequential, inst: Instance, candidates: Sequence[dict[str, Plan]], steps: int,
-            data: TensorBatches, backend: str = "gloo") -> tuple[list[Row], RunResult]:
+            data: TensorBatches, backend: str = "gloo") -> tuple[list[Row], RunResult | None]:
     """Run, in one world, every slot's candidate plans one after the other (re-planning
-    between them) with emulation padding; return a row per (slot, candidate)."""
+    between them) with emulation padding; return a row per (slot, candidate). Under
+    torchrun this process is one rank; ranks other than 0 get ([], None)."""
     slots, meta = [], []
     for t, cands in enumerate(candidates):
         st = inst.state(t)
@@ -91,8 +92,14 @@ def measure(model: nn.Sequential, inst: Instance, candidates: Sequence[dict[str,
             slots.append(Slot(p, steps, pads(p, st)))
             meta.append((t, label, p, st))
     sgd = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9)
-    res = run(model, slots, data, nn.CrossEntropyLoss(), sgd, world_size=inst.n,
-              micro_batch=inst.workload.micro_batch, backend=backend, states=[m[3] for m in meta])
+    states = [m[3] for m in meta]
+    if under_torchrun():
+        res = run_here(model, slots, data, nn.CrossEntropyLoss(), sgd, inst.workload.micro_batch, backend, states)
+        if res is None:
+            return [], None
+    else:
+        res = run(model, slots, data, nn.CrossEntropyLoss(), sgd, world_size=inst.n,
+                  micro_batch=inst.workload.micro_batch, backend=backend, states=states)
     rows = [Row(t, label, p.summary(st), evaluate(p, st).batch_time,
                 statistics.median(times[1:] if len(times) > 1 else times))
             for (t, label, p, st), times in zip(meta, res.times)]

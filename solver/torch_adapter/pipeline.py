@@ -35,17 +35,16 @@ def _tag(micro: int, backward: bool) -> int:
 def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Tensor | None,
                   y: torch.Tensor | None, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                   micro_batch: int, batch: int, in_shape: Sequence[int], in_dtype: torch.dtype,
-                  pad: Pad | None = None) -> None:
+                  device: torch.device, pad: Pad | None = None) -> None:
     """Accumulate this stage's gradients for one iteration, already scaled by share / batch.
 
     x, y: the group's own samples (share rows; x needed by the first stage, y by the last).
     in_shape / in_dtype: per-sample shape and dtype of this stage's input (what the
-    previous stage sends). loss_fn must return the mean over its micro-batch: each
+    previous stage sends); device: where received tensors go. loss_fn must return the mean over its micro-batch: each
     micro-batch's loss is scaled by size / share, so the group's gradient is that of its
     mean loss, and the share / batch factor makes the SUM all-reduce a full-batch mean.
     """
     mods = [layers[i] for i in role.layers]
-    dev = next((p.device for m in mods for p in m.parameters()), x.device if x is not None else None)
     sizes = micro_sizes(role.share, micro_batch)
     pad = pad or Pad()
     first, last = role.prev is None, role.next is None
@@ -56,7 +55,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         if first:
             inp = x[start:start + s]
         else:
-            inp = torch.empty((s, *in_shape), dtype=in_dtype, device=dev)
+            inp = torch.empty((s, *in_shape), dtype=in_dtype, device=device)
             dist.recv(inp, src=role.prev, tag=_tag(m, False))
             inp.requires_grad_(inp.is_floating_point())
         t0 = time.perf_counter()

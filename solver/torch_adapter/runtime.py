@@ -112,14 +112,7 @@ def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data:
     forks the workers (seconds faster than "spawn" per run; safe after the parent
     used threads, unlike "fork").
     """
-    model = model if isinstance(model, nn.Sequential) else nn.Sequential(*model)
-    if not slots:
-        raise ValueError("no slot to run")
-    check_slots([s.plan for s in slots], len(model), world_size, data.batch, states)
-    if micro_batch < 1:
-        raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
-    job = Job(model, list(slots), data, loss_fn, make_opt, micro_batch,
-              input_shapes(model, data.get(0)[0]), backend, timeout_s)
+    job = make_job(model, slots, data, loss_fn, make_opt, world_size, micro_batch, backend, states, timeout_s)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.pt")
         init = f"tcp://127.0.0.1:{_free_port()}"
@@ -128,6 +121,23 @@ def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data:
         mp.start_processes(_spawned, args=(world_size, init, job, out), nprocs=world_size,
                            join=True, start_method=start_method)
         return torch.load(out, weights_only=False)
+
+
+def make_job(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data: TensorBatches,
+             loss_fn: LossFn, make_opt: OptFactory, world_size: int, micro_batch: int,
+             backend: str = "gloo", states: Sequence[SlotState | None] | None = None,
+             timeout_s: float = 120.0) -> Job:
+    """Check every slot's plan (PlanMismatchError before any process starts) and bundle
+    what a worker needs; run() spawns with it, under torchrun call worker_from_env(job)."""
+    model = model if isinstance(model, nn.Sequential) else nn.Sequential(*model)
+    if not slots:
+        raise ValueError("no slot to run")
+    check_slots([s.plan for s in slots], len(model), world_size, data.batch, states)
+    if micro_batch < 1:
+        raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
+    job = Job(model, list(slots), data, loss_fn, make_opt, micro_batch,
+              input_shapes(model, data.get(0)[0]), backend, timeout_s)
+    return job
 
 
 def _spawned(rank: int, world_size: int, init: str, job: Job, out: str) -> None:
@@ -196,7 +206,7 @@ def _train(rank: int, job: Job, device: torch.device) -> RunResult | None:
                               x[rows].to(device) if role.prev is None else None,
                               y[rows].to(device) if role.next is None else None,
                               job.loss_fn, job.micro_batch, job.data.batch, shape, dtype,
-                              slot.pads.get(rank))
+                              device, slot.pads.get(rank))
                 allreduce_grads(rank, {i: held[i].module for i in role.layers}, bucket_groups)
                 for i in role.layers:
                     if held[i].opt is not None:
@@ -217,3 +227,22 @@ def _train(rank: int, job: Job, device: torch.device) -> RunResult | None:
 def worker_from_env(job: Job, out: str | None) -> None:
     """Entry under torchrun: rank and world from RANK / WORLD_SIZE, rendezvous env://."""
     worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://", job, out)
+
+
+def under_torchrun() -> bool:
+    """True when this process was started by torchrun (RANK and WORLD_SIZE are set)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def run_here(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data: TensorBatches,
+             loss_fn: LossFn, make_opt: OptFactory, micro_batch: int, backend: str = "gloo",
+             states: Sequence[SlotState | None] | None = None, timeout_s: float = 120.0) -> RunResult | None:
+    """run() for a process torchrun started: this process is one rank of the world;
+    returns the RunResult on rank 0 and None on the others."""
+    job = make_job(model, slots, data, loss_fn, make_opt, int(os.environ["WORLD_SIZE"]), micro_batch,
+                   backend, states, timeout_s)
+    rank0 = int(os.environ["RANK"]) == 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.pt")
+        worker_from_env(job, out if rank0 else None)
+        return torch.load(out, weights_only=False) if rank0 else None

@@ -1,0 +1,168 @@
+"""Run every benchmark that exists, a per-instance policy comparison, then the report.
+
+    python -m benchmarks.run_all [--quick] [--out results/bench]      (also: dynpar bench)
+
+1. each of benchmarks/bench_{quality,speed,online,shares,torch}.py that exists runs in its own
+   process as `main([--quick,] --out OUT)` (a `main()` without parameters gets the same
+   arguments through sys.argv), with a time limit; a missing module or a failure is recorded,
+   never fatal;
+2. solver.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
+   the first QUICK_SLOTS slots, and not the 64/256-device ones) -> OUT/compare/<name>.csv and
+   OUT/compare_all.csv;
+3. benchmarks/make_report.py -> OUT/REPORT.md.
+OUT/bench_status.csv records what ran (module, status, seconds, note). Progress on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MODULES = ("bench_quality", "bench_speed", "bench_online", "bench_shares", "bench_torch")
+INSTANCES = ROOT / "instances"
+QUICK_SLOTS = 5
+LARGE_N = 64                     # instances with at least this many devices skip compare in --quick
+TIME_LIMIT_S = {True: 240, False: 3600}   # per benchmark module (quick, full)
+V_DEFAULT = 10.0
+
+_LAUNCH = """
+import inspect, sys
+sys.path.insert(0, {root!r})
+from benchmarks.{mod} import main
+args = sys.argv[1:]
+if inspect.signature(main).parameters:
+    rc = main(args)
+else:
+    sys.argv = [{mod!r}] + args
+    rc = main()
+sys.exit(rc if isinstance(rc, int) else 0)
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run_module(mod: str, quick: bool, out: Path) -> dict:
+    """Run benchmarks/<mod>.py in a subprocess; returns a status row."""
+    if not (ROOT / "benchmarks" / f"{mod}.py").is_file():
+        return {"module": mod, "status": "missing", "seconds": 0.0, "note": "no such file"}
+    args = (["--quick"] if quick else []) + ["--out", str(out)]
+    log(f"{mod} {' '.join(args)}")
+    t0 = time.perf_counter()
+    logfile = out / "logs" / f"{mod}.log"
+    try:
+        with logfile.open("w") as fh:
+            proc = subprocess.run([sys.executable, "-c", _LAUNCH.format(root=str(ROOT), mod=mod), *args],
+                                  cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=TIME_LIMIT_S[quick])
+        status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        status = f"timed out after {TIME_LIMIT_S[quick]} s"
+    dt = time.perf_counter() - t0
+    tail = logfile.read_text().strip().splitlines()[-1:] if logfile.exists() else []
+    note = "" if status == "ok" else (tail[0][:200] if tail else "")
+    log(f"{mod}: {status} in {dt:.0f} s" + (f" ({note})" if note else ""))
+    return {"module": mod, "status": status, "seconds": round(dt, 1), "note": note}
+
+
+def truncate(inst, slots: int):
+    """The instance restricted to its first `slots` slots."""
+    s = min(slots, inst.num_slots)
+    return replace(inst, available=inst.available[:s], speed_factor=inst.speed_factor[:s],
+                   price=inst.price[:s], bandwidth=inst.bandwidth[:s])
+
+
+def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | None, str, float]:
+    """compare_policies on one instance file: (name, table or None, error, seconds)."""
+    from solver.compare import compare_policies
+    from solver.instance import load_instance
+
+    t0 = time.perf_counter()
+    try:
+        inst = load_instance(path)
+        if quick:
+            inst = truncate(inst, QUICK_SLOTS)
+        table = compare_policies(inst, V=V)
+        table.insert(0, "instance", inst.name)
+        table.insert(1, "devices", inst.n)
+        table.insert(2, "slots", inst.num_slots)
+        table.insert(3, "workload", inst.workload.name)
+        return inst.name, table, "", time.perf_counter() - t0
+    except Exception as e:       # noqa: BLE001 - one broken instance must not stop the suite
+        return Path(path).stem, None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+
+
+def instance_paths(quick: bool) -> list[Path]:
+    """Every instance TOML; in --quick without the large (>= 64 device) ones."""
+    from solver.instance import load_instance
+    paths = sorted(INSTANCES.glob("*.toml"))
+    if quick:
+        paths = [p for p in paths if load_instance(p).n < LARGE_N]
+    return paths
+
+
+def run_compare(quick: bool, out: Path, V: float, workers: int) -> dict:
+    """Policy comparison on every instance, `workers` processes; writes compare/*.csv."""
+    t0 = time.perf_counter()
+    (out / "compare").mkdir(parents=True, exist_ok=True)
+    paths = instance_paths(quick)
+    log(f"compare_policies (V={V:g}) on {len(paths)} instances" + (f", first {QUICK_SLOTS} slots" if quick else ""))
+    tables, errors = [], []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(compare_one, str(p), quick, V) for p in paths]
+        for f in futures:
+            name, table, err, dt = f.result()
+            if table is None:
+                errors.append(f"{name}: {err}")
+                log(f"  compare {name}: FAILED ({err}) after {dt:.0f} s")
+                continue
+            table.to_csv(out / "compare" / f"{name}.csv", index=False)
+            tables.append(table)
+            log(f"  compare {name}: {len(table)} policies in {dt:.0f} s")
+    if tables:
+        pd.concat(tables, ignore_index=True).to_csv(out / "compare_all.csv", index=False)
+    status = "ok" if not errors else f"{len(errors)} of {len(paths)} instances failed"
+    return {"module": "compare_policies", "status": status, "seconds": round(time.perf_counter() - t0, 1),
+            "note": "; ".join(errors)[:500]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small subset: under 10 minutes on 2 cores")
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="output folder (default results/bench)")
+    ap.add_argument("--V", type=float, default=V_DEFAULT, help="V of the policy comparison (default 10)")
+    ap.add_argument("--only", default="", help="comma-separated subset of modules (and/or 'compare')")
+    ap.add_argument("--workers", type=int, default=2, help="processes for the policy comparison (default 2)")
+    args = ap.parse_args(argv)
+    out = Path(args.out).resolve()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    wanted = set(filter(None, args.only.split(",")))
+    t0 = time.perf_counter()
+    rows = [run_module(m, args.quick, out) for m in MODULES if not wanted or m in wanted]
+    if not wanted or "compare" in wanted:
+        rows.append(run_compare(args.quick, out, args.V, args.workers))
+    total = time.perf_counter() - t0
+    status = pd.DataFrame(rows)
+    status.loc[len(status)] = {"module": "total", "status": "quick" if args.quick else "full",
+                               "seconds": round(total, 1), "note": ""}
+    status.to_csv(out / "bench_status.csv", index=False)
+    from benchmarks.make_report import main as report_main
+    report_main(["--out", str(out)])
+    ran = [r["module"] for r in rows if r["status"] == "ok"]
+    log(f"done in {total:.0f} s; ran: {', '.join(ran) or 'nothing'}; report: {out / 'REPORT.md'}")
+    return 0 if all(r["status"] in ("ok", "missing") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
