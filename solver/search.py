@@ -123,6 +123,7 @@ class Scorer:
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
+        self.all_orders_up_to = 4 if len(state.available_indices) <= 16 else 0
         self.best: Scored | None = None
         self.pool: list[Scored] = []
         self.count = 0
@@ -279,7 +280,7 @@ class Scorer:
                 out.append((d, c))
                 continue
             options = []
-            for o in dict.fromkeys((d, memory_order(self.state, d), speed_order(self.state, d))):
+            for o in group_orders(self.state, d, self.all_orders_up_to):
                 c2 = self.cuts(o, int(w))
                 if c2 is not None:
                     options.append((self.coeffs(o, c2).alpha, o, c2))
@@ -433,6 +434,8 @@ def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], 
                                    for i, x in enumerate(groups)]
             if len(groups[gi]) + len(groups[hi]) <= max_depth:
                 yield "merge", [x for i, x in enumerate(groups) if i not in (gi, hi)] + [groups[gi] | groups[hi]]
+    if m > 2 and len(used) <= max_depth:
+        yield "merge-all", [frozenset(used)]
     for d in unused:
         yield "add-alone", groups + [frozenset({d})]
         for gi in range(m):
@@ -573,7 +576,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
                 break
             local_search(state, sc, s, max_depth, deadline)
         top = sorted({s.structure: s for s in sc._seen.values() if s is not None}.values(),
-                     key=lambda s: (s.objective, s.batch_time))[:3]
+                     key=lambda s: (s.objective, s.batch_time))[:5 if n <= 16 else 2]
         for s in top:
             polish(state, sc, s, deadline, 4 if n <= 16 else 3)
         local_search(state, sc, sc.best, max_depth, deadline, max_iter=5)

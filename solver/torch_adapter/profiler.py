@@ -49,11 +49,18 @@ def _stash_bytes(mod: nn.Module, x: torch.Tensor) -> int:
     return sum(seen.values())
 
 
-def _time(fn, repeats: int) -> float:
+def _syncer(device: torch.device):
+    """A function that waits for queued kernels on `device` (CUDA launches are asynchronous)."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+def _time(fn, repeats: int, sync=lambda: None) -> float:
     ts = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         fn()
+        sync()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
@@ -69,11 +76,12 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
         raise ValueError("the example needs at least one sample")
     layers, fwd_s, bwd_s = [], [], []
     x = example.detach()
+    sync = _syncer(example.device)
     for i, mod in enumerate(model):
         inp = x.detach().requires_grad_(i > 0 and x.is_floating_point())
         with torch.no_grad():
             out = mod(inp)
-        fwd_s.append(_time(lambda: mod(inp), repeats) / n)
+        fwd_s.append(_time(lambda: mod(inp), repeats, sync) / n)
         stash = _stash_bytes(mod, inp)
         needs_grad = inp.requires_grad or any(p.requires_grad for p in mod.parameters())
         if needs_grad:
@@ -81,8 +89,10 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
 
             def step() -> float:
                 o = mod(inp)
+                sync()
                 t0 = time.perf_counter()
                 o.backward(grad)
+                sync()
                 return time.perf_counter() - t0
 
             bwd_s.append(statistics.median(step() for _ in range(repeats)) / n)
@@ -102,11 +112,5 @@ def measure_matmul_flops(size: int = 512, repeats: int = 5, dtype: torch.dtype =
     """Sustained FLOP/s of a size x size matmul on `device` (median of `repeats`)."""
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     (a @ b).sum().item()
-
-    def once() -> None:
-        a @ b
-        sync()
-
-    return 2.0 * size ** 3 / _time(once, repeats)
+    return 2.0 * size ** 3 / _time(lambda: a @ b, repeats, _syncer(torch.device(device)))

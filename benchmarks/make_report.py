@@ -1,0 +1,349 @@
+"""Write OUT/REPORT.md (tables + PNG plots, relative links) from the CSVs the benchmarks left in OUT.
+
+    python benchmarks/make_report.py --out results/bench
+
+Sections: what ran; batch time per policy on every instance with its budget use (compare_all.csv
+from run_all); the V trade-off (v_sweep.csv); online vs offline (online_vs_offline.csv); solve
+time vs n and L with log-log fitted exponents (bench_speed's CSV); search quality vs the oracle
+(bench_quality's CSV); any other CSV as a short table. A missing CSV gives "not run".
+Units: seconds (batch and solve times), budgets in their own units (USD, J per iteration).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+OVERSHOOT_TOL_PCT = 1.0          # a policy "meets" a budget when it overshoots by at most this
+CONSUMED: set[str] = set()       # CSV names a section used (the rest go to "Other tables")
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def fmt(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return ""
+        return f"{v:.4g}"
+    return str(v).replace("|", "/").replace("\n", " ")
+
+
+def md_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+    """A Markdown table of `df` (first max_rows rows)."""
+    if df.empty:
+        return "_(empty)_\n"
+    head = df.head(max_rows)
+    lines = ["| " + " | ".join(map(str, head.columns)) + " |", "|" + " --- |" * len(head.columns)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in head.itertuples(index=False)]
+    if len(df) > max_rows:
+        lines.append(f"\n_({len(df) - max_rows} more rows in the CSV)_")
+    return "\n".join(lines) + "\n"
+
+
+def read(out: Path, *names: str) -> tuple[pd.DataFrame | None, str]:
+    """The first of `names` (file names or glob patterns) that exists in `out`, and its name."""
+    for pat in names:
+        for p in sorted(out.glob(pat)):
+            try:
+                df = pd.read_csv(p)
+            except (pd.errors.EmptyDataError, pd.errors.ParserError):
+                continue
+            CONSUMED.add(p.name)
+            return df, p.name
+    return None, ""
+
+
+def not_run(what: str, files: str) -> str:
+    return f"_Not run: no {files} in the output folder ({what})._\n"
+
+
+def save(fig, out: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    _plt().close(fig)
+    return f"![{name}]({name})\n"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def section_status(out: Path) -> str:
+    df, _ = read(out, "bench_status.csv")
+    if df is None:
+        return "## What ran\n\n_No bench_status.csv (report made without run_all)._\n"
+    return "## What ran\n\n" + md_table(df) + "\nLogs of each module are in `logs/`.\n"
+
+
+def budget_names(df: pd.DataFrame) -> list[str]:
+    return [c[: -len("_limit")] for c in df.columns if c.endswith("_limit")]
+
+
+def section_compare(out: Path) -> str:
+    df, name = read(out, "compare_all.csv")
+    text = "## Batch time per policy on every instance\n\n"
+    if df is None:
+        return text + not_run("run_all's policy comparison", "compare_all.csv")
+    budgets = budget_names(df)
+    over = [f"{b}_overshoot_pct" for b in budgets]
+    df["meets_budgets"] = (df[over].fillna(-np.inf) <= OVERSHOOT_TOL_PCT).all(axis=1)
+    for b in budgets:
+        df[f"{b}_use_pct"] = 100.0 * df[f"avg_{b}"] / df[f"{b}_limit"]
+    text += (f"From `{name}`: every policy run online over the same slots, charged the same costs. "
+             f"`<budget>_use_pct` = average cost / limit; a policy meets its budgets when it overshoots "
+             f"none by more than {OVERSHOOT_TOL_PCT:g}%. Comparing batch times is fair only between policies "
+             "that meet the budgets (equal budget use); budget-blind baselines that overshoot are shown "
+             "for reference.\n\n")
+    rows = []
+    for inst, g in df.groupby("instance", sort=False):
+        ours = g[g.policy == "ours"]
+        ok = g[g.meets_budgets & (g.policy != "ours")]
+        even = g[g.policy == "even-dp"]
+        r = {"instance": inst, "devices": g.devices.iloc[0], "slots": g.slots.iloc[0],
+             "workload": g.workload.iloc[0]}
+        if len(ours):
+            o = ours.iloc[0]
+            r["ours_s"] = o.avg_batch_time_s
+            r["ours_meets_budgets"] = bool(o.meets_budgets)
+            if len(even):
+                r["even_dp_s"] = even.avg_batch_time_s.iloc[0]
+                r["ours_vs_even_dp_pct"] = 100.0 * (o.avg_batch_time_s / r["even_dp_s"] - 1.0)
+            if len(ok):
+                best = ok.loc[ok.avg_batch_time_s.idxmin()]
+                r["best_within_budget"] = best.policy
+                r["best_within_budget_s"] = best.avg_batch_time_s
+                r["ours_vs_best_within_pct"] = 100.0 * (o.avg_batch_time_s / best.avg_batch_time_s - 1.0)
+        rows.append(r)
+    summary = pd.DataFrame(rows)
+    text += "### Summary\n\n" + md_table(summary)
+    if "ours_vs_even_dp_pct" in summary:
+        med = float(summary.ours_vs_even_dp_pct.median())
+        text += f"\nMedian change of ours against even DP over the instances: {med:+.1f}% batch time.\n"
+    text += "\n" + plot_compare(df, out) + "\n### Per instance\n\n"
+    cols = ["policy", "avg_batch_time_s", "vs_even_dp_pct", *[f"{b}_use_pct" for b in budgets], "meets_budgets",
+            "infeasible_slots"]
+    for inst, g in df.groupby("instance", sort=False):
+        keep = [c for c in cols if c in g.columns and g[c].notna().any()]
+        text += f"**{inst}** ({g.devices.iloc[0]} devices, {g.slots.iloc[0]} slots, {g.workload.iloc[0]})\n\n"
+        text += md_table(g[keep]) + "\n"
+    return text
+
+
+def plot_compare(df: pd.DataFrame, out: Path) -> str:
+    """Batch time of each policy relative to even DP per instance; hollow bars overshoot a budget."""
+    plt = _plt()
+    insts = list(dict.fromkeys(df.instance))
+    policies = list(dict.fromkeys(df.policy))
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(insts) + 3), 4.5))
+    width = 0.8 / max(len(policies), 1)
+    cmap = plt.get_cmap("tab20")
+    for k, pol in enumerate(policies):
+        for i, inst in enumerate(insts):
+            g = df[(df.instance == inst)]
+            row, even = g[g.policy == pol], g[g.policy == "even-dp"]
+            if row.empty or even.empty or not even.avg_batch_time_s.iloc[0] > 0:
+                continue
+            y = row.avg_batch_time_s.iloc[0] / even.avg_batch_time_s.iloc[0]
+            meets = bool(row.meets_budgets.iloc[0])
+            ax.bar(i + (k - len(policies) / 2) * width, y, width, color=cmap(k) if meets else "none",
+                   edgecolor=cmap(k), hatch=None if meets else "//", label=pol if i == 0 else None)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(insts)), insts, rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("avg batch time / even DP's")
+    ax.set_title("Batch time per policy (hatched = overshoots a budget by > 1%)")
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return save(fig, out, "compare_batch_time.png")
+
+
+def section_v(out: Path) -> str:
+    df, name = read(out, "v_sweep.csv")
+    text = "## V trade-off\n\n"
+    if df is None:
+        return text + not_run("bench_online", "v_sweep.csv")
+    budgets = budget_names(df)
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for inst, g in df.groupby("instance", sort=False):
+        g = g.sort_values("V")
+        axes[0].plot(g.V, g.avg_batch_time_s, marker="o", label=inst)
+        for b in budgets:
+            if g[f"avg_{b}"].notna().any():
+                axes[1].plot(g.V, g[f"avg_{b}"] / g[f"{b}_limit"], marker=".", label=f"{inst} {b}")
+    axes[0].set(xscale="log", xlabel="V", ylabel="average batch time (s)", title="batch time vs V")
+    axes[1].axhline(1.0, color="k", ls="--", lw=1)
+    axes[1].set(xscale="log", xlabel="V", ylabel="average cost / limit", title="budget use vs V")
+    for a in axes:
+        a.legend(fontsize=7)
+    cols = ["instance", "V", "avg_batch_time_s", *[c for b in budgets for c in (f"avg_{b}", f"{b}_overshoot_pct")]]
+    return (text + f"From `{name}` (bench_online): the online controller at each V. Larger V buys batch time "
+            "with budget (O(1/V) penalty gap, O(V) backlog).\n\n" + save(fig, out, "v_tradeoff.png") + "\n"
+            + md_table(df[[c for c in cols if c in df.columns]]))
+
+
+def section_offline(out: Path) -> str:
+    df, name = read(out, "online_vs_offline.csv")
+    text = "## Online vs offline\n\n"
+    if df is None:
+        return text + not_run("bench_online", "online_vs_offline.csv")
+    text += (f"From `{name}`: online average batch time over the offline reference (whole trace known, MILP "
+             "over each slot's candidates), at the online run's own budget use and at the limits.\n\n")
+    ratios = [c for c in df.columns if c.startswith("ratio")]
+    if ratios:
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        x = np.arange(len(df))
+        for k, c in enumerate(ratios):
+            ax.bar(x + k * 0.8 / len(ratios), df[c], 0.8 / len(ratios), label=c)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(1.1, color="r", ls="--", lw=0.8, label="+10%")
+        ax.set_xticks(x, df.instance, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("online / offline")
+        ax.legend(fontsize=7)
+        text += save(fig, out, "online_vs_offline.png") + "\n"
+        text += "".join(f"- {c}: median {df[c].median():.4g}, max {df[c].max():.4g}\n" for c in ratios) + "\n"
+    return text + md_table(df)
+
+
+def _col(df: pd.DataFrame, *cands: str) -> str | None:
+    low = {c.lower(): c for c in df.columns}
+    for c in cands:
+        if c.lower() in low:
+            return low[c.lower()]
+    return None
+
+
+def loglog_fit(x: np.ndarray, y: np.ndarray) -> float:
+    """Exponent b of y ~ a x^b by least squares on log-log (nan if fewer than 2 distinct x)."""
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if len(np.unique(x[ok])) < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+def section_speed(out: Path) -> str:
+    text = "## Solve time vs n and L\n\n"
+    df, name = read(out, "speed*.csv", "bench_speed*.csv", "solve_time*.csv", "scaling*.csv")
+    if df is None:
+        return text + not_run("bench_speed", "speed*.csv / solve_time*.csv / scaling*.csv")
+    n, L = _col(df, "n", "devices", "num_devices"), _col(df, "L", "layers", "num_layers")
+    tcol = next((c for c in df.columns if "solve" in c.lower() and df[c].dtype.kind == "f"), None) or \
+        _col(df, "time_s", "seconds", "median_s", "mean_s")
+    if tcol is None or (n is None and L is None):
+        return text + f"From `{name}` (columns not recognised for a fit):\n\n" + md_table(df)
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fits = []
+    for ax, var, other in ((axes[0], n, L), (axes[1], L, n)):
+        if var is None:
+            ax.set_visible(False)
+            continue
+        groups = df.groupby(other) if other is not None else [("all", df)]
+        for key, g in groups:
+            g = g.groupby(var, as_index=False)[tcol].median().sort_values(var)
+            if g[var].nunique() < 2:
+                continue
+            b = loglog_fit(g[var].to_numpy(float), g[tcol].to_numpy(float))
+            fits.append({"vary": var, "fixed": f"{other}={key}" if other else "", "points": len(g), "exponent": b})
+            ax.plot(g[var], g[tcol], marker="o", label=f"{other}={key}: ~{var}^{b:.2f}" if other else f"~{var}^{b:.2f}")
+        ax.set(xscale="log", yscale="log", xlabel=var, ylabel=f"{tcol} (s)", title=f"solve time vs {var}")
+        ax.legend(fontsize=7)
+    both = [c for c in (n, L) if c is not None]
+    if len(both) == 2:
+        ok = (df[n] > 0) & (df[L] > 0) & (df[tcol] > 0)
+        X = np.column_stack([np.ones(ok.sum()), np.log(df.loc[ok, n]), np.log(df.loc[ok, L])])
+        if np.linalg.matrix_rank(X) == 3:
+            coef = np.linalg.lstsq(X, np.log(df.loc[ok, tcol]), rcond=None)[0]
+            fits.append({"vary": f"{n} and {L} jointly", "fixed": "", "points": int(ok.sum()),
+                         "exponent": f"{n}^{coef[1]:.2f} * {L}^{coef[2]:.2f}"})
+    text += (f"From `{name}`: growth exponents b of time ~ a x^b, least squares on log-log (per fixed value "
+             "of the other size, and jointly).\n\n" + save(fig, out, "solve_time.png") + "\n")
+    return text + md_table(pd.DataFrame(fits)) + "\n" + md_table(df, 40)
+
+
+def section_quality(out: Path) -> str:
+    text = "## Search quality vs the oracle\n\n"
+    df, name = read(out, "quality*.csv", "bench_quality*.csv", "oracle*.csv", "*gap*.csv")
+    if df is None:
+        return text + not_run("bench_quality", "quality*.csv / oracle*.csv")
+    gap = next((c for c in df.columns if "gap" in c.lower()), None)
+    if gap is None:
+        return text + f"From `{name}`:\n\n" + md_table(df)
+    g = df[gap].dropna().to_numpy(float)
+    pct = g if g.max(initial=0) > 1.0 else 100.0 * g      # fractions -> percent
+    stats = pd.DataFrame([{"column": gap, "cases": len(pct), "exact (gap <= 1e-6%)": int((pct <= 1e-6).sum()),
+                           "median %": np.median(pct) if len(pct) else np.nan,
+                           "p95 %": np.percentile(pct, 95) if len(pct) else np.nan,
+                           "max %": pct.max(initial=np.nan)}])
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(pct, bins=30)
+    ax.set(xlabel="gap of the search to the oracle (%)", ylabel="cases", title="search vs oracle")
+    text += f"From `{name}`.\n\n" + md_table(stats) + "\n" + save(fig, out, "quality_gap.png") + "\n"
+    return text + md_table(df, 30)
+
+
+def section_hetero(out: Path) -> str:
+    df, name = read(out, "hetero_vs_even_dp.csv")
+    if df is None or "reduction_pct" not in df:
+        return ""
+    return (f"## Strongly heterogeneous clusters vs even DP\n\nFrom `{name}` (bench_online): per-slot reduction "
+            f"of batch time against even DP: median {df.reduction_pct.median():.1f}%, min "
+            f"{df.reduction_pct.min():.1f}%, max {df.reduction_pct.max():.1f}% over {len(df)} slots "
+            "(target: median >= 60%).\n\n")
+
+
+def section_other(out: Path) -> str:
+    rest = [p for p in sorted(out.glob("*.csv")) if p.name not in CONSUMED]
+    if not rest:
+        return ""
+    text = "## Other tables\n\n"
+    for p in rest:
+        try:
+            df = pd.read_csv(p)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            continue
+        pngs = [q.name for q in sorted(out.glob(p.stem + "*.png"))]
+        text += f"### {p.name}\n\n" + md_table(df, 20) + "".join(f"\n![{q}]({q})\n" for q in pngs) + "\n"
+    return text
+
+
+def build(out: Path) -> str:
+    CONSUMED.clear()
+    parts = ["# dynpar benchmark report\n", f"Generated by `python benchmarks/make_report.py --out {out.name}` from "
+             "the CSVs in this folder. Times in seconds; money in USD per iteration, energy in J per iteration.\n",
+             section_status(out), section_compare(out), section_v(out), section_offline(out),
+             section_speed(out), section_quality(out), section_hetero(out)]
+    parts.append(section_other(out))
+    return "\n".join(p for p in parts if p)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="folder with the CSVs (default results/bench)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    if not out.is_dir():
+        print(f"make_report: no folder {out}", file=sys.stderr)
+        return 1
+    (out / "REPORT.md").write_text(build(out))
+    print(f"[bench] wrote {out / 'REPORT.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
