@@ -8,6 +8,12 @@ overshoot <= 1% at 1000 slots; online within 10% of offline on small instances; 
 than any baseline at equal budget use; median >= 60% below even DP on K80/T4 + V100/A100.
 Synthetic instances get budgets calibrated between their cheapest and fastest plans
 (solver.offline.calibrate_budgets), so that the budgets bind.
+
+V has units (budget units per second) and the queues are in raw budget units (USD, J), so a
+useful V depends on the budgets' scale: money per iteration is ~1e-4 USD, so the money queue
+only matters for V ~ 1e-8..1e-5, while energy (~1e2 J) tolerates far larger V. The sweep is
+therefore logarithmic over 1e-8..1e6; the policy table uses, per instance, the sweep's fastest
+V whose overshoot is within 1%; the long run recommends the largest V within 1% at its horizon.
 """
 from __future__ import annotations
 
@@ -333,7 +339,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     (out / "summary_online.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
-    _ = sweep
     return 0
 
 

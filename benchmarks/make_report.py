@@ -107,16 +107,20 @@ def section_compare(out: Path) -> str:
              f"`<budget>_use_pct` = average cost / limit; a policy meets its budgets when it overshoots "
              f"none by more than {OVERSHOOT_TOL_PCT:g}%. Comparing batch times is fair only between policies "
              "that meet the budgets (equal budget use); budget-blind baselines that overshoot are shown "
-             "for reference.\n\n")
+             "for reference. In the summary, `ours` is the fastest run of our controller (at V = 10 or one of "
+             "the extra V) that meets the budgets, else the V = 10 run.\n\n")
     rows = []
     for inst, g in df.groupby("instance", sort=False):
-        ours = g[g.policy == "ours"]
-        ok = g[g.meets_budgets & (g.policy != "ours")]
+        mine = g[g.policy.str.startswith("ours")]
+        mine_ok = mine[mine.meets_budgets]
+        ours = mine_ok.loc[[mine_ok.avg_batch_time_s.idxmin()]] if len(mine_ok) else g[g.policy == "ours"]
+        ok = g[g.meets_budgets & ~g.policy.str.startswith("ours")]
         even = g[g.policy == "even-dp"]
         r = {"instance": inst, "devices": g.devices.iloc[0], "slots": g.slots.iloc[0],
              "workload": g.workload.iloc[0]}
         if len(ours):
             o = ours.iloc[0]
+            r["ours"] = o.policy
             r["ours_s"] = o.avg_batch_time_s
             r["ours_meets_budgets"] = bool(o.meets_budgets)
             if len(even):
@@ -188,7 +192,8 @@ def section_v(out: Path) -> str:
     axes[1].axhline(1.0, color="k", ls="--", lw=1)
     axes[1].set(xscale="log", xlabel="V", ylabel="average cost / limit", title="budget use vs V")
     for a in axes:
-        a.legend(fontsize=7)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
     cols = ["instance", "V", "avg_batch_time_s", *[c for b in budgets for c in (f"avg_{b}", f"{b}_overshoot_pct")]]
     return (text + f"From `{name}` (bench_online): the online controller at each V. Larger V buys batch time "
             "with budget (O(1/V) penalty gap, O(V) backlog).\n\n" + save(fig, out, "v_tradeoff.png") + "\n"
@@ -261,7 +266,8 @@ def section_speed(out: Path) -> str:
             fits.append({"vary": var, "fixed": f"{other}={key}" if other else "", "points": len(g), "exponent": b})
             ax.plot(g[var], g[tcol], marker="o", label=f"{other}={key}: ~{var}^{b:.2f}" if other else f"~{var}^{b:.2f}")
         ax.set(xscale="log", yscale="log", xlabel=var, ylabel=f"{tcol} (s)", title=f"solve time vs {var}")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     both = [c for c in (n, L) if c is not None]
     if len(both) == 2:
         ok = (df[n] > 0) & (df[L] > 0) & (df[tcol] > 0)
@@ -284,7 +290,7 @@ def section_quality(out: Path) -> str:
     if gap is None:
         return text + f"From `{name}`:\n\n" + md_table(df)
     g = df[gap].dropna().to_numpy(float)
-    pct = g if g.max(initial=0) > 1.0 else 100.0 * g      # fractions -> percent
+    pct = g if "pct" in gap.lower() else 100.0 * g      # a fraction unless the column says percent
     stats = pd.DataFrame([{"column": gap, "cases": len(pct), "exact (gap <= 1e-6%)": int((pct <= 1e-6).sum()),
                            "median %": np.median(pct) if len(pct) else np.nan,
                            "p95 %": np.percentile(pct, 95) if len(pct) else np.nan,

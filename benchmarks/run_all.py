@@ -4,11 +4,12 @@
 
 1. each of benchmarks/bench_{quality,speed,online,shares,torch}.py that exists runs in its own
    process as `main([--quick,] --out OUT)` (a `main()` without parameters gets the same
-   arguments through sys.argv), with a time limit; a missing module or a failure is recorded,
+   arguments through sys.argv; if argparse rejects --out, OUT is passed positionally), with a
+   time limit; a missing module or a failure is recorded,
    never fatal;
 2. solver.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
-   the first QUICK_SLOTS slots, and not the 64/256-device ones) -> OUT/compare/<name>.csv and
-   OUT/compare_all.csv;
+   the first QUICK_SLOTS slots, and not the 64/256-device ones), plus "ours" at the V of V_EXTRA
+   (budgets in USD and J need different V) -> OUT/compare/<name>.csv and OUT/compare_all.csv;
 3. benchmarks/make_report.py -> OUT/REPORT.md.
 OUT/bench_status.csv records what ran (module, status, seconds, note). Progress on stderr.
 """
@@ -35,17 +36,26 @@ QUICK_SLOTS = 5
 LARGE_N = 64                     # instances with at least this many devices skip compare in --quick
 TIME_LIMIT_S = {True: 240, False: 3600}   # per benchmark module (quick, full)
 V_DEFAULT = 10.0
+V_EXTRA = (1e2, 1e3, 1e4, 1e5)   # "ours" is also run at these V (budget units differ per instance)
 
 _LAUNCH = """
 import inspect, sys
 sys.path.insert(0, {root!r})
 from benchmarks.{mod} import main
 args = sys.argv[1:]
-if inspect.signature(main).parameters:
-    rc = main(args)
-else:
-    sys.argv = [{mod!r}] + args
-    rc = main()
+def call(a):
+    if inspect.signature(main).parameters:
+        return main(a)
+    sys.argv = [{mod!r}] + a
+    return main()
+try:
+    rc = call(args)
+except SystemExit as e:           # argparse rejected "--out DIR": try a positional output folder
+    if e.code != 2 or "--out" not in args:
+        raise
+    i = args.index("--out")
+    print("[bench] retrying with the output folder as a positional argument", file=sys.stderr)
+    rc = call(args[:i] + args[i + 2:] + [args[i + 1]])
 sys.exit(rc if isinstance(rc, int) else 0)
 """
 
@@ -94,6 +104,12 @@ def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | N
         if quick:
             inst = truncate(inst, QUICK_SLOTS)
         table = compare_policies(inst, V=V)
+        table["V"] = V
+        extra = pd.DataFrame([ours_row(inst, v) for v in V_EXTRA if v != V])
+        table = pd.concat([table, extra], ignore_index=True)
+        even = table.loc[table.policy == "even-dp", "avg_batch_time_s"]
+        if len(even):
+            table["vs_even_dp_pct"] = 100.0 * (table.avg_batch_time_s / float(even.iloc[0]) - 1.0)
         table.insert(0, "instance", inst.name)
         table.insert(1, "devices", inst.n)
         table.insert(2, "slots", inst.num_slots)
@@ -101,6 +117,19 @@ def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | N
         return inst.name, table, "", time.perf_counter() - t0
     except Exception as e:       # noqa: BLE001 - one broken instance must not stop the suite
         return Path(path).stem, None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+
+
+def ours_row(inst, V: float) -> dict:
+    """One compare_policies-style row for policy "ours" at V (policy name "ours@V=<V>")."""
+    from solver.online import run_online, summarise
+    s = summarise(run_online(inst, V=V, policy="ours"), inst)
+    row = {"policy": f"ours@V={V:g}", "avg_batch_time_s": s["avg_batch_time"], "V": V}
+    for b in inst.budgets:
+        row[f"avg_{b.name}"] = s[f"avg_cost_{b.name}"]
+        row[f"{b.name}_limit"] = b.limit
+        row[f"{b.name}_overshoot_pct"] = 100.0 * s[f"overshoot_{b.name}"]
+    row["infeasible_slots"] = s.get("infeasible_slots", 0)
+    return row
 
 
 def instance_paths(quick: bool) -> list[Path]:

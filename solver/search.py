@@ -123,7 +123,8 @@ class Scorer:
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
-        self.all_orders_up_to = 4 if len(state.available_indices) <= 16 else 0
+        self.deadline = math.inf
+        self.all_orders_up_to = 4 if len(state.available_indices) <= 6 and self.L <= 24 else 0
         self.best: Scored | None = None
         self.pool: list[Scored] = []
         self.count = 0
@@ -244,7 +245,8 @@ class Scorer:
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
         for a larger share and score again."""
         groups = list(groups)
-        if prune and self.best is not None and self.device_bound(groups) > self.best.objective:
+        if prune and self.best is not None and (time.perf_counter() > self.deadline
+                                                or self.device_bound(groups) > self.best.objective):
             return None
         s = []
         for d in groups:
@@ -254,6 +256,8 @@ class Scorer:
         if not s:
             return None
         sc = self.score(tuple(s), source=source, prune=prune)
+        if time.perf_counter() > self.deadline:
+            return sc
         s2 = self.relieve_memory(tuple(s))
         if s2 is not None:
             cand = self.score(s2, source=source + "+mem", prune=prune)
@@ -369,11 +373,10 @@ def chain_chunks(state: SlotState, chain: Sequence[int], m: int) -> list[list[in
 
 
 def _levels(n: int, cap: int = 16) -> list[int]:
-    """1..n when small, else a geometric-ish subset."""
+    """1..n when small, else powers of two and n."""
     if n <= cap:
         return list(range(1, n + 1))
-    out = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, n}
-    return sorted(x for x in out if x <= n)
+    return sorted({1 << i for i in range(n.bit_length())} | {n})
 
 
 def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, list[Ordered]]]:
@@ -389,7 +392,8 @@ def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, li
         if k > 1:
             out.append((f"pipe{k}", [nn_order(state, by_speed[:k])]))
     chain = list(nn_order(state, avail))
-    for m in _levels(n):
+    sizes = _levels(n, 12)
+    for m in sorted({max(1, -(-n // k)) for k in sizes}):
         if -(-n // m) <= max_depth:
             out.append((f"chunks{m}", [nn_order(state, g) for g in chain_chunks(state, chain, m)]))
             out.append((f"balanced{m}", [nn_order(state, g) for g in balanced_partition(state, avail, m)]))
@@ -492,13 +496,18 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
         for gi in range(len(cur.structure)):
             d, _ = cur.structure[gi]
             share = cur.plan.groups[gi].share
-            options = []
-            for o in group_orders(state, d, all_up_to):
-                options += [(o, c) for c in (sc.cuts(o), sc.cuts(o, share)) if c is not None]
-            options += [(d, c) for c in sc.frontier(d) + sc.frontier(d, share)]
-            for o, c in dict.fromkeys(options):
+            def options():
+                for o in group_orders(state, d, all_up_to):
+                    yield from ((o, c) for c in (sc.cuts(o), sc.cuts(o, share)) if c is not None)
+                yield from ((d, c) for c in sc.frontier(d) + sc.frontier(d, share))
+
+            tried = set()
+            for o, c in options():
                 if time.perf_counter() > deadline:
                     return cur
+                if (o, c) in tried:
+                    continue
+                tried.add((o, c))
                 s = cur.structure[:gi] + ((o, c),) + cur.structure[gi + 1:]
                 cand = sc.score(s, source="polish", prune=True)
                 if cand is not None and better(cand, cur):
@@ -508,15 +517,28 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
     return cur
 
 
-# ---- the solver ---------------------------------------------------------------------------
+# ---- the solver ----
+def default_time_limit(n: int, L: int) -> float:
+    """Soft search budget (seconds) when SolveOptions.time_limit_s is None: generous for the
+    small slots the oracle checks, bounded for large pools (measured in bench_speed)."""
+    if n <= 6:
+        return 2.0 if L <= 24 else 0.5
+    return 0.05 if n <= 8 else (0.25 if n <= 16 else 0.7)
+
+
 def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, message: str,
             t0: float) -> SlotResult:
     best = sc.best
     if best is None:
         return SlotResult(None, math.inf, (), math.inf, "infeasible", message, time.perf_counter() - t0, sc.count)
+    if best.plan.validate(state):   # never expected: fall back to the best valid candidate
+        valid = [s for s in sc._seen.values() if s is not None and not s.plan.validate(state)]
+        if not valid:
+            return SlotResult(None, math.inf, (), math.inf, "infeasible",
+                              f"slot {state.t}: no candidate passed Plan.validate", time.perf_counter() - t0, sc.count)
+        best = min(valid, key=lambda s: (s.objective, s.batch_time))
+        message += " (fell back: the best candidate failed Plan.validate)"
     plan = best.plan
-    violations = plan.validate(state)
-    assert not violations, f"solver produced an invalid plan: {violations}"
     ev = evaluate(plan, state)
     pool = tuple((s.plan, s.batch_time, tuple(evaluate(s.plan, state).costs)) for s in sc.pool) \
         if sc.opt.keep_candidates else ()
@@ -541,9 +563,11 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
         return SlotResult(None, math.inf, (), math.inf, "infeasible", why, time.perf_counter() - t0)
     sc = Scorer(state, Q, V, opt, previous_plan)
     n = len(state.available_indices)
+    small = n <= 6 and sc.L <= 24          # small slots: all orders of groups up to 4 devices
     max_depth = min(n, sc.L, 8 if n > 16 else 16)
-    limit = opt.time_limit_s if opt.time_limit_s is not None else (0.6 if n > 16 else 5.0)
+    limit = opt.time_limit_s if opt.time_limit_s is not None else default_time_limit(n, sc.L)
     deadline = t0 + limit
+    sc.deadline = deadline
 
     # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
     fixed = [(name, f(state)) for name, f in baselines.ALL.items()]
@@ -576,10 +600,10 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
                 break
             local_search(state, sc, s, max_depth, deadline)
         top = sorted({s.structure: s for s in sc._seen.values() if s is not None}.values(),
-                     key=lambda s: (s.objective, s.batch_time))[:5 if n <= 16 else 2]
+                     key=lambda s: (s.objective, s.batch_time))[:5 if small else 2]
         for s in top:
-            polish(state, sc, s, deadline, 4 if n <= 16 else 3)
+            polish(state, sc, s, deadline, 4 if small else 2)
         local_search(state, sc, sc.best, max_depth, deadline, max_iter=5)
-        polish(state, sc, sc.best, deadline, 4 if n <= 16 else 3)
+        polish(state, sc, sc.best, deadline, 4 if small else 2)
     return _result(state, sc, Q, V, "feasible", f"tentative search: {sc.count} structures scored, "
                    f"best from {sc.best.source}", t0)

@@ -123,3 +123,16 @@ def test_edge_pair_bandwidth_is_min_of_uplinks():
 def test_pipedream_profile_has_measured_v100_times():
     wl = _load("pipedream_vgg16").workload
     assert "V100-SXM2-16GB" in wl.measured and wl.num_layers == len(wl.measured["V100-SXM2-16GB"][0])
+
+
+def test_report_tolerates_missing_and_partial_csvs(tmp_path):
+    from benchmarks.make_report import loglog_fit, main as report
+    assert report(["--out", str(tmp_path)]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert text.count("Not run") >= 4
+    pd.DataFrame({"n": [4, 8, 16, 32], "L": [10] * 4, "solve_time_s": [0.01, 0.04, 0.16, 0.64]}).to_csv(
+        tmp_path / "speed.csv", index=False)
+    assert report(["--out", str(tmp_path)]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "solve_time.png" in text and (tmp_path / "solve_time.png").is_file()
+    assert loglog_fit(np.array([4.0, 8, 16, 32]), np.array([0.01, 0.04, 0.16, 0.64])) == pytest.approx(2.0)

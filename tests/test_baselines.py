@@ -1,0 +1,61 @@
+"""Baseline plans: valid whenever returned; expected shapes; infeasible states give None."""
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from solver import baselines
+from solver.replan import migration_time
+from solver.synthetic import random_state
+
+
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 8), L=st.integers(1, 16),
+       p=st.sampled_from([0.5, 1.0]), scale=st.sampled_from([1.0, 10.0, 50.0]))
+def test_every_baseline_plan_is_valid(seed, n, L, p, scale):
+    state = random_state(seed, n=n, L=L, p_available=p, scale=scale)
+    for name, f in baselines.ALL.items():
+        plan = f(state)
+        if plan is not None:
+            assert plan.validate(state) == [], name
+    c = baselines.cheapest(state, (1.0, 0.0))
+    if c is not None:
+        assert c.validate(state) == []
+
+
+def test_shapes():
+    state = random_state(3, n=8, L=12)
+    B, u = state.workload.batch, state.workload.micro_batch
+    dp = baselines.even_dp(state)
+    assert len(dp.groups) == 8 and all(len(g.devices) == 1 for g in dp.groups)
+    assert max(dp.shares) - min(dp.shares) <= u
+    lb = baselines.lb_bsp(state)
+    fastest = min(range(8), key=lambda d: baselines.per_sample_time(state, d))
+    assert dict(zip((g.devices[0] for g in lb.groups), lb.shares))[fastest] == max(lb.shares)
+    gp = baselines.gpipe(state)
+    assert len(gp.groups) == 1 and gp.groups[0].devices == tuple(range(8)) and gp.shares == (B,)
+    hp = baselines.hetpipe(state)
+    assert sorted(d for g in hp.groups for d in g.devices) == list(range(8))
+    for f in (baselines.dapple, baselines.pipedream):
+        p = f(state)
+        assert len({len(g.devices) for g in p.groups}) == 1
+
+
+def test_even_split_and_proportional():
+    assert baselines.even_split(3, 40, 4) == [16, 12, 12]
+    assert sum(baselines.proportional_split([1, 2, 3], 64, 4)) == 64
+    assert baselines.proportional_split([1, 1], 4, 4) is None
+
+
+def test_infeasible_state_gives_none():
+    state = random_state(1, n=3, L=4, scale=1e4)   # nothing fits anywhere
+    for f in baselines.ALL.values():
+        assert f(state) is None
+
+
+def test_migration_time():
+    state = random_state(5, n=6, L=10)
+    a, b = baselines.even_dp(state), baselines.gpipe(state)
+    assert migration_time(None, a, state) == 0.0
+    assert migration_time(a, a, state) == 0.0
+    assert migration_time(b, b, state) == 0.0
+    assert migration_time(b, a, state) > 0.0           # every device must receive the whole model
+    assert migration_time(a, b, state) == 0.0          # every device already holds everything
