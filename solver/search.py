@@ -20,14 +20,14 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from . import baselines
 from .costmodel import Evaluation, GroupCoeffs, cost_coeffs, evaluate, group_coeffs, sync_time
-from .cuts import frontier_cuts, group_arrays, min_bottleneck_cuts
+from .cuts import frontier_cuts, min_bottleneck_cuts
 from .model import SlotState
 from .plan import Group, Plan
 from .replan import holder_mask, migration_time
@@ -384,9 +384,6 @@ def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, li
     avail = list(state.available_indices)
     n = len(avail)
     out: list[tuple[str, list[Ordered]]] = []
-    holders = baselines.holders(state)
-    for j in _levels(len(holders)):
-        out.append((f"dp{j}", [(d,) for d in holders[:j]]))
     by_speed = speed_order(state, avail)
     for k in _levels(min(n, max_depth, sc.L)):
         if k > 1:
@@ -408,6 +405,9 @@ def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, li
                 parts = -(-len(c) // max_depth)
                 groups += [nn_order(state, g) for g in balanced_partition(state, c, parts)]
             out.append((f"clusters{thr:.3g}", groups))
+    holders = baselines.holders(state)
+    for j in _levels(len(holders)):
+        out.append((f"dp{j}", [(d,) for d in holders[:j]]))
     return out
 
 
@@ -523,7 +523,7 @@ def default_time_limit(n: int, L: int) -> float:
     small slots the oracle checks, bounded for large pools (measured in bench_speed)."""
     if n <= 6:
         return 2.0 if L <= 24 else 0.5
-    return 0.05 if n <= 8 else (0.25 if n <= 16 else 0.7)
+    return 0.2 if n <= 8 else (0.4 if n <= 16 else 0.7)
 
 
 def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, message: str,
