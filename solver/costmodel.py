@@ -199,22 +199,35 @@ def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
     return CostCoeffs(R, e, F)
 
 
+def budget_weights(limits: Sequence[float], queues: Sequence[float]) -> np.ndarray:
+    """Per-budget weights Q_k / Cbar_k of the slot objective V T + sum_k Q_k c_k / Cbar_k.
+
+    Queues are kept in units of their budget (queues.update_queues), so a cost counts
+    relative to its limit and V weighs one second against one budget's worth of cost.
+    () means every queue is 0."""
+    if len(queues) == 0:
+        return np.zeros(len(limits))
+    return np.asarray(queues, dtype=float) / np.asarray(limits, dtype=float)
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Predicted outcome of one plan in one slot.
 
     batch_time: seconds per iteration (max group time + sync); group_times: seconds;
-    sync_time: seconds; costs: per budget, in state.budgets order (USD, joules).
+    sync_time: seconds; costs: per budget, in state.budgets order (USD, joules);
+    limits: the budgets' limits, in the same order.
     """
 
     batch_time: float
     group_times: tuple[float, ...]
     sync_time: float
     costs: tuple[float, ...]
+    limits: tuple[float, ...] = ()
 
     def objective(self, queues: Sequence[float], V: float) -> float:
-        """Drift-plus-penalty V * T + sum_k Q_k c_k."""
-        return V * self.batch_time + float(np.dot(queues, self.costs)) if len(self.costs) else V * self.batch_time
+        """Drift-plus-penalty V * T + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
+        return V * self.batch_time + float(budget_weights(self.limits, queues) @ np.asarray(self.costs))
 
 
 def evaluate(plan: Plan, state: SlotState) -> Evaluation:
@@ -225,7 +238,7 @@ def evaluate(plan: Plan, state: SlotState) -> Evaluation:
     ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
     T = max(times) + ts
     costs = cost_coeffs(state, coeffs).costs(T, plan.shares)
-    return Evaluation(T, times, ts, tuple(float(x) for x in costs))
+    return Evaluation(T, times, ts, tuple(float(x) for x in costs), tuple(b.limit for b in state.budgets))
 
 
 def lower_bound_time(state: SlotState) -> float:

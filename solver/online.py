@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from .costmodel import Evaluation, cost_coeffs, evaluate, group_coeffs
+from .costmodel import Evaluation, budget_weights, cost_coeffs, evaluate, group_coeffs
 from .errors import InfeasibleSlotError
 from .model import Instance, SlotState
 from .plan import Group, Plan
@@ -90,8 +90,9 @@ class Charge:
     evaluation: Evaluation
 
     def objective(self, queues: Sequence[float], V: float) -> float:
-        """Drift-plus-penalty V * charged_time + sum_k Q_k c_k."""
-        return float(V * self.charged_time + float(np.dot(queues, self.costs)) if self.costs else V * self.charged_time)
+        """Drift-plus-penalty V * charged_time + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
+        w = budget_weights(self.evaluation.limits, queues)
+        return float(V * self.charged_time + float(w @ np.asarray(self.costs)))
 
 
 def migration_seconds(previous: Plan | None, plan: Plan, state: SlotState) -> float:
@@ -273,7 +274,7 @@ def summarise(df: pd.DataFrame, instance: Instance) -> dict:
     avg_plan_time: the plans' own batch time; avg_migration_time: seconds per slot;
     per budget `name`: avg_cost_<name>, limit_<name>, overshoot_<name> = (avg - limit)/limit
     (a fraction; negative = under budget), final_queue_<name>, bound_<name> = Q(T)/T (guarantee
-    (a): avg - limit <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
+    (a): avg / limit - 1 <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
     """
     ok = df[df["status"] != "infeasible"] if "status" in df else df
     H = len(ok)
@@ -294,5 +295,5 @@ def summarise(df: pd.DataFrame, instance: Instance) -> dict:
         out[f"final_queue_{b.name}"] = qT
         bound = float(overshoot_bound([qT], H, [q0])[0]) if H else nan
         out[f"bound_{b.name}"] = bound
-        out[f"bound_ok_{b.name}"] = bool(H == 0 or avg - b.limit <= bound + 1e-9 * max(1.0, abs(b.limit)))
+        out[f"bound_ok_{b.name}"] = bool(H == 0 or avg / b.limit - 1.0 <= bound + 1e-9)
     return out

@@ -15,8 +15,8 @@ Names (`POLICY_NAMES`):
   "shares-only" DAPPLE's groups and cuts, shares optimised by the LP of the slot problem;
   "cuts-only"   our groups and cuts (full search), shares reset to even;
   "v-inf"       ours with the budget ignored (queues treated as 0: V -> infinity);
-  "v-zero"      ours at V = 0 (cheapest): minimise sum_k max(Q_k, 1/Cbar_k) c_k; the floor
-                1/Cbar_k keeps the slot problem non-degenerate while queues are empty.
+  "v-zero"      ours at V = 0 (cheapest): minimise sum_k max(Q_k, 1) c_k / Cbar_k; the floor
+                keeps the slot problem non-degenerate while queues are empty.
 
 Fallback (documented, never silent): a baseline or ablation whose plan is None or fails
 Plan.validate falls back to even DP over the available devices that hold the whole model
@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .costmodel import cost_coeffs, group_coeffs, share_cap
+from .costmodel import budget_weights, cost_coeffs, group_coeffs, share_cap
 from .model import SlotState
 from .plan import Group, Plan
 
@@ -108,12 +108,12 @@ def with_even_shares(plan: Plan, state: SlotState) -> Plan | None:
 
 def with_lp_shares(plan: Plan, state: SlotState, queues: Sequence[float], V: float) -> Plan | None:
     """The same groups and cuts with shares from the slot LP (solver.shares.solve_shares):
-    minimise W z + sum_g q_g b_g, W = V + sum_k Q_k R_k, q_g = sum_k Q_k e_kg."""
+    minimise W z + sum_g q_g b_g, W = V + sum_k w_k R_k, q_g = sum_k w_k e_kg, w_k = Q_k / Cbar_k."""
     from .shares import solve_shares
 
     coeffs = [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]
     cc = cost_coeffs(state, coeffs)
-    Q = np.asarray(queues, dtype=float)
+    Q = budget_weights([b.limit for b in state.budgets], queues)
     W = float(V + (Q @ cc.R if len(Q) else 0.0))
     q = (Q @ cc.e) if len(Q) else np.zeros(len(coeffs))
     res = solve_shares(np.array([c.alpha for c in coeffs]), np.array([c.beta for c in coeffs]),
@@ -170,7 +170,7 @@ class Ours(Policy):
     """The drift-plus-penalty search (solver.search.solve_slot).
 
     queue_mode: "real" (the controller's queues), "zero" (budget ignored, V -> infinity)
-    or "floor" (V = 0 with each queue weight at least 1/Cbar_k: cheapest).
+    or "floor" (V = 0 with each queue at least 1, i.e. weight >= 1/Cbar_k: cheapest).
     """
 
     def __init__(self, name: str = "ours", options: Any = None, replan: bool = True,
@@ -191,8 +191,7 @@ class Ours(Policy):
         if self.queue_mode == "zero":
             return (0.0,) * len(queues), (V if V > 0 else 1.0)
         if self.queue_mode == "floor":
-            return tuple(max(float(q), 1.0 / b.limit if b.limit > 0 else 1.0)
-                         for q, b in zip(queues, state.budgets)), 0.0
+            return tuple(max(float(q), 1.0) for q in queues), 0.0
         return tuple(float(q) for q in queues), float(V)
 
     def solve(self, state: SlotState, queues: Sequence[float], V: float, previous_plan: Plan | None):

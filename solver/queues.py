@@ -1,17 +1,20 @@
 """Virtual queues of the long-term budgets and the bounds they give (DESIGN.md section 3,
 "Lyapunov decomposition" and "Guarantees"; THEORY_NOTES section 3.7).
 
-One queue per budget, in the order of `state.budgets`, in the budget's unit (USD or joules
-per iteration). Everything here is a pure function of plain numbers.
+One queue per budget, in the order of `state.budgets`, measured in units of that budget's
+limit (dimensionless: Q = 0.5 means half a budget's worth of accumulated excess). This is
+DESIGN's queue divided by Cbar_k; the slot objective is V T + sum_k Q_k c_k / Cbar_k, so V
+weighs one second of batch time against one budget's worth of cost whatever the units
+(USD, joules). Everything here is a pure function of plain numbers.
 
-    Q_k(0) = 0,   Q_k(t+1) = max(Q_k(t) + c_k(t) - Cbar_k, 0)
+    Q_k(0) = 0,   Q_k(t+1) = max(Q_k(t) + c_k(t) / Cbar_k - 1, 0)
 
 (a) sample-path overshoot, any trace, any horizon H:
-        (1/H) sum_{t<H} (c_k(t) - Cbar_k) <= (Q_k(H) - Q_k(0)) / H
-(b) with one budget and a slack plan x0(t) with c(x0) <= Cbar - delta in every slot that the
-    solver weighs (its slot objective <= that of x0 plus C):
+        (1/H) sum_{t<H} (c_k(t) / Cbar_k - 1) <= (Q_k(H) - Q_k(0)) / H
+(b) with one budget and a slack plan x0(t) with c(x0) / Cbar <= 1 - delta in every slot that
+    the solver weighs (its slot objective <= that of x0 plus C):
         Q(t) <= max(Q(0), (V * DeltaT + C) / delta + ymax)   for all t
-    (DeltaT >= T(x0(t)) - T(x(t)) seconds, ymax >= |c(t) - Cbar|), so overshoot is O(V/H).
+    (DeltaT >= T(x0(t)) - T(x(t)) seconds, ymax >= |c(t) / Cbar - 1|), so overshoot is O(V/H).
 """
 from __future__ import annotations
 
@@ -27,7 +30,10 @@ def initial_queues(num_budgets: int) -> tuple[float, ...]:
 
 
 def update_queues(Q: Sequence[float], costs: Sequence[float], limits: Sequence[float]) -> tuple[float, ...]:
-    """One step of the queue law: Q_k + c_k - Cbar_k, floored at 0 (units of each budget).
+    """One step of the queue law in budget units: Q_k + c_k / Cbar_k - 1, floored at 0.
+
+    This is DESIGN's Q_k + c_k - Cbar_k divided by Cbar_k: the same controller with every
+    budget measured relative to its limit, so that V needs no per-unit tuning.
 
     Raises ValueError when the three sequences differ in length or a value is not finite.
     """
@@ -38,7 +44,9 @@ def update_queues(Q: Sequence[float], costs: Sequence[float], limits: Sequence[f
         q, c, cb = float(q), float(c), float(cb)
         if not (math.isfinite(q) and math.isfinite(c) and math.isfinite(cb)):
             raise ValueError(f"update_queues: non-finite value (Q={q}, c={c}, Cbar={cb})")
-        out.append(max(q + c - cb, 0.0))
+        if cb <= 0:
+            raise ValueError(f"update_queues: budget limit Cbar={cb} must be positive")
+        out.append(max(q + c / cb - 1.0, 0.0))
     return tuple(out)
 
 
@@ -55,11 +63,11 @@ def queue_trajectory(costs: np.ndarray, limits: Sequence[float],
 
 
 def average_overshoot(costs: np.ndarray, limits: Sequence[float]) -> np.ndarray:
-    """(K,) time-averaged excess (1/H) sum_t (c_k(t) - Cbar_k), in budget units per iteration."""
+    """(K,) time-averaged relative excess (1/H) sum_t (c_k(t) / Cbar_k - 1): 0.01 = 1% over."""
     costs = np.atleast_2d(np.asarray(costs, dtype=float))
     if costs.shape[0] == 0:
         return np.zeros(costs.shape[1])
-    return costs.mean(axis=0) - np.asarray(limits, dtype=float)
+    return costs.mean(axis=0) / np.asarray(limits, dtype=float) - 1.0
 
 
 def overshoot_bound(Q_T: Sequence[float], T: int, Q_0: Sequence[float] | None = None) -> np.ndarray:

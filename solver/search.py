@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import baselines
-from .costmodel import Evaluation, GroupCoeffs, cost_coeffs, evaluate, group_coeffs, sync_time
+from .costmodel import Evaluation, budget_weights, GroupCoeffs, cost_coeffs, evaluate, group_coeffs, sync_time
 from .cuts import frontier_cuts, min_bottleneck_cuts
 from .model import SlotState
 from .plan import Group, Plan
@@ -87,7 +87,8 @@ class Scored:
 
 
 def check_queues(state: SlotState, queues: Sequence[float]) -> np.ndarray:
-    """Queues as an array in budget order; () means all zero. ValueError on a length mismatch."""
+    """The cost weights Q_k / Cbar_k (costmodel.budget_weights) of queues given in budget
+    order and in budget units; () means all zero. ValueError on a length mismatch."""
     K = len(state.budgets)
     if len(queues) == 0:
         return np.zeros(K)
@@ -97,7 +98,7 @@ def check_queues(state: SlotState, queues: Sequence[float]) -> np.ndarray:
     q = np.asarray(queues, dtype=float)
     if not np.all(np.isfinite(q)) or np.any(q < 0):
         raise ValueError(f"queues must be finite and >= 0, got {tuple(queues)}")
-    return q
+    return budget_weights([b.limit for b in state.budgets], q)
 
 
 def infeasible_reason(state: SlotState) -> str | None:

@@ -12,15 +12,19 @@ from solver.queues import (average_overshoot, initial_queues, overshoot_bound, q
                            queue_bound_multi, queue_trajectory, update_queues)
 
 finite = st.floats(min_value=0.0, max_value=1e4, allow_nan=False, allow_infinity=False)
+limit = st.floats(min_value=1e-3, max_value=1e4, allow_nan=False, allow_infinity=False)
 
 
-@given(st.lists(st.tuples(finite, finite, finite), min_size=1, max_size=4))
+@given(st.lists(st.tuples(finite, finite, limit), min_size=1, max_size=4))
 def test_queue_law(rows):
+    """Queues in budget units: Q + c/Cbar - 1, floored at 0 (DESIGN's law divided by Cbar)."""
     Q, c, cb = (list(x) for x in zip(*rows))
     new = update_queues(Q, c, cb)
     for q, cc, b, n in zip(Q, c, cb, new):
-        assert n == max(q + cc - b, 0.0)
-        assert n >= 0.0 and n >= q + cc - b
+        assert n == max(q + cc / b - 1.0, 0.0)
+        assert n >= 0.0 and n >= q + cc / b - 1.0
+        raw = max(q * b + cc - b, 0.0)
+        assert n * b == pytest.approx(raw, rel=1e-9, abs=1e-9)
 
 
 def test_queue_law_rejects_mismatch_and_nan():
@@ -28,18 +32,20 @@ def test_queue_law_rejects_mismatch_and_nan():
         update_queues([0.0], [1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
         update_queues([0.0], [math.nan], [1.0])
+    with pytest.raises(ValueError, match="limit"):
+        update_queues([0.0], [1.0], [0.0])
     assert initial_queues(3) == (0.0, 0.0, 0.0)
 
 
 @given(st.lists(st.lists(finite, min_size=2, max_size=2), min_size=1, max_size=60),
-       st.tuples(finite, finite))
+       st.tuples(limit, limit))
 def test_guarantee_a_on_any_cost_sequence(costs, limits):
-    """(1/H) sum (c - Cbar) <= Q(H)/H for every budget, whatever the costs."""
+    """(1/H) sum (c/Cbar - 1) <= Q(H)/H for every budget, whatever the costs."""
     traj = queue_trajectory(np.array(costs), limits)
     H = len(costs)
     over = average_overshoot(np.array(costs), limits)
     bound = overshoot_bound(traj[-1], H)
-    assert np.all(over <= bound + 1e-9 * (1 + np.abs(limits)))
+    assert np.all(over <= bound + 1e-9 * (1 + bound))
     # the bound is an equality while the queue never empties
     never_empty = np.all(traj[1:] > 0, axis=0)
     assert np.allclose(over[never_empty], bound[never_empty], rtol=1e-9, atol=1e-9)
@@ -58,9 +64,9 @@ def test_guarantee_b_toy_controller(seed, V):
         c = rng.uniform(0.5, 3.0, A)
         c[0] = rng.uniform(0.0, Cbar - delta)   # the slack plan x0
         T[0] = rng.uniform(2.0, 4.0)
-        a = int(np.argmin(V * T + Q * c))
+        a = int(np.argmin(V * T + Q * c / Cbar))
         dT = max(dT, T[0] - T[a])
-        ymax = max(ymax, abs(c[a] - Cbar))
+        ymax = max(ymax, abs(c[a] / Cbar - 1.0))
         Q = update_queues([Q], [c[a]], [Cbar])[0]
         Qmax = max(Qmax, Q)
     assert Qmax <= queue_bound(V, dT, 0.0, delta, ymax) + 1e-9
