@@ -9,11 +9,10 @@ than any baseline at equal budget use; median >= 60% below even DP on K80/T4 + V
 Synthetic instances get budgets calibrated between their cheapest and fastest plans
 (solver.offline.calibrate_budgets), so that the budgets bind.
 
-V has units (budget units per second) and the queues are in raw budget units (USD, J), so a
-useful V depends on the budgets' scale: money per iteration is ~1e-4 USD, so the money queue
-only matters for V ~ 1e-8..1e-5, while energy (~1e2 J) tolerates far larger V. The sweep is
-therefore logarithmic over 1e-8..1e6; the policy table uses, per instance, the sweep's fastest
-V whose overshoot is within 1%; the long run recommends the largest V within 1% at its horizon.
+Queues are in units of their budget (solver.queues), so V weighs one second of batch time
+against one budget's worth of cost, whatever the units (USD, J). The sweep is logarithmic over
+0.01..100; the policy table uses, per instance, the sweep's fastest V whose overshoot is within
+1%; the long run recommends the largest V within 1% at its horizon.
 """
 from __future__ import annotations
 
@@ -279,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     q = args.quick
     t0 = time.perf_counter()
-    Vs = [1e-8, 1e-6, 1e-4, 1e-2, 1.0, 1e2, 1e4] if q else [10.0 ** e for e in range(-8, 7)]
+    Vs = [0.03, 0.3, 1.0, 3.0, 30.0] if q else [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]
 
     log("V sweep")
     insts = bench_instances(q)
@@ -287,12 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Vinst = {i.name: pick_V(sweep, i) for i in insts}
     log("long run")
     long = long_run(args.long_slots or (150 if q else 1000),
-                    [1e-7, 1e-5] if q else [1e-8, 1e-7, 1e-6, 1e-5, 1e-4], out)
+                    [0.3, 3.0] if q else [0.1, 0.3, 1.0, 3.0, 10.0], out)
     Vrec = float(long.loc[long.recommended, "V"].iloc[0])
     log(f"policies (V per instance: {Vinst})")
     pol = policies_side_by_side(insts, Vinst, out)
     log("online vs offline")
-    off = online_vs_offline(range(3) if q else range(6), [1e-7, 1e-5, 1e-3] if q else [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3],
+    off = online_vs_offline(range(3) if q else range(6), [0.1, 1.0, 10.0] if q else [0.03, 0.1, 0.3, 1.0, 3.0, 10.0],
                             out, slots=6 if q else 10)
     log("heterogeneous vs even DP")
     het = hetero_gain(range(2) if q else range(6), 4 if q else 10, out)

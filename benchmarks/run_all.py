@@ -35,8 +35,8 @@ INSTANCES = ROOT / "instances"
 QUICK_SLOTS = 5
 LARGE_N = 64                     # instances with at least this many devices skip compare in --quick
 TIME_LIMIT_S = {True: 240, False: 3600}   # per benchmark module (quick, full)
-V_DEFAULT = 10.0
-V_EXTRA = (1e2, 1e3, 1e4, 1e5)   # "ours" is also run at these V (budget units differ per instance)
+V_DEFAULT = 1.0
+V_EXTRA = (0.1, 0.3, 3.0, 10.0)   # "ours" is also run at these V (queues are in budget units)
 
 _LAUNCH = """
 import inspect, sys
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small subset: under 10 minutes on 2 cores")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="output folder (default results/bench)")
-    ap.add_argument("--V", type=float, default=V_DEFAULT, help="V of the policy comparison (default 10)")
+    ap.add_argument("--V", type=float, default=V_DEFAULT, help="V of the policy comparison (default 1)")
     ap.add_argument("--only", default="", help="comma-separated subset of modules (and/or 'compare')")
     ap.add_argument("--workers", type=int, default=2, help="processes for the policy comparison (default 2)")
     args = ap.parse_args(argv)

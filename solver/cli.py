@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="online controller over an instance; per-slot table, CSV/JSON, plots")
     r.add_argument("instance", nargs="?", help=f"instance TOML (default: {DEFAULT_INSTANCE.name})")
-    r.add_argument("--V", type=float, default=10.0, help="drift-plus-penalty weight of batch time (default 10)")
+    r.add_argument("--V", type=float, default=1.0, help="drift-plus-penalty weight: seconds of batch time against budgets' worth of cost (default 1)")
     r.add_argument("--policy", default="ours", help="ours | even-dp | lb-bsp | gpipe | dapple | pipedream | "
                                                     "hetpipe | frozen | shares-only | cuts-only | v-inf | v-zero")
     r.add_argument("--out", default="results", help="output folder (default results/)")
@@ -155,14 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("solve", help="one slot's plan, shown readably")
     s.add_argument("instance")
     s.add_argument("--slot", type=int, required=True, help="0-based slot index")
-    s.add_argument("--V", type=float, default=10.0)
+    s.add_argument("--V", type=float, default=1.0)
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
     s.set_defaults(func=cmd_solve)
 
     c = sub.add_parser("compare", help="every policy side by side (table + plot)")
     c.add_argument("instance", nargs="?")
-    c.add_argument("--V", type=float, default=10.0)
+    c.add_argument("--V", type=float, default=1.0)
     c.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     c.add_argument("--out", default="results")
     c.add_argument("--no-plots", action="store_true")

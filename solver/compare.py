@@ -11,7 +11,7 @@ POLICIES = ("ours", "even-dp", "lb-bsp", "gpipe", "dapple", "pipedream", "hetpip
             "frozen", "shares-only", "cuts-only", "v-inf", "v-zero")
 
 
-def compare_policies(instance: Instance, V: float = 10.0, policies: Sequence[str] | None = None,
+def compare_policies(instance: Instance, V: float = 1.0, policies: Sequence[str] | None = None,
                      progress: Callable[[str], Callable[[int, int], None]] | None = None) -> pd.DataFrame:
     """One row per policy: average batch time (s), its ratio to even DP and to ours,
     average cost and overshoot per budget, infeasible slots. Runs each policy online."""

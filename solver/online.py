@@ -191,7 +191,7 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
     return row
 
 
-def run_online(instance: Instance, V: float = 10.0, policy: str | Policy = "ours", *, options: Any = None,
+def run_online(instance: Instance, V: float = 1.0, policy: str | Policy = "ours", *, options: Any = None,
                replan: bool = True, iterations_per_slot: int = 100, state_path: str | os.PathLike | None = None,
                start: int = 0, stop: int | None = None,
                progress: Callable[[int, int], None] | None = None,

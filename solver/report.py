@@ -21,8 +21,8 @@ def plot_run(df: pd.DataFrame, instance: Instance, out: Path) -> list[Path]:
     budgets = instance.budgets
     fig, axes = plt.subplots(2 + len(budgets), 1, figsize=(8, 2.2 * (2 + len(budgets))), sharex=True)
     axes[0].plot(df["slot"], df["batch_time"], marker=".", label="batch time")
-    if "migration_time" in df:
-        axes[0].plot(df["slot"], df["batch_time"] + df["migration_time"], ls=":", label="+ amortised migration")
+    if "charged_time" in df:
+        axes[0].plot(df["slot"], df["charged_time"], ls=":", label="+ amortised migration")
     axes[0].set_ylabel("seconds")
     axes[0].legend(fontsize=8)
     for ax, b in zip(axes[1:], budgets):
