@@ -64,13 +64,20 @@ def mip(inst: tuple) -> float:
     return h.getInfo().objective_function_value
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--out", default="results/bench", help="folder of shares_speed.csv")
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--B", type=int, default=1024)
     ap.add_argument("--u", type=int, default=4)
     ap.add_argument("--mip-reps", type=int, default=20)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.reps, args.mip_reps = min(args.reps, 60), min(args.mip_reps, 4)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
     rng = np.random.default_rng(0)
     persistent, rebuilt = ShareLP(), ShareLP(persistent=False)
     cols = ["shares persist", "shares rebuilt", "int only", "LP persist", "LP rebuilt", "MIP"]
@@ -90,7 +97,14 @@ def main() -> None:
                     timed(mip, insts, max(1, args.mip_reps if m <= 16 else args.mip_reps // 4))]
             print(f"{m:>3} {'!=0' if with_q else '0':>4} "
                   + " ".join(f"{md:>8.0f} /{p95:>7.0f}" for md, p95 in rows), flush=True)
+            for c, (md, p95) in zip(cols, rows):
+                records.append({"m": m, "q": "!=0" if with_q else "0", "method": c,
+                                "median_us": md, "p95_us": p95})
+    import pandas as pd
+    pd.DataFrame(records).to_csv(out / "shares_speed.csv", index=False)
+    print(f"wrote {out / 'shares_speed.csv'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

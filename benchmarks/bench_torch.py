@@ -22,15 +22,19 @@ from solver.torch_adapter.demo import SLOWDOWNS, measure, plan_for, scenario, ta
 from solver.torch_adapter.emulate import even_dp  # noqa: E402
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer iterations per plan")
+    ap.add_argument("--out", default="results/bench", help="folder of torch_timing.csv")
     ap.add_argument("--steps", type=int, default=6, help="iterations per plan per slot")
     ap.add_argument("--t-ref", type=float, default=3e-3, help="reference seconds per sample per forward pass")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     ap.add_argument("--plans", choices=("solver", "brute"), default="solver")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.steps = min(a.steps, 4)
     how = a.plans if a.plans == "brute" or importlib.util.find_spec("solver.search") else "brute"
     model, inst = scenario(a.batch, a.micro_batch, a.t_ref, len(SLOWDOWNS))
     cands = [{how: plan_for(inst.state(t), how), "hand": plan_for(inst.state(t), "hand"),
@@ -51,6 +55,12 @@ def main() -> int:
         print(f"slot {t}: {how} vs evenDP speed-up measured {d.measured_s / p.measured_s:.2f}x, "
               f"predicted {d.predicted_s / p.predicted_s:.2f}x")
     print(f"re-plan seconds (median): {statistics.median(res.migrate_s[1:]):.4f}; wall {wall:.1f} s")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import pandas as pd
+    pd.DataFrame([{"slot": r.slot, "plan": r.label, "predicted_s": r.predicted_s, "measured_s": r.measured_s,
+                   "error": r.error} for r in rows]).to_csv(out / "torch_timing.csv", index=False)
+    print(f"wrote {out / 'torch_timing.csv'}")
     return 0
 
 
