@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -86,13 +85,6 @@ def run_module(mod: str, quick: bool, out: Path) -> dict:
     return {"module": mod, "status": status, "seconds": round(dt, 1), "note": note}
 
 
-def truncate(inst, slots: int):
-    """The instance restricted to its first `slots` slots."""
-    s = min(slots, inst.num_slots)
-    return replace(inst, available=inst.available[:s], speed_factor=inst.speed_factor[:s],
-                   price=inst.price[:s], bandwidth=inst.bandwidth[:s])
-
-
 def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | None, str, float]:
     """compare_policies on one instance file: (name, table or None, error, seconds)."""
     from solver.compare import compare_policies
@@ -102,14 +94,8 @@ def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | N
     try:
         inst = load_instance(path)
         if quick:
-            inst = truncate(inst, QUICK_SLOTS)
-        table = compare_policies(inst, V=V)
-        table["V"] = V
-        extra = pd.DataFrame([ours_row(inst, v) for v in V_EXTRA if v != V])
-        table = pd.concat([table, extra], ignore_index=True)
-        even = table.loc[table.policy == "even-dp", "avg_batch_time_s"]
-        if len(even):
-            table["vs_even_dp_pct"] = 100.0 * (table.avg_batch_time_s / float(even.iloc[0]) - 1.0)
+            inst = inst.head(QUICK_SLOTS)
+        table = compare_policies(inst, V=V, extra_V=V_EXTRA)
         table.insert(0, "instance", inst.name)
         table.insert(1, "devices", inst.n)
         table.insert(2, "slots", inst.num_slots)
@@ -117,19 +103,6 @@ def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | N
         return inst.name, table, "", time.perf_counter() - t0
     except Exception as e:       # noqa: BLE001 - one broken instance must not stop the suite
         return Path(path).stem, None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
-
-
-def ours_row(inst, V: float) -> dict:
-    """One compare_policies-style row for policy "ours" at V (policy name "ours@V=<V>")."""
-    from solver.online import run_online, summarise
-    s = summarise(run_online(inst, V=V, policy="ours"), inst)
-    row = {"policy": f"ours@V={V:g}", "avg_batch_time_s": s["avg_batch_time"], "V": V}
-    for b in inst.budgets:
-        row[f"avg_{b.name}"] = s[f"avg_cost_{b.name}"]
-        row[f"{b.name}_limit"] = b.limit
-        row[f"{b.name}_overshoot_pct"] = 100.0 * s[f"overshoot_{b.name}"]
-    row["infeasible_slots"] = s.get("infeasible_slots", 0)
-    return row
 
 
 def instance_paths(quick: bool) -> list[Path]:

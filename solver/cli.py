@@ -37,9 +37,10 @@ def _progress(label: str):
     return report
 
 
-def _load(path: str | None):
+def _load(path: str | None, slots: int | None = None):
     from .instance import load_instance
-    return load_instance(path or DEFAULT_INSTANCE)
+    inst = load_instance(path or DEFAULT_INSTANCE)
+    return inst.head(slots) if slots else inst
 
 
 def _print_table(df, columns: Sequence[str] | None = None, max_rows: int = 60) -> None:
@@ -52,19 +53,17 @@ def _print_table(df, columns: Sequence[str] | None = None, max_rows: int = 60) -
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .online import run_online, summarise
-    inst = _load(args.instance)
+    inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name / args.policy
     out.mkdir(parents=True, exist_ok=True)
     df = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
                     state_path=out / "controller_state.json" if args.resumable else None,
                     progress=_progress(f"{inst.name} {args.policy} V={args.V:g}"))
-    first = inst.state(0)
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}), policy {args.policy}, V={args.V:g}")
     if "plan" in df.columns:
         print(f"\nplan of slot 0: {df['plan'].iloc[0]}")
-    _ = first
     cols = ["slot", "plan", "batch_time", "migration_time", *[c for c in df.columns if c.startswith("cost_")],
             *[c for c in df.columns if c.startswith("queue_") and c.endswith("_after")], "solve_time", "status"]
     print()
@@ -104,7 +103,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare_policies
-    inst = _load(args.instance)
+    inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name
     out.mkdir(parents=True, exist_ok=True)
     table = compare_policies(inst, V=args.V, policies=args.policies.split(",") if args.policies else None,
@@ -147,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", default="ours", help="ours | even-dp | lb-bsp | gpipe | dapple | pipedream | "
                                                     "hetpipe | frozen | shares-only | cuts-only | v-inf | v-zero")
     r.add_argument("--out", default="results", help="output folder (default results/)")
+    r.add_argument("--slots", type=int, help="only the first SLOTS slots")
     r.add_argument("--no-replan", action="store_true", help="ignore re-planning cost (the article's setting)")
     r.add_argument("--resumable", action="store_true", help="save controller state each slot; resume if present")
     r.add_argument("--no-plots", action="store_true")
@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--V", type=float, default=1.0)
     c.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     c.add_argument("--out", default="results")
+    c.add_argument("--slots", type=int, help="only the first SLOTS slots")
     c.add_argument("--no-plots", action="store_true")
     c.set_defaults(func=cmd_compare)
 

@@ -6,7 +6,7 @@ that the per-slot solver sees.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping
 
@@ -241,3 +241,11 @@ class Instance:
 
     def states(self):
         return (self.state(t) for t in range(self.num_slots))
+
+    def head(self, slots: int) -> "Instance":
+        """The same instance restricted to its first `slots` slots (at least one)."""
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        s = min(int(slots), self.num_slots)
+        return replace(self, available=self.available[:s], speed_factor=self.speed_factor[:s],
+                       price=self.price[:s], bandwidth=self.bandwidth[:s])
