@@ -52,7 +52,7 @@ def _print_table(df, columns: Sequence[str] | None = None, max_rows: int = 60) -
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .online import run_online, summarise
+    from .online import plan_from_json, run_online, summarise
     inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name / args.policy
     out.mkdir(parents=True, exist_ok=True)
@@ -62,8 +62,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}), policy {args.policy}, V={args.V:g}")
-    if "plan" in df.columns:
-        print(f"\nplan of slot 0: {df['plan'].iloc[0]}")
+    planned = df[df["plan_json"].notna()] if "plan_json" in df.columns else df.iloc[:0]
+    if len(planned):
+        t = int(planned["slot"].iloc[0])
+        print(f"\nplan of slot {t} (device[first layer:end layer] per stage, in pipeline order):")
+        print(plan_from_json(planned["plan_json"].iloc[0]).describe(inst.state(t)))
     cols = ["slot", "plan", "batch_time", "migration_time", *[c for c in df.columns if c.startswith("cost_")],
             *[c for c in df.columns if c.startswith("queue_") and c.endswith("_after")], "solve_time", "status"]
     print()

@@ -21,6 +21,7 @@ micro-batch), matching `costmodel.share_cap`.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -52,26 +53,61 @@ class GroupArrays:
     cache: dict = field(default_factory=dict, repr=False)
 
 
+_STATE_CACHE: "weakref.WeakKeyDictionary[SlotState, dict]" = weakref.WeakKeyDictionary()
+_NEED_KEEP = 32        # memory-need matrices kept per state (one per share)
+_ARRAYS_KEEP = 4096    # GroupArrays kept per state
+
+
+def state_cache(state: SlotState) -> dict:
+    """A per-state scratch dict (dropped with the state): prefix-sum derived arrays that do not
+    depend on the group, shared by the cut DPs, the baselines and the search."""
+    c = _STATE_CACHE.get(state)
+    if c is None:
+        c = _STATE_CACHE[state] = {}
+    return c
+
+
+def _need(state: SlotState, s: int) -> np.ndarray:
+    """(L+1, L+1) bytes a stage a..c-1 needs for s samples (cached per state and share)."""
+    cache = state_cache(state).setdefault("need", {})
+    need = cache.get(s)
+    if need is None:
+        wl = state.workload
+        pp, sp = state.param_prefix, state.stash_prefix
+        # fits iff free >= 0 and free >= (s - 1e-9 u) H, free = M - k_opt P (as share_cap rounds)
+        need = wl.opt_factor * (pp[None, :] - pp[:, None]) + (s - 1e-9 * wl.micro_batch) * (sp[None, :] - sp[:, None])
+        if len(cache) >= _NEED_KEEP:
+            cache.pop(next(iter(cache)))
+        cache[s] = need
+    return need
+
+
 def group_arrays(state: SlotState, devices: Sequence[int], min_share: int | None = None) -> GroupArrays | None:
-    """Arrays of an ordered group, or None when it has no device or more devices than layers."""
+    """Arrays of an ordered group, or None when it has no device or more devices than layers
+    (cached per state, devices and share: the DPs' scratch matrices are kept with them)."""
     wl = state.workload
     L, u = wl.num_layers, wl.micro_batch
-    d = np.asarray(devices, dtype=int)
-    k = len(d)
+    k = len(devices)
     if k == 0 or k > L:
         return None
     s = u if (min_share is None or k == 1) else max(int(min_share), u)
-    pp, sp = state.param_prefix, state.stash_prefix
-    # fits iff free >= 0 and free >= (s - 1e-9 u) H, free = M - k_opt P (as share_cap rounds)
-    need = wl.opt_factor * (pp[None, :] - pp[:, None]) + (s - 1e-9 * u) * (sp[None, :] - sp[:, None])
+    key = (tuple(int(x) for x in devices), s)
+    arrays = state_cache(state).setdefault("arrays", {})
+    ga = arrays.get(key)
+    if ga is not None:
+        return ga
+    d = np.asarray(key[0], dtype=int)
     mem = np.array([state.devices[i].memory_bytes for i in d], dtype=float)
     lam = np.full((max(k - 1, 0), L + 1), INF)
     if k > 1:
         bw = state.bandwidth[d[:-1], d[1:]]
         lat = state.latency[d[:-1], d[1:]] / u
         lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
-    return GroupArrays(tuple(int(x) for x in d), L, u, state.fwd_prefix[d], state.bwd_prefix[d],
-                       lam, need, mem)
+    ga = GroupArrays(key[0], L, u, state.fwd_prefix[d], state.bwd_prefix[d], lam, _need(state, s), mem)
+    if len(arrays) >= _ARRAYS_KEEP:
+        arrays.pop(next(iter(arrays)))
+    arrays[key] = ga
+    return ga
 
 
 Constraint = tuple[np.ndarray, np.ndarray, float, bool]
@@ -99,6 +135,23 @@ def _fits(ga: GroupArrays, j: int) -> np.ndarray:
     return m
 
 
+def _stage_costs(ga: GroupArrays, prefix: np.ndarray) -> list[np.ndarray]:
+    """Per stage j, the window matrix prefix[j, c] - prefix[j, a], inf where the stage is empty
+    or does not fit in memory (cached on the group while `prefix` is alive in the cache)."""
+    key = ("cost", id(prefix))
+    hit = ga.cache.get(key)
+    if hit is not None and hit[0] is prefix:
+        return hit[1]
+    k, L = len(ga.devices), ga.L
+    mats = []
+    for j in range(k):
+        a_lo, a_hi, c_lo, c_hi = _stage_window(j, k, L)
+        v = prefix[j, c_lo:c_hi][None, :] - prefix[j, a_lo:a_hi][:, None]
+        mats.append(np.where(_fits(ga, j), v, INF))
+    ga.cache[key] = (prefix, mats)
+    return mats
+
+
 def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
                constraints: Sequence[Constraint] = (), minsum: bool = False
                ) -> tuple[float, Cuts | None]:
@@ -106,27 +159,32 @@ def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
     over boundaries of bound[j, c], every stage non-empty and within memory, subject to the
     constraints. Returns (value, cuts) or (inf, None). O(k (L-k+1)^2)."""
     k, L = len(ga.devices), ga.L
+    costs = _stage_costs(ga, prefix)
+    cons = [(_stage_costs(ga, cp), cb, lim, strict) for cp, cb, lim, strict in constraints]
+    finite_lam = ga.cache.get("lamok")
+    if finite_lam is None:
+        finite_lam = ga.cache["lamok"] = np.isfinite(ga.lam)
     dp = np.zeros(0)
     back = []
     for j in range(k):
         a_lo, a_hi, c_lo, c_hi = _stage_window(j, k, L)
-        ok = _fits(ga, j)
-        for cp, _, lim, strict in constraints:
-            v = cp[j, c_lo:c_hi][None, :] - cp[j, a_lo:a_hi][:, None]
-            ok = ok & ((v < lim) if strict else (v <= lim))
-        cost = np.where(ok, prefix[j, c_lo:c_hi][None, :] - prefix[j, a_lo:a_hi][:, None], INF)
+        cost = costs[j]
+        for cm, _, lim, strict in cons:
+            if lim == INF and not strict:
+                continue
+            cost = np.where((cm[j] < lim) if strict else (cm[j] <= lim), cost, INF)
         if j == 0:
             dp = cost[0]                        # ends c = 1 .. (or L when k == 1)
             continue
         b = bound[j - 1, a_lo:a_hi]             # boundary after stage j-1, which ends at a
-        bok = np.isfinite(ga.lam[j - 1, a_lo:a_hi])
-        for _, cb, lim, strict in constraints:
+        bok = finite_lam[j - 1, a_lo:a_hi]
+        for _, cb, lim, strict in cons:
             bv = cb[j - 1, a_lo:a_hi]
             bok = bok & ((bv < lim) if strict else (bv <= lim))
         prev = np.where(bok, (dp + b) if minsum else np.maximum(dp, b), INF)
         cand = (prev[:, None] + cost) if minsum else np.maximum(prev[:, None], cost)
         arg = np.argmin(cand, axis=0)
-        dp = cand[arg, np.arange(c_hi - c_lo)]
+        dp = np.take_along_axis(cand, arg[None, :], axis=0)[0]
         back.append(arg)
     val = float(dp[-1])                         # the last stage ends at L
     if not np.isfinite(val):
