@@ -32,14 +32,39 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .costmodel import evaluate, share_cap
-from .cuts import balanced_cuts, group_arrays, min_bottleneck_cuts, _minmax_dp
+from .costmodel import Evaluation, evaluate, share_cap
+from .cuts import balanced_cuts, group_arrays, min_bottleneck_cuts, state_cache, _minmax_dp
 from .model import SlotState
 from .plan import Group, Plan
 
 
 def _checked(plan: Plan | None, state: SlotState) -> Plan | None:
     return plan if plan is not None and not plan.validate(state) else None
+
+
+def evaluation(plan: Plan, state: SlotState) -> Evaluation:
+    """costmodel.evaluate, cached per state and plan (baselines and search share it)."""
+    cache = state_cache(state).setdefault("evaluations", {})
+    ev = cache.get(plan)
+    if ev is None:
+        ev = cache[plan] = evaluate(plan, state)
+    return ev
+
+
+def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]],
+                            cutter: Callable[[SlotState, Sequence[int], int], tuple[int, ...] | None]
+                            ) -> Plan | None:
+    """_equal_groups without Plan.validate: the cutters guarantee memory for each share, the
+    chunks are distinct available devices (the caller validates the plan it keeps)."""
+    wl = state.workload
+    shares = even_split(len(chunks), wl.batch, wl.micro_batch)
+    groups = []
+    for ch, s in zip(chunks, shares):
+        cuts = cutter(state, ch, s)
+        if cuts is None:
+            return None
+        groups.append(Group(tuple(ch), cuts, s))
+    return Plan(tuple(groups))
 
 
 def per_sample_time(state: SlotState, d: int) -> float:
@@ -147,9 +172,9 @@ def dapple(state: SlotState) -> Plan | None:
     best, best_t = None, np.inf
     for m, k in _configs(state):
         chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
-        plan = _equal_groups(state, chunks, lambda s, ch, b: balanced_cuts(s, ch, min_share=b))
-        if plan is not None:
-            t = evaluate(plan, state).batch_time
+        plan = _unchecked_equal_groups(state, chunks, lambda s, ch, b: balanced_cuts(s, ch, min_share=b))
+        if plan is not None and not plan.validate(state):
+            t = evaluation(plan, state).batch_time
             if t < best_t:
                 best, best_t = plan, t
     return best
@@ -174,7 +199,9 @@ def _blind_cuts(state: SlotState, devices: Sequence[int], share: int, bw: float,
     L = wl.num_layers
     comm = np.full_like(ga.lam, np.inf)
     comm[:, 1:L] = 2.0 * (wl.out_bytes[None, : L - 1] / bw + lat / wl.micro_batch)
-    return _minmax_dp(ga, stage, comm)
+    out = _minmax_dp(ga, stage, comm)
+    ga.cache.pop(("cost", id(stage)), None)
+    return out
 
 
 def pipedream(state: SlotState) -> Plan | None:
@@ -266,7 +293,7 @@ def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Pla
     for p in cands:
         if p.validate(state):
             continue
-        ev = evaluate(p, state)
+        ev = evaluation(p, state)
         k = (float(np.dot(w, ev.costs)) if len(w) else 0.0, ev.batch_time)
         if key is None or k < key:
             best, key = p, k

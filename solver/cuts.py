@@ -55,7 +55,7 @@ class GroupArrays:
 
 _STATE_CACHE: "weakref.WeakKeyDictionary[SlotState, dict]" = weakref.WeakKeyDictionary()
 _NEED_KEEP = 32        # memory-need matrices kept per state (one per share)
-_ARRAYS_KEEP = 4096    # GroupArrays kept per state
+_ARRAYS_BYTES = 256 << 20   # rough bytes of GroupArrays (with their DP scratch) kept per state
 
 
 def state_cache(state: SlotState) -> dict:
@@ -104,8 +104,13 @@ def group_arrays(state: SlotState, devices: Sequence[int], min_share: int | None
         lat = state.latency[d[:-1], d[1:]] / u
         lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
     ga = GroupArrays(key[0], L, u, state.fwd_prefix[d], state.bwd_prefix[d], lam, _need(state, s), mem)
-    if len(arrays) >= _ARRAYS_KEEP:
-        arrays.pop(next(iter(arrays)))
+    size = 48 * k * (L - k + 2) ** 2 + 1024    # fits masks and up to five cost-matrix sets
+    sc = state_cache(state)
+    used = sc.get("arrays_bytes", 0) + size
+    while arrays and used > _ARRAYS_BYTES:
+        old = arrays.pop(next(iter(arrays)))
+        used -= 48 * len(old.devices) * (old.L - len(old.devices) + 2) ** 2 + 1024
+    sc["arrays_bytes"] = used
     arrays[key] = ga
     return ga
 
@@ -184,7 +189,7 @@ def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
         prev = np.where(bok, (dp + b) if minsum else np.maximum(dp, b), INF)
         cand = (prev[:, None] + cost) if minsum else np.maximum(prev[:, None], cost)
         arg = np.argmin(cand, axis=0)
-        dp = np.take_along_axis(cand, arg[None, :], axis=0)[0]
+        dp = cand.min(axis=0)
         back.append(arg)
     val = float(dp[-1])                         # the last stage ends at L
     if not np.isfinite(val):
@@ -197,9 +202,25 @@ def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
     return val, tuple(reversed(cuts))
 
 
+def _work(ga: GroupArrays) -> np.ndarray:
+    """Fp + Gp (cached on the group)."""
+    w = ga.cache.get("work")
+    if w is None:
+        w = ga.cache["work"] = ga.Fp + ga.Gp
+    return w
+
+
 def _alpha_frontier(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
     """The (X, Y) Pareto points visited while minimising alpha = X + Y exactly, in order of
-    increasing Y; the last points may be cut short by the bound (see module docstring)."""
+    increasing Y; the last points may be cut short by the bound (see module docstring).
+    Cached on the group."""
+    pts = ga.cache.get("frontier")
+    if pts is None:
+        pts = ga.cache["frontier"] = _alpha_frontier_uncached(ga)
+    return pts
+
+
+def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
     Fp, Gp, lam = ga.Fp, ga.Gp, ga.lam
     a_min, _ = _minmax_dp(ga, Fp, lam)
     if not np.isfinite(a_min):
@@ -227,7 +248,11 @@ def _cached_arrays(state: SlotState, devices: Sequence[int], min_share: int | No
 
 def _single(state: SlotState, devices: Sequence[int], min_share: int | None) -> Cuts | None:
     L = state.workload.num_layers
-    return (L,) if share_cap(state, devices, (L,)) >= state.workload.micro_batch else None
+    single = state_cache(state).setdefault("single", {})
+    d = int(devices[0])
+    if d not in single:
+        single[d] = (L,) if share_cap(state, (d,), (L,)) >= state.workload.micro_batch else None
+    return single[d]
 
 
 def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None,
@@ -267,18 +292,28 @@ def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_
     ga = _cached_arrays(state, devices, min_share, arrays)
     if ga is None:
         return []
+    hit = ga.cache.get(("fc", limit))
+    if hit is None:
+        hit = ga.cache[("fc", limit)] = tuple(_frontier_cuts(state, devices, limit, ga))
+    return list(hit)
+
+
+def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: GroupArrays) -> list[Cuts]:
     pts = _alpha_frontier(ga)
     if not pts:
         return []
     found = {p[2] for p in pts}
-    work = ga.Fp + ga.Gp
+    work = _work(ga)
+    lam2 = ga.cache.get("lam2")
+    if lam2 is None:
+        lam2 = ga.cache["lam2"] = 2.0 * ga.lam
     for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:2]:
         for r in RELAX:
             cons = [(ga.Fp, ga.lam, r * a, False), (ga.Gp, ga.lam, r * b, False)]
-            _, cuts = _minmax_dp(ga, work, 2.0 * ga.lam, cons, minsum=True)
+            _, cuts = _minmax_dp(ga, work, lam2, cons, minsum=True)
             if cuts is not None:
                 found.add(cuts)
-    _, cuts = _minmax_dp(ga, work, 2.0 * ga.lam, minsum=True)
+    _, cuts = _minmax_dp(ga, work, lam2, minsum=True)
     if cuts is not None:
         found.add(cuts)
     scored = sorted((alpha_beta(state, devices, c) + (c,) for c in found), key=lambda t: (t[0], t[1]))
@@ -303,7 +338,10 @@ def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | Non
     ga = group_arrays(state, devices, min_share)
     if ga is None:
         return None
-    d = list(devices)
-    w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
-    _, cuts = _minmax_dp(ga, np.broadcast_to(w, ga.Fp.shape), np.zeros_like(ga.lam))
-    return cuts
+    if "balanced" not in ga.cache:
+        d = list(devices)
+        w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
+        wb = np.broadcast_to(w, ga.Fp.shape)
+        _, ga.cache["balanced"] = _minmax_dp(ga, wb, np.zeros_like(ga.lam))
+        ga.cache.pop(("cost", id(wb)), None)
+    return ga.cache["balanced"]

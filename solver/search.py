@@ -42,8 +42,11 @@ class SolveOptions:
     """exact: use the exhaustive oracle (n <= 6); max_groups: at most this many groups;
     local_search: improve by local moves; frontier: cut sets per group tried in the polish;
     replan: charge migration from previous_plan; iterations_per_slot: iterations the migration
-    time is amortised over; keep_candidates: return every scored plan; time_limit_s: soft
-    limit on the search (seconds; the baselines are always scored)."""
+    time is amortised over; keep_candidates: return every scored plan; max_structures:
+    deterministic work budget, the most structures the search tries after the fixed candidates
+    (work units, see default_work_budget; None: default_work_budget(n, L)); time_limit_s: optional extra wall-clock limit (seconds,
+    opt-in: it makes results depend on machine load); the fixed candidates (baselines, cheapest,
+    previous plan) are always scored."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -53,6 +56,7 @@ class SolveOptions:
     iterations_per_slot: int = 100
     keep_candidates: bool = False
     time_limit_s: float | None = None
+    max_structures: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,20 @@ class Scorer:
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
         self.deadline = math.inf
+        self.budget = math.inf          # structures the search may still try (work budget)
+        self.tries = 0
+        idx = np.asarray(state.available_indices, dtype=int)
+        self._inv_fwd = np.zeros(state.n)
+        self._inv_bwd = np.zeros(state.n)
+        if len(idx):
+            self._inv_fwd[idx] = 1.0 / np.maximum(state.fwd_prefix[idx, self.L], 1e-300)
+            self._inv_bwd[idx] = 1.0 / np.maximum(state.bwd_prefix[idx, self.L], 1e-300)
+        self._w_dev = np.zeros(state.n)    # per device: price / idle-power weight in W
+        for k, b in enumerate(state.budgets):
+            if Q[k] > 0 and b.kind == "money":
+                self._w_dev += Q[k] * np.asarray(state.price, dtype=float)
+            elif Q[k] > 0 and b.kind == "energy":
+                self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
         self.all_orders_up_to = 4 if len(state.available_indices) <= 6 and self.L <= 24 else 0
         self.best: Scored | None = None
         self.pool: list[Scored] = []
@@ -141,20 +159,33 @@ class Scorer:
     def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
         key = (devices, min_share)
         if key not in self._cuts:
+            self.tries += self.cut_work(len(devices))
             self._cuts[key] = min_bottleneck_cuts(self.state, devices, min_share)
         return self._cuts[key]
 
     def frontier(self, devices: Ordered, min_share: int | None = None) -> list[tuple[int, ...]]:
         key = (devices, min_share)
         if key not in self._frontier:
+            self.tries += 2 * self.cut_work(len(devices))
             self._frontier[key] = frontier_cuts(self.state, devices, self.opt.frontier, min_share)
         return self._frontier[key]
+
+    def cut_work(self, k: int) -> float:
+        """Work units (one unit ~ scoring one structure) of the cut DPs of a k-device group:
+        a few DPs of k stages over (L - k + 1)^2 (start, end) pairs."""
+        if k <= 1:
+            return 0.0
+        return k * (0.8 + (self.L - k + 1) ** 2 / 4000.0)
 
     def sync(self, s: Structure) -> float:
         v = self._sync.get(s)
         if v is None:
-            v = self._sync[s] = sync_time(self.state, s)
+            v = self._sync[s] = fast_sync_time(self.state, s)
         return v
+
+    def exhausted(self) -> bool:
+        """True when the work budget (or the opt-in wall-clock limit) is spent."""
+        return self.tries >= self.budget or (self.deadline < math.inf and time.perf_counter() > self.deadline)
 
     def device_bound(self, groups: Sequence[Ordered]) -> float:
         """A lower bound on the objective of any cuts and shares of these device groups:
@@ -162,24 +193,19 @@ class Scorer:
         speed, measured times: per-layer fastest member over k) and W from device prices and
         idle powers (busy energy and F are >= 0)."""
         st = self.state
-        L = self.L
         inv = 0.0
-        used = []
+        used: list[int] = []
+        measured = bool(st.workload.measured)
         for g in groups:
             d = list(g)
             used += d
-            if not st.workload.measured:
-                a = 1.0 / float(np.sum(1.0 / st.fwd_prefix[d, L])) + 1.0 / float(np.sum(1.0 / st.bwd_prefix[d, L]))
+            if not measured:
+                a = 1.0 / float(self._inv_fwd[d].sum()) + 1.0 / float(self._inv_bwd[d].sum())
             else:
                 a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
                      + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
             inv += 1.0 / a if a > 0 else math.inf
-        W = self.V
-        for k, b in enumerate(st.budgets):
-            if self.Q[k] > 0 and b.kind == "money":
-                W += self.Q[k] * float(st.price[used].sum())
-            elif self.Q[k] > 0 and b.kind == "energy":
-                W += self.Q[k] * float(sum(st.devices[i].idle_power_w for i in used))
+        W = self.V + float(self._w_dev[used].sum())
         return W * self.B / inv if inv > 0 else 0.0
 
     # ---- scoring ------------------------------------------------------------------------
@@ -194,6 +220,7 @@ class Scorer:
             return self._seen[key]
         if self.opt.max_groups is not None and len(s) > self.opt.max_groups:
             return None
+        self.tries += 1
         gcs = [self.coeffs(d, c) for d, c in s]
         m = len(gcs)
         if m > self.B // self.u or any(g.cap < self.u for g in gcs):
@@ -246,7 +273,7 @@ class Scorer:
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
         for a larger share and score again."""
         groups = list(groups)
-        if prune and self.best is not None and (time.perf_counter() > self.deadline
+        if prune and self.best is not None and (self.exhausted()
                                                 or self.device_bound(groups) > self.best.objective):
             return None
         s = []
@@ -257,7 +284,7 @@ class Scorer:
         if not s:
             return None
         sc = self.score(tuple(s), source=source, prune=prune)
-        if time.perf_counter() > self.deadline:
+        if self.exhausted():
             return sc
         s2 = self.relieve_memory(tuple(s))
         if s2 is not None:
@@ -278,6 +305,8 @@ class Scorer:
         no cap binds or nothing changes."""
         if len(s) > self.B // self.u:
             return None
+        if all(self.coeffs(d, c).cap >= self.B for d, c in s):
+            return None            # no cap can bind
         want = self.wanted_shares(s)
         out, changed = [], False
         for (d, c), w in zip(s, want):
@@ -295,6 +324,33 @@ class Scorer:
             else:
                 out.append((d, c))
         return tuple(out) if changed else None
+
+
+def fast_sync_time(state: SlotState, structure: Structure) -> float:
+    """costmodel.sync_time without the per-layer holder matrix: every device holds one
+    contiguous layer range in one group, so two layers share a bucket exactly when no group
+    cuts between them: the buckets are the segments between the union of all cut points
+    (those without parameter bytes dropped). Same value up to float summation order."""
+    m = len(structure)
+    if m <= 1:
+        return 0.0
+    pp = state.param_prefix
+    cut_all = np.unique(np.concatenate([np.asarray(c, dtype=int) for _, c in structure]))
+    starts = np.concatenate([[0], cut_all[:-1]])
+    nbytes = pp[cut_all] - pp[starts]
+    keep = nbytes > 0
+    if not keep.any():
+        return 0.0
+    starts, nbytes = starts[keep], nbytes[keep]
+    cols = np.empty((m, len(starts)), dtype=int)
+    for gi, (d, c) in enumerate(structure):
+        cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
+    nxt = np.roll(cols, -1, axis=0)
+    bw = state.bandwidth[cols, nxt].min(axis=0)
+    lat = state.latency[cols, nxt].max(axis=0)
+    cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
+    per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)
+    return float(per_device.max())
 
 
 def better(a: Scored, b: Scored) -> bool:
@@ -462,7 +518,7 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
         best = cur
         seen: set = set()
         for name, ng in neighbours(state, groups, avail, max_depth):
-            if time.perf_counter() > deadline:
+            if sc.exhausted() or (deadline < math.inf and time.perf_counter() > deadline):
                 break
             key = frozenset(ng)
             if not ng or key in seen:
@@ -504,7 +560,7 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
 
             tried = set()
             for o, c in options():
-                if time.perf_counter() > deadline:
+                if sc.exhausted() or (deadline < math.inf and time.perf_counter() > deadline):
                     return cur
                 if (o, c) in tried:
                     continue
@@ -519,12 +575,18 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
 
 
 # ---- the solver ----
-def default_time_limit(n: int, L: int) -> float:
-    """Soft search budget (seconds) when SolveOptions.time_limit_s is None: generous for the
-    small slots the oracle checks, bounded for large pools (measured in bench_speed)."""
+def default_work_budget(n: int, L: int) -> int:
+    """Structures the search may try after the fixed candidates when
+    SolveOptions.max_structures is None (deterministic: the result does not depend on machine
+    load): generous for the small slots the oracle checks, bounded for large pools.
+    One work unit is scoring one structure; cutting a k-device group costs Scorer.cut_work(k)
+    units (so deep models spend the budget faster). Small slots (n <= 6) finish the whole search
+    well inside their budget (a few hundred units)."""
     if n <= 6:
-        return 2.0 if L <= 24 else 0.5
-    return 0.2 if n <= 8 else (0.4 if n <= 16 else 0.7)
+        return 5000
+    if n <= 8:
+        return 400
+    return 1500 if n <= 16 else 4000
 
 
 def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, message: str,
@@ -566,8 +628,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
     n = len(state.available_indices)
     small = n <= 6 and sc.L <= 24          # small slots: all orders of groups up to 4 devices
     max_depth = min(n, sc.L, 8 if n > 16 else 16)
-    limit = opt.time_limit_s if opt.time_limit_s is not None else default_time_limit(n, sc.L)
-    deadline = t0 + limit
+    deadline = t0 + opt.time_limit_s if opt.time_limit_s is not None else math.inf
     sc.deadline = deadline
 
     # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
@@ -583,9 +644,11 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
         sc.score(s, source=name + "+lp")
         if name == "previous":
             sc.score_groups([g.devices for g in p.groups], source="previous-recut", prune=False)
-    # 2. candidate families
+    # 2. candidate families (from here on the work budget counts)
+    sc.tries = 0
+    sc.budget = opt.max_structures if opt.max_structures is not None else default_work_budget(n, sc.L)
     for name, groups in families(state, sc, max_depth):
-        if time.perf_counter() > deadline:
+        if sc.exhausted():
             break
         sc.score_groups(groups, source=name)
     if sc.best is None:
@@ -597,7 +660,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
         starts = sorted({id(s): s for s in sc._seen.values() if s is not None}.values(),
                         key=lambda s: (s.objective, s.batch_time))[:3]
         for s in starts:
-            if time.perf_counter() > deadline:
+            if sc.exhausted():
                 break
             local_search(state, sc, s, max_depth, deadline)
         top = sorted({s.structure: s for s in sc._seen.values() if s is not None}.values(),
@@ -606,5 +669,5 @@ def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, 
             polish(state, sc, s, deadline, 4 if small else 2)
         local_search(state, sc, sc.best, max_depth, deadline, max_iter=5)
         polish(state, sc, sc.best, deadline, 4 if small else 2)
-    return _result(state, sc, Q, V, "feasible", f"tentative search: {sc.count} structures scored, "
+    return _result(state, sc, Q, V, "feasible", f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units), "
                    f"best from {sc.best.source}", t0)
