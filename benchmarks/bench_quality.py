@@ -34,11 +34,11 @@ def instance(i: int):
     L = int(rng.choice([4, 6, 8, 10]))
     scale = float(rng.choice([1.0, 10.0, 30.0]))
     state = random_state(10_000 + i, n=n, L=L, p_available=float(rng.choice([0.8, 1.0])), scale=scale)
-    Q = (0.0, 0.0) if i % 2 == 0 else (float(rng.uniform(0, 300)), float(rng.uniform(0, 0.01)))
+    Q = (0.0, 0.0) if i % 2 == 0 else (float(rng.uniform(0, 3)), float(rng.uniform(0, 3)))   # budget units
     return state, Q, dict(n=n, L=L, scale=scale)
 
 
-def run(count: int, V: float = 10.0) -> pd.DataFrame:
+def run(count: int, V: float = 1.0) -> pd.DataFrame:
     rows = []
     for i in range(count):
         state, Q, info = instance(i)
@@ -80,21 +80,22 @@ def summarise(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> pd.DataFrame:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("outdir", nargs="?", default="results/bench")
+    ap.add_argument("outdir", nargs="?", default=None, help="output folder (same as --out)")
+    ap.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
     ap.add_argument("--quick", action="store_true", help="30 instances")
     ap.add_argument("--instances", type=int, default=None)
     args = ap.parse_args(argv)
     count = args.instances or (30 if args.quick else 200)
     df = run(count)
-    out = Path(args.outdir)
+    out = Path(args.outdir or args.out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "quality.csv", index=False)
     print(summarise(df))
     print(f"wrote {out / 'quality.csv'}")
-    return df
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

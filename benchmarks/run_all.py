@@ -2,14 +2,12 @@
 
     python -m benchmarks.run_all [--quick] [--out results/bench]      (also: dynpar bench)
 
-1. each of benchmarks/bench_{quality,speed,online,shares,torch}.py that exists runs in its own
-   process as `main([--quick,] --out OUT)` (a `main()` without parameters gets the same
-   arguments through sys.argv; if argparse rejects --out, OUT is passed positionally), with a
-   time limit; a missing module or a failure is recorded,
-   never fatal;
+1. each of benchmarks/bench_{quality,speed,online,shares,torch}.py runs in its own process as
+   `python -m benchmarks.<module> [--quick] --out OUT`, with a time limit; a missing module or
+   a failure is recorded, never fatal;
 2. solver.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
    the first QUICK_SLOTS slots, and not the 64/256-device ones), plus "ours" at the V of V_EXTRA
-   (budgets in USD and J need different V) -> OUT/compare/<name>.csv and OUT/compare_all.csv;
+   (the V trade-off) -> OUT/compare/<name>.csv and OUT/compare_all.csv;
 3. benchmarks/make_report.py -> OUT/REPORT.md.
 OUT/bench_status.csv records what ran (module, status, seconds, note). Progress on stderr.
 """
@@ -37,26 +35,7 @@ TIME_LIMIT_S = {True: 240, False: 3600}   # per benchmark module (quick, full)
 V_DEFAULT = 1.0
 V_EXTRA = (0.1, 0.3, 3.0, 10.0)   # "ours" is also run at these V (queues are in budget units)
 
-_LAUNCH = """
-import inspect, sys
-sys.path.insert(0, {root!r})
-from benchmarks.{mod} import main
-args = sys.argv[1:]
-def call(a):
-    if inspect.signature(main).parameters:
-        return main(a)
-    sys.argv = [{mod!r}] + a
-    return main()
-try:
-    rc = call(args)
-except SystemExit as e:           # argparse rejected "--out DIR": try a positional output folder
-    if e.code != 2 or "--out" not in args:
-        raise
-    i = args.index("--out")
-    print("[bench] retrying with the output folder as a positional argument", file=sys.stderr)
-    rc = call(args[:i] + args[i + 2:] + [args[i + 1]])
-sys.exit(rc if isinstance(rc, int) else 0)
-"""
+
 
 
 def log(msg: str) -> None:
@@ -73,7 +52,7 @@ def run_module(mod: str, quick: bool, out: Path) -> dict:
     logfile = out / "logs" / f"{mod}.log"
     try:
         with logfile.open("w") as fh:
-            proc = subprocess.run([sys.executable, "-c", _LAUNCH.format(root=str(ROOT), mod=mod), *args],
+            proc = subprocess.run([sys.executable, "-m", f"benchmarks.{mod}", *args],
                                   cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=TIME_LIMIT_S[quick])
         status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
     except subprocess.TimeoutExpired:
@@ -85,16 +64,17 @@ def run_module(mod: str, quick: bool, out: Path) -> dict:
     return {"module": mod, "status": status, "seconds": round(dt, 1), "note": note}
 
 
-def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | None, str, float]:
-    """compare_policies on one instance file: (name, table or None, error, seconds)."""
+def compare_one(path: str, slots: int | None, V: float) -> tuple[str, pd.DataFrame | None, str, float]:
+    """compare_policies on one instance file (first `slots` slots, or all): (name, table or
+    None, error, seconds)."""
     from solver.compare import compare_policies
     from solver.instance import load_instance
 
     t0 = time.perf_counter()
     try:
         inst = load_instance(path)
-        if quick:
-            inst = inst.head(QUICK_SLOTS)
+        if slots:
+            inst = inst.head(slots)
         table = compare_policies(inst, V=V, extra_V=V_EXTRA)
         table.insert(0, "instance", inst.name)
         table.insert(1, "devices", inst.n)
@@ -105,24 +85,27 @@ def compare_one(path: str, quick: bool, V: float) -> tuple[str, pd.DataFrame | N
         return Path(path).stem, None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
 
 
-def instance_paths(quick: bool) -> list[Path]:
-    """Every instance TOML; in --quick without the large (>= 64 device) ones."""
+def instance_paths(quick: bool, names: set[str] | None = None) -> list[Path]:
+    """Every instance TOML (or those whose stem is in `names`); in --quick without the large
+    (>= 64 device) ones."""
     from solver.instance import load_instance
-    paths = sorted(INSTANCES.glob("*.toml"))
+    paths = [p for p in sorted(INSTANCES.glob("*.toml")) if not names or p.stem in names]
     if quick:
         paths = [p for p in paths if load_instance(p).n < LARGE_N]
     return paths
 
 
-def run_compare(quick: bool, out: Path, V: float, workers: int) -> dict:
+def run_compare(quick: bool, out: Path, V: float, workers: int, names: set[str] | None = None,
+                slots: int | None = None) -> dict:
     """Policy comparison on every instance, `workers` processes; writes compare/*.csv."""
     t0 = time.perf_counter()
     (out / "compare").mkdir(parents=True, exist_ok=True)
-    paths = instance_paths(quick)
-    log(f"compare_policies (V={V:g}) on {len(paths)} instances" + (f", first {QUICK_SLOTS} slots" if quick else ""))
+    paths = instance_paths(quick, names)
+    slots = slots or (QUICK_SLOTS if quick else None)
+    log(f"compare_policies (V={V:g}) on {len(paths)} instances" + (f", first {slots} slots" if slots else ""))
     tables, errors = [], []
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(compare_one, str(p), quick, V) for p in paths]
+        futures = [pool.submit(compare_one, str(p), slots, V) for p in paths]
         for f in futures:
             name, table, err, dt = f.result()
             if table is None:
@@ -146,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--V", type=float, default=V_DEFAULT, help="V of the policy comparison (default 1)")
     ap.add_argument("--only", default="", help="comma-separated subset of modules (and/or 'compare')")
     ap.add_argument("--workers", type=int, default=2, help="processes for the policy comparison (default 2)")
+    ap.add_argument("--instances", default="", help="comma-separated instance names for the comparison (default all)")
+    ap.add_argument("--slots", type=int, default=None, help="compare on the first SLOTS slots only")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -153,7 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows = [run_module(m, args.quick, out) for m in MODULES if not wanted or m in wanted]
     if not wanted or "compare" in wanted:
-        rows.append(run_compare(args.quick, out, args.V, args.workers))
+        rows.append(run_compare(args.quick, out, args.V, args.workers,
+                                set(filter(None, args.instances.split(","))), args.slots))
     total = time.perf_counter() - t0
     status = pd.DataFrame(rows)
     status.loc[len(status)] = {"module": "total", "status": "quick" if args.quick else "full",

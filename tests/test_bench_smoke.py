@@ -1,0 +1,21 @@
+"""CI smoke test of the benchmark suite on a small subset: the comparison runs, the report
+regenerates and shows every policy (the full `dynpar bench --quick` takes minutes)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from benchmarks.run_all import main
+
+
+def test_bench_smoke(tmp_path):
+    rc = main(["--only", "compare", "--instances", "default", "--slots", "2", "--workers", "1",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    table = pd.read_csv(tmp_path / "compare_all.csv")
+    assert {"ours", "even-dp", "lb-bsp", "gpipe", "dapple", "pipedream", "hetpipe"} <= set(table.policy)
+    assert (table.avg_batch_time_s > 0).all()
+    ours = float(table.loc[table.policy == "ours", "avg_batch_time_s"].iloc[0])
+    even = float(table.loc[table.policy == "even-dp", "avg_batch_time_s"].iloc[0])
+    assert ours < even
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "default" in report and "ours" in report
