@@ -128,78 +128,173 @@ def _stage_window(j: int, k: int, L: int) -> tuple[int, int, int, int]:
     return a_lo, a_hi, c_lo, c_hi
 
 
-def _fits(ga: GroupArrays, j: int) -> np.ndarray:
-    """Mask over stage j's window: non-empty and within the device's memory (cached)."""
-    m = ga.cache.get(j)
-    if m is None:
-        k = len(ga.devices)
-        a_lo, a_hi, c_lo, c_hi = _stage_window(j, k, ga.L)
-        m = ((np.arange(a_lo, a_hi)[:, None] < np.arange(c_lo, c_hi)[None, :])
-             & (ga.need[a_lo:a_hi, c_lo:c_hi] <= ga.mem[j]))
-        ga.cache[j] = m
-    return m
+def _strided(x: np.ndarray, r0: int, c0: int, shape: tuple, strides: tuple) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(x[r0:, c0:], shape=shape, strides=strides, writeable=False)
 
 
-def _stage_costs(ga: GroupArrays, prefix: np.ndarray) -> list[np.ndarray]:
-    """Per stage j, the window matrix prefix[j, c] - prefix[j, a], inf where the stage is empty
-    or does not fit in memory (cached on the group while `prefix` is alive in the cache)."""
-    key = ("cost", id(prefix))
+def _rows(x: np.ndarray, r0: int, n: int, w: int, off: int) -> np.ndarray:
+    """(n, w) strided view x[r0 + t, r0 + t + off + i] (no copy)."""
+    s0, s1 = x.strides
+    return _strided(x, r0, r0 + off, (n, w), (s0 + s1, s1))
+
+
+# Stage costs of a k-stage group are kept as three parts over windows of w = L - k + 1
+# positions: first (w,) stage 0 = layers 0..1+c'-1; mid (k-2, w, w) stage j = 1..k-2 starts at
+# a = j + a' and ends at c = j + 1 + c'; last (w,) stage k-1 starts at k-1+a' and ends at L.
+# Invalid stages (empty, over memory, or for k = 1 not ending at L) cost inf.
+
+
+def _penalty3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, mid, last) penalties: 0 where the stage is valid, inf elsewhere (cached)."""
+    pen = ga.cache.get("pen3")
+    if pen is None:
+        k, L = len(ga.devices), ga.L
+        w = L - k + 1
+        need, mem = ga.need, ga.mem
+        s0, s1 = need.strides
+        first = need[0, 1:w + 1] <= mem[0]
+        if k == 1:
+            first = first & (np.arange(w) == w - 1)
+        if k > 2:
+            r = np.arange(w)
+            mid = (r[:, None] <= r[None, :])[None, :, :] & (
+                _strided(need, 1, 2, (k - 2, w, w), (s0 + s1, s0, s1)) <= mem[1:k - 1, None, None])
+        else:
+            mid = np.zeros((0, w, w), dtype=bool)
+        last = need[k - 1:k - 1 + w, L] <= mem[k - 1] if k > 1 else np.zeros(0, dtype=bool)
+        pen = ga.cache["pen3"] = tuple(np.where(m, 0.0, INF) for m in (first, mid, last))
+    return pen
+
+
+def _win3(ga: GroupArrays, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, mid, last) stage values prefix[j, c] - prefix[j, a], inf where the stage is
+    invalid; cached on the group while `prefix` is alive in the cache. Fp and Gp share
+    stacked arrays (see _fg3)."""
+    if prefix is ga.Fp or prefix is ga.Gp:
+        i = 0 if prefix is ga.Fp else 1
+        return tuple(x[i] for x in _fg3(ga))
+    key = ("win3", id(prefix))
     hit = ga.cache.get(key)
     if hit is not None and hit[0] is prefix:
         return hit[1]
+    v = _win3_uncached(ga, prefix)
+    ga.cache[key] = (prefix, v)
+    return v
+
+
+def _win3_uncached(ga: GroupArrays, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     k, L = len(ga.devices), ga.L
-    mats = []
-    for j in range(k):
-        a_lo, a_hi, c_lo, c_hi = _stage_window(j, k, L)
-        v = prefix[j, c_lo:c_hi][None, :] - prefix[j, a_lo:a_hi][:, None]
-        mats.append(np.where(_fits(ga, j), v, INF))
-    ga.cache[key] = (prefix, mats)
-    return mats
+    w = L - k + 1
+    pf, pm, pl = _penalty3(ga)
+    first = (prefix[0, 1:w + 1] - prefix[0, 0]) + pf
+    if k > 2:
+        mid = (_rows(prefix, 1, k - 2, w, 1)[:, None, :] - _rows(prefix, 1, k - 2, w, 0)[:, :, None]) + pm
+    else:
+        mid = np.zeros((0, w, w))
+    last = (prefix[k - 1, L] - prefix[k - 1, k - 1:k - 1 + w]) + pl if k > 1 else np.zeros(0)
+    return first, mid, last
+
+
+def _fg3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_win3 of Fp and of Gp stacked on a leading axis of 2 (cached)."""
+    v = ga.cache.get("fg3")
+    if v is None:
+        f, g = _win3_uncached(ga, ga.Fp), _win3_uncached(ga, ga.Gp)
+        v = ga.cache["fg3"] = tuple(np.stack([a, b]) for a, b in zip(f, g))
+    return v
+
+
+def _bwin(ga: GroupArrays, bound: np.ndarray) -> np.ndarray:
+    """(k-1, w): bound[j-1, j + a'] for stage j = 1..k-1 starting at a' (the boundary before
+    it), inf where the link cost lam is not finite (cached like _win3)."""
+    key = ("bwin", id(bound))
+    hit = ga.cache.get(key)
+    if hit is not None and hit[0] is bound:
+        return hit[1]
+    k, L = len(ga.devices), ga.L
+    w = L - k + 1
+    lam = _rows(ga.lam, 0, k - 1, w, 1)
+    v = np.where(np.isfinite(lam), _rows(bound, 0, k - 1, w, 1), INF)
+    ga.cache[key] = (bound, v)
+    return v
+
+
+def _recurrence(cost: tuple, bnd: np.ndarray | None, minsum: bool) -> tuple[np.ndarray, list]:
+    """Forward pass over stages ((first, mid, last) costs, (..., k-1, w) boundary costs, any
+    leading axes): returns (the optimum (...), the per-stage `prev` vectors for _backtrack)."""
+    first, mid, last = cost
+    dp = first
+    prevs = []
+    buf = None
+    for j in range(1, mid.shape[-3] + 1):
+        b = bnd[..., j - 1, :]
+        prev = (dp + b) if minsum else np.maximum(dp, b)
+        prevs.append(prev)
+        c = mid[..., j - 1, :, :]
+        if buf is None:
+            buf = np.empty(c.shape)
+        if minsum:
+            np.add(prev[..., :, None], c, out=buf)
+        else:
+            np.maximum(prev[..., :, None], c, out=buf)
+        dp = buf.min(axis=-2)
+    if bnd is None:                             # one stage: it ends at L
+        return dp[..., -1], prevs
+    b = bnd[..., -1, :]
+    prev = (dp + b) if minsum else np.maximum(dp, b)
+    prevs.append(prev)
+    return ((prev + last) if minsum else np.maximum(prev, last)).min(axis=-1), prevs
+
+
+def _backtrack(cost: tuple, prevs: list, minsum: bool, L: int) -> Cuts:
+    """Cuts of the optimum of one forward pass: the first minimising start of each stage (as
+    a full argmin would pick)."""
+    first, mid, last = cost
+    k = mid.shape[0] + 2
+    p = prevs[-1]
+    i = int(np.argmin((p + last) if minsum else np.maximum(p, last)))    # last stage starts at k-1+i
+    out = [L, k - 1 + i]
+    for j in range(k - 2, 0, -1):
+        col = mid[j - 1, :, i]
+        p = prevs[j - 1]
+        i = int(np.argmin((p + col) if minsum else np.maximum(p, col)))   # stage j starts at j + i
+        out.append(j + i)
+    return tuple(reversed(out))
+
+
+def _constrained(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constraints: Sequence[Constraint]
+                 ) -> tuple[tuple, np.ndarray | None]:
+    k = len(ga.devices)
+    cost = _win3(ga, prefix)
+    bnd = _bwin(ga, bound) if k > 1 else None
+    for cp, cb, lim, strict in constraints:
+        if lim == INF and not strict:
+            continue
+        cm = _win3(ga, cp)
+        cost = tuple(np.where((m < lim) if strict else (m <= lim), x, INF) for m, x in zip(cm, cost))
+        if k > 1:
+            bv = _bwin(ga, cb)
+            bnd = np.where((bv < lim) if strict else (bv <= lim), bnd, INF)
+    return cost, bnd
 
 
 def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
-               constraints: Sequence[Constraint] = (), minsum: bool = False
+               constraints: Sequence[Constraint] = (), minsum: bool = False, cuts: bool = True
                ) -> tuple[float, Cuts | None]:
     """Minimise the max (with minsum: the sum) over stages of prefix[j, c] - prefix[j, a] and
     over boundaries of bound[j, c], every stage non-empty and within memory, subject to the
-    constraints. Returns (value, cuts) or (inf, None). O(k (L-k+1)^2)."""
-    k, L = len(ga.devices), ga.L
-    costs = _stage_costs(ga, prefix)
-    cons = [(_stage_costs(ga, cp), cb, lim, strict) for cp, cb, lim, strict in constraints]
-    finite_lam = ga.cache.get("lamok")
-    if finite_lam is None:
-        finite_lam = ga.cache["lamok"] = np.isfinite(ga.lam)
-    dp = np.zeros(0)
-    back = []
-    for j in range(k):
-        a_lo, a_hi, c_lo, c_hi = _stage_window(j, k, L)
-        cost = costs[j]
-        for cm, _, lim, strict in cons:
-            if lim == INF and not strict:
-                continue
-            cost = np.where((cm[j] < lim) if strict else (cm[j] <= lim), cost, INF)
-        if j == 0:
-            dp = cost[0]                        # ends c = 1 .. (or L when k == 1)
-            continue
-        b = bound[j - 1, a_lo:a_hi]             # boundary after stage j-1, which ends at a
-        bok = finite_lam[j - 1, a_lo:a_hi]
-        for _, cb, lim, strict in cons:
-            bv = cb[j - 1, a_lo:a_hi]
-            bok = bok & ((bv < lim) if strict else (bv <= lim))
-        prev = np.where(bok, (dp + b) if minsum else np.maximum(dp, b), INF)
-        cand = (prev[:, None] + cost) if minsum else np.maximum(prev[:, None], cost)
-        arg = np.argmin(cand, axis=0)
-        dp = cand.min(axis=0)
-        back.append(arg)
-    val = float(dp[-1])                         # the last stage ends at L
-    if not np.isfinite(val):
+    constraints. Returns (value, cuts) or (inf, None); with cuts=False only the value (cuts
+    None). O(k (L-k+1)^2), a few numpy calls per stage."""
+    cost, bnd = _constrained(ga, prefix, bound, constraints)
+    val, prevs = _recurrence(cost, bnd, minsum)
+    val = float(val)
+    if not val < INF:
         return INF, None
-    cuts = [L]
-    i = len(dp) - 1
-    for j in range(k - 1, 0, -1):
-        i = int(back[j - 1][i])                 # stage j starts at j + i, where stage j-1 ends
-        cuts.append(j + i)
-    return val, tuple(reversed(cuts))
+    if not cuts:
+        return val, None
+    if len(ga.devices) == 1:
+        return val, (ga.L,)
+    return val, _backtrack(cost, prevs, minsum, ga.L)
 
 
 def _work(ga: GroupArrays) -> np.ndarray:
@@ -222,14 +317,20 @@ def _alpha_frontier(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
 
 def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
     Fp, Gp, lam = ga.Fp, ga.Gp, ga.lam
-    a_min, _ = _minmax_dp(ga, Fp, lam)
-    if not np.isfinite(a_min):
+    # min X and min Y (no constraint) in one stacked pass
+    dp, _ = _recurrence(_fg3(ga), np.broadcast_to(_bwin(ga, lam), (2,) + _bwin(ga, lam).shape)
+                        if len(ga.devices) > 1 else None, False)
+    a_min, b_min = float(dp[0]), float(dp[1])
+    if not a_min < INF:
         return []
     points: list[tuple[float, float, Cuts]] = []
     best = INF
     a_lim, strict = INF, False
     while True:
-        b, _ = _minmax_dp(ga, Gp, lam, [(Fp, lam, a_lim, strict)])
+        if a_lim == INF and not strict:
+            b = b_min if b_min < INF else INF
+        else:
+            b, _ = _minmax_dp(ga, Gp, lam, [(Fp, lam, a_lim, strict)], cuts=False)
         if not np.isfinite(b) or b + a_min >= best:
             break
         a, cuts = _minmax_dp(ga, Fp, lam, [(Gp, lam, b, False)])
@@ -342,6 +443,8 @@ def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | Non
         d = list(devices)
         w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
         wb = np.broadcast_to(w, ga.Fp.shape)
-        _, ga.cache["balanced"] = _minmax_dp(ga, wb, np.zeros_like(ga.lam))
-        ga.cache.pop(("cost", id(wb)), None)
+        zero = np.zeros_like(ga.lam)
+        _, ga.cache["balanced"] = _minmax_dp(ga, wb, zero)
+        ga.cache.pop(("win3", id(wb)), None)
+        ga.cache.pop(("bwin", id(zero)), None)
     return ga.cache["balanced"]

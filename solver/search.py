@@ -153,7 +153,7 @@ class Scorer:
         key = (devices, cuts)
         c = self._coeffs.get(key)
         if c is None:
-            c = self._coeffs[key] = group_coeffs(self.state, devices, cuts)
+            c = self._coeffs[key] = baselines.group_coeffs(self.state, devices, cuts)
         return c
 
     def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
