@@ -295,7 +295,10 @@ def section_quality(out: Path) -> str:
     stats = pd.DataFrame([{"column": gap, "cases": len(pct), "exact (gap <= 1e-6%)": int((pct <= 1e-6).sum()),
                            "median %": np.median(pct) if len(pct) else np.nan,
                            "p95 %": np.percentile(pct, 95) if len(pct) else np.nan,
-                           "max %": pct.max(initial=np.nan)}])
+                           "max %": pct.max() if len(pct) else np.nan,
+                           "within 1%": f"{100.0 * (pct <= 1.0).mean():.1f}%" if len(pct) else "",
+                           "never worse than a baseline": bool(df["beats_baselines"].all())
+                           if "beats_baselines" in df else ""}])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.hist(pct, bins=30)
