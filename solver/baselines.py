@@ -203,15 +203,8 @@ def gpipe(state: SlotState) -> Plan | None:
 
 def _equal_groups(state: SlotState, chunks: Sequence[Sequence[int]],
                   cutter: Callable[[SlotState, Sequence[int], int], tuple[int, ...] | None]) -> Plan | None:
-    wl = state.workload
-    shares = even_split(len(chunks), wl.batch, wl.micro_batch)
-    groups = []
-    for ch, s in zip(chunks, shares):
-        cuts = cutter(state, ch, s)
-        if cuts is None:
-            return None
-        groups.append(Group(tuple(ch), cuts, s))
-    return _checked(Plan(tuple(groups)), state)
+    plan = _unchecked_equal_groups(state, chunks, cutter)
+    return None if plan is None else _checked(plan, state)
 
 
 def _configs(state: SlotState) -> list[tuple[int, int]]:
