@@ -62,7 +62,7 @@ def _count_all_cuts(n: int, L: int) -> int:
     return sum(math.comb(n, k) * math.factorial(k) * math.comb(L - 1, k - 1) for k in range(1, min(n, L) + 1))
 
 
-def solve_exact(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, *,
+def solve_exact(state: SlotState, queues: Sequence[float] = (), V: float = 1.0, *,
                 all_cuts: bool | None = None, previous_plan: Plan | None = None,
                 iterations_per_slot: int = 100, keep_candidates: bool = False) -> SlotResult:
     """Exhaustive optimum of V T + sum Q_k c_k (+ amortised migration from previous_plan).

@@ -609,9 +609,12 @@ def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, 
                       time.perf_counter() - t0, sc.count, best.migration, ev, pool)
 
 
-def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 10.0, *,
+def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 1.0, *,
                previous_plan: Plan | None = None, options: SolveOptions | None = None) -> SlotResult:
-    """Choose the plan minimising V T + sum_k Q_k c_k (+ amortised migration) in this slot."""
+    """Choose the plan minimising V T + sum_k Q_k c_k / Cbar_k (+ amortised migration) in this
+    slot. queues: in budget order and budget units (solver.queues); V: weight of one second of
+    batch time against one budget's worth of cost. Returns a SlotResult (status, message).
+    """
     t0 = time.perf_counter()
     opt = options or SolveOptions()
     Q = check_queues(state, queues)
