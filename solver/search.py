@@ -7,7 +7,8 @@ number of the slot problem is fixed and the shares come from `shares.solve_share
     W = V + sum_k Q_k R_k,   q_g = sum_k Q_k e_kg,
     objective = W (z + T_sync + migration / iterations_per_slot) + q.b + sum_k Q_k F_k
 
-(= V T + sum_k Q_k c_k, plus the amortised migration time charged like batch time).
+(= V T + sum_k Q_k c_k, plus the amortised migration time charged like batch time), where
+Q_k here is the weight queue_k / Cbar_k (queues are kept in budget units; costmodel.budget_weights).
 The search scores candidate structures from several families (data parallel over the devices
 that hold the model, link-locality clusters, speed-balanced groups, contiguous chunks of a
 fast-link chain, single pipelines, the previous plan, every baseline, the cheapest plan), then
