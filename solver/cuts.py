@@ -129,6 +129,11 @@ def _stage_window(j: int, k: int, L: int) -> tuple[int, int, int, int]:
 
 
 def _strided(x: np.ndarray, r0: int, c0: int, shape: tuple, strides: tuple) -> np.ndarray:
+    if x.flags.c_contiguous and x.base is None:
+        # a read-only view straight on x's buffer (as_strided's result, without its overhead)
+        v = np.ndarray(shape, x.dtype, x, r0 * x.strides[0] + c0 * x.strides[1], strides)
+        v.flags.writeable = False
+        return v
     return np.lib.stride_tricks.as_strided(x[r0:, c0:], shape=shape, strides=strides, writeable=False)
 
 
@@ -199,9 +204,26 @@ def _fg3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """_win3 of Fp and of Gp stacked on a leading axis of 2 (cached)."""
     v = ga.cache.get("fg3")
     if v is None:
-        f, g = _win3_uncached(ga, ga.Fp), _win3_uncached(ga, ga.Gp)
-        v = ga.cache["fg3"] = tuple(np.stack([a, b]) for a, b in zip(f, g))
+        v = ga.cache["fg3"] = _fg3_uncached(ga)
     return v
+
+
+def _fg3_uncached(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_win3_uncached of Fp and of Gp in one stacked pass (the same float operations)."""
+    k, L = len(ga.devices), ga.L
+    w = L - k + 1
+    pf, pm, pl = _penalty3(ga)
+    P = np.stack([ga.Fp, ga.Gp])
+    first = (P[:, 0, 1:w + 1] - P[:, 0, 0:1]) + pf
+    if k > 2:
+        S, s0, s1 = P.strides
+        hi = np.ndarray((2, k - 2, w), P.dtype, P, s0 + 2 * s1, (S, s0 + s1, s1))
+        lo = np.ndarray((2, k - 2, w), P.dtype, P, s0 + s1, (S, s0 + s1, s1))
+        mid = (hi[:, :, None, :] - lo[:, :, :, None]) + pm
+    else:
+        mid = np.zeros((2, 0, w, w))
+    last = (P[:, k - 1, L:L + 1] - P[:, k - 1, k - 1:k - 1 + w]) + pl if k > 1 else np.zeros((2, 0))
+    return first, mid, last
 
 
 def _bwin(ga: GroupArrays, bound: np.ndarray) -> np.ndarray:
@@ -318,8 +340,12 @@ def _alpha_frontier(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
 def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
     Fp, Gp, lam = ga.Fp, ga.Gp, ga.lam
     # min X and min Y (no constraint) in one stacked pass
-    dp, _ = _recurrence(_fg3(ga), np.broadcast_to(_bwin(ga, lam), (2,) + _bwin(ga, lam).shape)
-                        if len(ga.devices) > 1 else None, False)
+    if len(ga.devices) > 1:
+        bl = _bwin(ga, lam)
+        bl = np.broadcast_to(bl, (2,) + bl.shape)
+    else:
+        bl = None
+    dp, _ = _recurrence(_fg3(ga), bl, False)
     a_min, b_min = float(dp[0]), float(dp[1])
     if not a_min < INF:
         return []

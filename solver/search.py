@@ -336,7 +336,7 @@ def fast_sync_time(state: SlotState, structure: Structure) -> float:
     if m <= 1:
         return 0.0
     pp = state.param_prefix
-    cut_all = np.unique(np.concatenate([np.asarray(c, dtype=int) for _, c in structure]))
+    cut_all = np.array(sorted({int(x) for _, c in structure for x in c}), dtype=int)
     starts = np.concatenate([[0], cut_all[:-1]])
     nbytes = pp[cut_all] - pp[starts]
     keep = nbytes > 0
@@ -346,7 +346,7 @@ def fast_sync_time(state: SlotState, structure: Structure) -> float:
     cols = np.empty((m, len(starts)), dtype=int)
     for gi, (d, c) in enumerate(structure):
         cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
-    nxt = np.roll(cols, -1, axis=0)
+    nxt = np.concatenate((cols[1:], cols[:1]))
     bw = state.bandwidth[cols, nxt].min(axis=0)
     lat = state.latency[cols, nxt].max(axis=0)
     cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
