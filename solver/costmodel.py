@@ -141,27 +141,31 @@ def holders(devices: Sequence[int], cuts: Sequence[int], num_layers: int) -> np.
 def sync_time(state: SlotState, structure: Structure) -> float:
     """Seconds of the cross-group gradient all-reduce (bucketed rings), 0 for one group.
 
-    Layers held by the same devices in every group form one bucket, reduced on the
-    ring of those devices in group order: 2(m-1)/m * bytes / slowest ring link +
-    2(m-1) * largest ring latency. The result is the largest per-device sum of buckets.
+    Layers held by the same devices in every group form one bucket, reduced on the ring of
+    those devices in group order: 2(m-1)/m * bytes / slowest ring link + 2(m-1) * largest
+    ring latency. The result is the largest per-device sum of buckets. Every device holds one
+    contiguous layer range of its group, so the buckets are the segments between the union
+    of all groups' cut points (segments without parameter bytes cost nothing).
     """
     m = len(structure)
     if m <= 1:
         return 0.0
-    L = state.workload.num_layers
-    p = state.workload.param_bytes
-    mask = p > 0
-    if not mask.any():
+    pp = state.param_prefix
+    cut_all = np.array(sorted({int(x) for _, c in structure for x in c}), dtype=int)
+    starts = np.concatenate([[0], cut_all[:-1]])
+    nbytes = pp[cut_all] - pp[starts]
+    keep = nbytes > 0
+    if not keep.any():
         return 0.0
-    H = np.stack([holders(d, c, L) for d, c in structure])[:, mask]
-    cols, inverse = np.unique(H, axis=1, return_inverse=True)
-    bucket_bytes = np.bincount(inverse.ravel(), weights=p[mask], minlength=cols.shape[1])
-    nxt = np.roll(cols, -1, axis=0)
+    starts, nbytes = starts[keep], nbytes[keep]
+    cols = np.empty((m, len(starts)), dtype=int)
+    for gi, (d, c) in enumerate(structure):
+        cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
+    nxt = np.concatenate((cols[1:], cols[:1]))
     bw = state.bandwidth[cols, nxt].min(axis=0)
     lat = state.latency[cols, nxt].max(axis=0)
-    cost = 2.0 * (m - 1) / m * bucket_bytes / bw + 2.0 * (m - 1) * lat
-    per_device = np.bincount(cols.ravel(), weights=np.repeat(cost[None, :], m, axis=0).ravel(),
-                             minlength=state.n)
+    cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
+    per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)
     return float(per_device.max())
 
 

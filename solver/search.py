@@ -181,7 +181,7 @@ class Scorer:
     def sync(self, s: Structure) -> float:
         v = self._sync.get(s)
         if v is None:
-            v = self._sync[s] = fast_sync_time(self.state, s)
+            v = self._sync[s] = sync_time(self.state, s)
         return v
 
     def exhausted(self) -> bool:
@@ -325,33 +325,6 @@ class Scorer:
             else:
                 out.append((d, c))
         return tuple(out) if changed else None
-
-
-def fast_sync_time(state: SlotState, structure: Structure) -> float:
-    """costmodel.sync_time without the per-layer holder matrix: every device holds one
-    contiguous layer range in one group, so two layers share a bucket exactly when no group
-    cuts between them: the buckets are the segments between the union of all cut points
-    (those without parameter bytes dropped). Same value up to float summation order."""
-    m = len(structure)
-    if m <= 1:
-        return 0.0
-    pp = state.param_prefix
-    cut_all = np.array(sorted({int(x) for _, c in structure for x in c}), dtype=int)
-    starts = np.concatenate([[0], cut_all[:-1]])
-    nbytes = pp[cut_all] - pp[starts]
-    keep = nbytes > 0
-    if not keep.any():
-        return 0.0
-    starts, nbytes = starts[keep], nbytes[keep]
-    cols = np.empty((m, len(starts)), dtype=int)
-    for gi, (d, c) in enumerate(structure):
-        cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
-    nxt = np.concatenate((cols[1:], cols[:1]))
-    bw = state.bandwidth[cols, nxt].min(axis=0)
-    lat = state.latency[cols, nxt].max(axis=0)
-    cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
-    per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)
-    return float(per_device.max())
 
 
 def better(a: Scored, b: Scored) -> bool:

@@ -110,9 +110,10 @@ def test_work_budget_is_deterministic():
 
 
 @given(seed=st.integers(0, 10**6), n=st.integers(2, 7), L=st.integers(2, 20))
-def test_fast_sync_matches_costmodel(seed, n, L):
-    from solver.costmodel import sync_time
-    from solver.search import fast_sync_time
+def test_sync_segments_match_per_layer_buckets(seed, n, L):
+    """costmodel.sync_time (buckets = segments between all cut points) equals the definition:
+    layers grouped by their tuple of holders across groups, computed layer by layer."""
+    from solver.costmodel import holders, sync_time
     rng = np.random.default_rng(seed)
     state = random_state(seed, n=n, L=L)
     s = []
@@ -121,4 +122,26 @@ def test_fast_sync_matches_costmodel(seed, n, L):
         if g:
             c = sorted(int(x) for x in rng.choice(np.arange(1, L), len(g) - 1, replace=False)) + [L]
             s.append((g, tuple(c)))
-    assert fast_sync_time(state, tuple(s)) == pytest.approx(sync_time(state, s), rel=1e-12, abs=1e-300)
+    assert sync_time(state, tuple(s)) == pytest.approx(per_layer_sync(state, s, holders), rel=1e-12, abs=1e-300)
+
+
+def per_layer_sync(state, structure, holders) -> float:
+    """The bucket rule of DESIGN.md, layer by layer: the reference for costmodel.sync_time."""
+    m = len(structure)
+    if m <= 1:
+        return 0.0
+    L, p = state.workload.num_layers, state.workload.param_bytes
+    H = np.stack([holders(d, c, L) for d, c in structure])
+    buckets: dict[tuple, float] = {}
+    for l in range(L):
+        if p[l] > 0:
+            key = tuple(int(x) for x in H[:, l])
+            buckets[key] = buckets.get(key, 0.0) + float(p[l])
+    per_device = np.zeros(state.n)
+    for ring, nbytes in buckets.items():
+        links = list(zip(ring, ring[1:] + ring[:1]))
+        bw = min(state.bandwidth[a, b] for a, b in links)
+        lat = max(state.latency[a, b] for a, b in links)
+        for d in ring:
+            per_device[d] += 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
+    return float(per_device.max())
