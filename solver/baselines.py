@@ -32,8 +32,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .costmodel import (MEM_RTOL, NO_CAP, Evaluation, GroupCoeffs, cost_coeffs, gpipe_coeffs, share_cap,
-                        stage_times, sync_time)
+from . import costmodel
+from .costmodel import Evaluation, GroupCoeffs, share_cap
 from .cuts import balanced_cuts, group_arrays, min_bottleneck_cuts, state_cache, _minmax_dp
 from .model import SlotState
 from .plan import Group, Plan
@@ -43,56 +43,13 @@ def _checked(plan: Plan | None, state: SlotState) -> Plan | None:
     return plan if plan is not None and not plan.validate(state) else None
 
 
-def _device_arrays(state: SlotState) -> tuple[np.ndarray, np.ndarray]:
-    """(memory bytes * (1 + MEM_RTOL), busy - idle watts) per device (cached per state)."""
-    c = state_cache(state)
-    arr = c.get("device_arrays")
-    if arr is None:
-        dev = state.devices
-        arr = c["device_arrays"] = (np.array([d.memory_bytes for d in dev], dtype=float) * (1 + MEM_RTOL),
-                                    np.array([d.busy_power_w - d.idle_power_w for d in dev], dtype=float))
-    return arr
-
-
 def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> GroupCoeffs:
-    """costmodel.group_coeffs (the same numbers, share_cap computed with the same float
-    operations from one set of stage sums), cached per state, devices and cuts."""
+    """costmodel.group_coeffs, cached per state, devices and cuts."""
     cache = state_cache(state).setdefault("coeffs", {})
     key = (tuple(devices), tuple(cuts))
     gc = cache.get(key)
-    if gc is not None:
-        return gc
-    wl = state.workload
-    u = wl.micro_batch
-    F, G, lam = stage_times(state, devices, cuts)
-    alpha, beta = gpipe_coeffs(F, G, lam, u)
-    mem, extra = _device_arrays(state)
-    d = np.asarray(devices, dtype=int)
-    c = np.asarray(cuts, dtype=int)
-    start = np.concatenate([[0], c[:-1]])
-    P = state.param_prefix[c] - state.param_prefix[start]
-    H = state.stash_prefix[c] - state.stash_prefix[start]
-    M = mem[d]
-    oP = wl.opt_factor * P
-    free = M - oP
-    if np.any(free < 0):
-        cap = 0
-    elif len(d) == 1:
-        cap = NO_CAP if free[0] >= u * H[0] else 0
-    else:
-        with np.errstate(divide="ignore"):
-            per = np.where(H > 0, free / np.where(H > 0, H, 1.0), np.inf)
-        b = float(per.min())
-        if not np.isfinite(b):
-            cap = NO_CAP
-        else:
-            cap = int(np.floor(b / u)) * u
-            if cap > 0 and not bool(np.all(oP + cap * H <= M)):
-                cap -= u
-            elif bool(np.all(oP + (cap + u) * H <= M)):
-                cap += u
-    gc = cache[key] = GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), alpha, beta,
-                                  cap, F, G, lam, extra[d] * (F + G))
+    if gc is None:
+        gc = cache[key] = costmodel.group_coeffs(state, devices, cuts)
     return gc
 
 
@@ -102,13 +59,8 @@ def evaluation(plan: Plan, state: SlotState) -> Evaluation:
     cache = state_cache(state).setdefault("evaluations", {})
     ev = cache.get(plan)
     if ev is None:
-        coeffs = [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]
-        times = tuple(c.time(g.share) for c, g in zip(coeffs, plan.groups))
-        ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
-        T = max(times) + ts
-        costs = cost_coeffs(state, coeffs).costs(T, plan.shares)
-        ev = cache[plan] = Evaluation(T, times, ts, tuple(float(x) for x in costs),
-                                      tuple(b.limit for b in state.budgets))
+        ev = cache[plan] = costmodel.evaluate(
+            plan, state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
     return ev
 
 

@@ -97,7 +97,7 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> 
     wl = state.workload
     u = wl.micro_batch
     P, H = stage_params_and_stash(state, cuts)
-    M = np.array([state.devices[d].memory_bytes for d in devices]) * (1 + MEM_RTOL)
+    M = state.memory_bytes[np.asarray(devices, dtype=int)] * (1 + MEM_RTOL)
     free = M - wl.opt_factor * P
     if np.any(free < 0):
         return 0
@@ -123,8 +123,7 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> 
 def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> GroupCoeffs:
     F, G, lam = stage_times(state, devices, cuts)
     alpha, beta = gpipe_coeffs(F, G, lam, state.workload.micro_batch)
-    dev = state.devices
-    extra_w = np.array([dev[d].busy_power_w - dev[d].idle_power_w for d in devices])
+    extra_w = state.extra_power_w[np.asarray(devices, dtype=int)]
     return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), alpha, beta,
                        share_cap(state, devices, cuts), F, G, lam, extra_w * (F + G))
 
@@ -234,10 +233,11 @@ class Evaluation:
         return V * self.batch_time + float(budget_weights(self.limits, queues) @ np.asarray(self.costs))
 
 
-def evaluate(plan: Plan, state: SlotState) -> Evaluation:
+def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None = None) -> Evaluation:
     """Batch time, per-group times, sync time and costs of any structurally valid plan
-    (feasibility is Plan.validate's job)."""
-    coeffs = [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]
+    (feasibility is Plan.validate's job). coeffs: the groups' GroupCoeffs, if already known."""
+    if coeffs is None:
+        coeffs = [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]
     times = tuple(c.time(g.share) for c, g in zip(coeffs, plan.groups))
     ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
     T = max(times) + ts

@@ -153,6 +153,16 @@ class SlotState:
         raise KeyError(f"no device named {name!r}")
 
     @cached_property
+    def memory_bytes(self) -> np.ndarray:
+        """(n,) usable memory of each device, bytes."""
+        return np.array([d.memory_bytes for d in self.devices], dtype=float)
+
+    @cached_property
+    def extra_power_w(self) -> np.ndarray:
+        """(n,) busy minus idle power of each device, watts."""
+        return np.array([d.busy_power_w - d.idle_power_w for d in self.devices], dtype=float)
+
+    @cached_property
     def layer_fwd_seconds(self) -> np.ndarray:
         """(n, L) forward seconds per sample of each layer on each device this slot."""
         return self._layer_seconds(0)

@@ -17,7 +17,6 @@ iteration, budget units (USD, J) per iteration.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence

@@ -24,9 +24,7 @@ t and resumed gives exactly the rows of an unbroken run (solve_time aside).
 from __future__ import annotations
 
 import json
-import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence

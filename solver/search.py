@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import baselines
-from .costmodel import Evaluation, budget_weights, GroupCoeffs, cost_coeffs, evaluate, group_coeffs, sync_time
+from .costmodel import Evaluation, GroupCoeffs, budget_weights, cost_coeffs, evaluate, sync_time
 from .cuts import frontier_cuts, min_bottleneck_cuts
 from .model import SlotState
 from .plan import Group, Plan
