@@ -7,9 +7,9 @@ Writes CSV tables and PNG plots into --out and prints a summary against the targ
 overshoot <= 1% at 1000 slots; online within 10% of offline on small instances; never worse
 than any baseline at equal budget use; median >= 60% below even DP on K80/T4 + V100/A100.
 Synthetic instances get budgets calibrated between their cheapest and fastest plans
-(solver.offline.calibrate_budgets), so that the budgets bind.
+(solver.online.offline.calibrate_budgets), so that the budgets bind.
 
-Queues are in units of their budget (solver.queues), so V weighs one second of batch time
+Queues are in units of their budget (solver.online.queues), so V weighs one second of batch time
 against one budget's worth of cost, whatever the units (USD, J). The sweep is logarithmic over
 0.01..100; the policy table uses, per instance, the sweep's fastest V whose overshoot is within
 1%; the long run recommends the largest V within 1% at its horizon.
@@ -32,10 +32,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from solver.model import Device, Instance  # noqa: E402
-from solver.offline import calibrate_budgets, offline_reference, plans_from_frame  # noqa: E402
+from solver.online.offline import calibrate_budgets, offline_reference, plans_from_frame  # noqa: E402
 from solver.online import run_online, summarise  # noqa: E402
-from solver.policies import POLICY_NAMES  # noqa: E402
-from solver.synthetic import KINDS, random_instance  # noqa: E402
+from solver.online.policies import POLICY_NAMES  # noqa: E402
+from solver.io.synthetic import KINDS, random_instance  # noqa: E402
 
 
 def _plt():
@@ -245,8 +245,8 @@ def long_run(slots: int, Vs: Sequence[float], out: Path) -> pd.DataFrame:
 def hetero_gain(seeds: Sequence[int], slots: int, out: Path) -> pd.DataFrame:
     """Per slot, empty queues (batch time only): 1 - T_ours / T_even_dp on K80/T4 + V100/A100."""
     from solver.baselines import even_dp
-    from solver.costmodel import evaluate
-    from solver.search import SolveOptions, solve_slot
+    from solver.cost import evaluate
+    from solver.solve import SolveOptions, solve_slot
 
     rows = []
     for seed in seeds:

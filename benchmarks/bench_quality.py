@@ -20,10 +20,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from solver import baselines  # noqa: E402
-from solver.costmodel import evaluate, lower_bound_time  # noqa: E402
-from solver.oracle import solve_exact  # noqa: E402
-from solver.search import solve_slot  # noqa: E402
-from solver.synthetic import random_state  # noqa: E402
+from solver.cost import evaluate, lower_bound_time  # noqa: E402
+from solver.solve.oracle import solve_exact  # noqa: E402
+from solver.solve import solve_slot  # noqa: E402
+from solver.io.synthetic import random_state  # noqa: E402
 
 
 def instance(i: int):

@@ -17,8 +17,8 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
-from solver.costmodel import NO_CAP  # noqa: E402
-from solver.shares import ShareLP, solve_shares  # noqa: E402
+from solver.model import NO_CAP  # noqa: E402
+from solver.subproblems.shares import ShareLP, solve_shares  # noqa: E402
 
 
 def instances(rng: np.random.Generator, m: int, B: int, u: int, with_q: bool, k: int = 16) -> list[tuple]:

@@ -17,8 +17,8 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.search import solve_slot  # noqa: E402
-from solver.synthetic import random_state  # noqa: E402
+from solver.solve import solve_slot  # noqa: E402
+from solver.io.synthetic import random_state  # noqa: E402
 
 NS = (4, 8, 16, 32, 64)
 LS = (20, 50, 200)

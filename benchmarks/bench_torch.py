@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
-from solver.torch_adapter.demo import SLOWDOWNS, measure, plan_for, scenario, table, teacher_data  # noqa: E402
-from solver.torch_adapter.emulate import even_dp  # noqa: E402
+from solver.runtime.demo import SLOWDOWNS, measure, plan_for, scenario, table, teacher_data  # noqa: E402
+from solver.runtime.emulate import even_dp  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.quick:
         a.steps = min(a.steps, 4)
-    how = a.plans if a.plans == "brute" or importlib.util.find_spec("solver.search") else "brute"
+    how = a.plans if a.plans == "brute" or importlib.util.find_spec("solver.solve") else "brute"
     model, inst = scenario(a.batch, a.micro_batch, a.t_ref, len(SLOWDOWNS))
     cands = [{how: plan_for(inst.state(t), how), "hand": plan_for(inst.state(t), "hand"),
               "evenDP": even_dp(inst.state(t))} for t in range(inst.num_slots)]

@@ -28,10 +28,10 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from solver.plan import Group, Plan  # noqa: E402
-from solver.torch_adapter import Slot, TensorBatches, profile_module, run  # noqa: E402
-from solver.torch_adapter.profiler import measure_matmul_flops  # noqa: E402
-from solver.workloads import read_workload_csv  # noqa: E402
+from solver.model import Group, Plan  # noqa: E402
+from solver.runtime import Slot, TensorBatches, profile_module, run  # noqa: E402
+from solver.runtime.profiler import measure_matmul_flops  # noqa: E402
+from solver.io.workloads import read_workload_csv  # noqa: E402
 
 VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
 

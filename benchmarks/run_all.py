@@ -5,7 +5,7 @@
 1. each of benchmarks/bench_{quality,speed,online,shares,torch}.py runs in its own process as
    `python -m benchmarks.<module> [--quick] --out OUT`, with a time limit; a missing module or
    a failure is recorded, never fatal;
-2. solver.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
+2. solver.online.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
    the first QUICK_SLOTS slots, and not the 64/256-device ones), plus "ours" at the V of V_EXTRA
    (the V trade-off) -> OUT/compare/<name>.csv and OUT/compare_all.csv;
 3. benchmarks/make_report.py -> OUT/REPORT.md.
@@ -67,8 +67,8 @@ def run_module(mod: str, quick: bool, out: Path) -> dict:
 def compare_one(path: str, slots: int | None, V: float) -> tuple[str, pd.DataFrame | None, str, float]:
     """compare_policies on one instance file (first `slots` slots, or all): (name, table or
     None, error, seconds)."""
-    from solver.compare import compare_policies
-    from solver.instance import load_instance
+    from solver.online.compare import compare_policies
+    from solver.io.instance import load_instance
 
     t0 = time.perf_counter()
     try:
@@ -88,7 +88,7 @@ def compare_one(path: str, slots: int | None, V: float) -> tuple[str, pd.DataFra
 def instance_paths(quick: bool, names: set[str] | None = None) -> list[Path]:
     """Every instance TOML (or those whose stem is in `names`); in --quick without the large
     (>= 64 device) ones."""
-    from solver.instance import load_instance
+    from solver.io.instance import load_instance
     paths = [p for p in sorted(INSTANCES.glob("*.toml")) if not names or p.stem in names]
     if quick:
         paths = [p for p in paths if load_instance(p).n < LARGE_N]

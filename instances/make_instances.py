@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from solver.hardware import hardware_spec  # noqa: E402
-from solver.pipedream import profile_to_csv  # noqa: E402
+from solver.io.hardware import hardware_spec  # noqa: E402
+from solver.io.pipedream import profile_to_csv  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 TRACES = SHARED / "traces"
@@ -442,7 +442,7 @@ def synthetic(n: int, seed: int, model: str, batch: int, micro: int) -> Spec:
 def pipedream(model: str, out: Path, seed: int, layout: list[tuple[str, str, int]], batch: int, micro: int,
               slots: int) -> Spec:
     """A cluster training a PipeDream-profiled network: the graph imported with
-    solver.pipedream.profile_to_csv (measured seconds under V100-SXM2-16GB) into <name>_layers.csv."""
+    solver.io.pipedream.profile_to_csv (measured seconds under V100-SXM2-16GB) into <name>_layers.csv."""
     name = f"pipedream_{model}"
     csv_name = f"{name}_layers.csv"
     profile_to_csv(SHARED / "profiles" / "pipedream" / model / "graph.txt", out / csv_name)
@@ -453,7 +453,7 @@ def pipedream(model: str, out: Path, seed: int, layout: list[tuple[str, str, int
     links = server_links(devs, {"s0": 300.0}, {})
     kinds = ", ".join(f"{c}x {k} ({s})" for s, k, c in layout)
     return Spec(name, f"PipeDream-profiled {model} (profiles/pipedream/{model}/graph.txt, imported by "
-                f"solver.pipedream into {csv_name}: measured per-layer seconds for V100-SXM2-16GB, FLOP estimates "
+                f"solver.io.pipedream into {csv_name}: measured per-layer seconds for V100-SXM2-16GB, FLOP estimates "
                 f"for other kinds); {kinds}; 300 Gbit/s in s0, 100 in other servers, 10 between. B={batch} "
                 f"u={micro}; outages and jitter synthetic (seed {seed}).",
                 csv_name, batch, micro, devs, avail, speed, price, {},

@@ -4,8 +4,8 @@ from __future__ import annotations
 from hypothesis import given, strategies as st
 
 from solver import baselines
-from solver.replan import migration_time
-from solver.synthetic import random_state
+from solver.cost.migration import migration_time
+from solver.io.synthetic import random_state
 
 
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 8), L=st.integers(1, 16),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from solver.cli import build_parser, main
+from solver.cli.commands import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = str(REPO / "instances" / "default.toml")

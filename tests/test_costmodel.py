@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from solver.costmodel import (NO_CAP, cost_coeffs, evaluate, group_coeffs, lower_bound_time,
-                              memory_use, share_cap, stage_times, sync_time)
+from solver.cost import cost_coeffs, evaluate, group_coeffs, lower_bound_time, stage_times, sync_time
+from solver.model import NO_CAP, memory_use, share_cap
 from solver.model import Budget, Device, Layer, SlotState, Workload
-from solver.pipeline_sim import simulate
-from solver.plan import Group, Plan
-from solver.synthetic import default_budgets, random_state
+from solver.cost.simulator import simulate
+from solver.model import Group, Plan
+from solver.io.synthetic import default_budgets, random_state
 from test_plan import names, random_plan
 
 REL = 1e-9

@@ -6,9 +6,9 @@ import itertools
 import numpy as np
 from hypothesis import given, strategies as st
 
-from solver.costmodel import share_cap
-from solver.cuts import alpha_beta, balanced_cuts, frontier_cuts, min_bottleneck_cuts
-from solver.synthetic import random_state
+from solver.model import share_cap
+from solver.subproblems.cuts import alpha_beta, balanced_cuts, frontier_cuts, min_bottleneck_cuts
+from solver.io.synthetic import random_state
 
 
 def brute_min_alpha(state, devices, min_share):

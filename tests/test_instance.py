@@ -8,7 +8,7 @@ import pytest
 
 import solver
 from solver.errors import InstanceError
-from solver.instance import Instance, load_instance, save_instance
+from solver.io.instance import Instance, load_instance, save_instance
 
 INSTANCES = sorted((Path(__file__).resolve().parents[1] / "instances").glob("*.toml"))
 

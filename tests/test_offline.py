@@ -3,19 +3,18 @@ the online controller at the same budget use, and its averaged budgets hold."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.offline import Candidate, offline_reference, pareto_prune, plans_from_frame, solve_offline
+from solver.online.offline import Candidate, offline_reference, pareto_prune, plans_from_frame, solve_offline
 from solver.online import run_online, summarise
-from solver.plan import Group, Plan
-from solver.synthetic import random_instance
+from solver.model import Group, Plan
+from solver.io.synthetic import random_instance
 
-from solver.offline import calibrate_budgets
+from solver.online.offline import calibrate_budgets
 
 DUMMY = Plan((Group((0,), (1,), 4),))
 

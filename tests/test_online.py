@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver import baselines
-from solver.costmodel import evaluate
+from solver.cost import evaluate
 from solver.errors import InfeasibleSlotError
-from solver.model import Budget, Layer, Workload
-from solver.offline import calibrate_budgets
-from solver.online import (charge_plan, plan_from_json, plan_to_json, run_online, summarise)
-from solver.policies import POLICY_NAMES, even_shares
-from solver.queues import queue_bound, update_queues
-from solver.synthetic import random_instance
+from solver.model import Budget
+from solver.online.offline import calibrate_budgets
+from solver.model import plan_from_json, plan_to_json
+from solver.online import charge_plan, run_online, summarise
+from solver.online.policies import POLICY_NAMES, even_shares
+from solver.online.queues import queue_bound, update_queues
+from solver.io.synthetic import random_instance
 
 _CACHE: dict = {}
 

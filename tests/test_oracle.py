@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import baselines
-from solver.costmodel import evaluate
-from solver.oracle import ordered_groupings, solve_exact
-from solver.search import SolveOptions, solve_slot
-from solver.synthetic import random_state
+from solver.cost import evaluate
+from solver.solve.oracle import ordered_groupings, solve_exact
+from solver.solve import SolveOptions, solve_slot
+from solver.io.synthetic import random_state
 
 
 def test_enumeration_size():

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from solver.errors import InstanceError
-from solver.pipedream import (DEFAULT_KIND, cut_bytes, import_profile, parse_profile, profile_to_csv,
+from solver.io.pipedream import (DEFAULT_KIND, cut_bytes, import_profile, parse_profile, profile_to_csv,
                               topological_order)
-from solver.workloads import read_workload_csv
+from solver.io.workloads import read_workload_csv
 
 GRAPHS = {"alexnet": 256, "resnet18": 256, "squeezenet1_0": 256, "vgg16": 128, "resnet50": 128, "gnmt": 64}
 NODE = re.compile(r"^(node\d+) -- (.*) -- forward_compute_time=([\d.]+), backward_compute_time=([\d.]+), "

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from solver.costmodel import gpipe_coeffs
-from solver.pipeline_sim import micro_batches, simulate
+from solver.cost import gpipe_coeffs
+from solver.cost.simulator import micro_batches, simulate
 
 REL = 1e-9
 

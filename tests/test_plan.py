@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from solver.costmodel import memory_use
-from solver.plan import Group, Plan
-from solver.synthetic import random_state
+from solver.model import memory_use
+from solver.model import Group, Plan
+from solver.io.synthetic import random_state
 
 CONSTRAINTS = ("nonempty", "cuts_match_stages", "known_device", "device_once", "available",
                "stage_nonempty", "layers_covered", "share_positive", "share_multiple", "shares_sum",

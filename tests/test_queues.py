@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.queues import (average_overshoot, initial_queues, overshoot_bound, queue_bound,
+from solver.online.queues import (average_overshoot, initial_queues, overshoot_bound, queue_bound,
                            queue_bound_multi, queue_trajectory, update_queues)
 
 finite = st.floats(min_value=0.0, max_value=1e4, allow_nan=False, allow_infinity=False)

@@ -8,11 +8,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver import baselines
-from solver.costmodel import evaluate
-from solver.plan import Group, Plan
-from solver.replan import migration_time
-from solver.search import SolveOptions, solve_slot
-from solver.synthetic import random_state
+from solver.cost import evaluate
+from solver.cost.migration import migration_time
+from solver.solve import SolveOptions, solve_slot
+from solver.io.synthetic import random_state
 
 states = st.builds(lambda seed, n, L, p, scale: random_state(seed, n=n, L=L, p_available=p, scale=scale),
                    st.integers(0, 10**6), st.integers(1, 7), st.integers(2, 14),
@@ -113,7 +112,7 @@ def test_work_budget_is_deterministic():
 def test_sync_segments_match_per_layer_buckets(seed, n, L):
     """costmodel.sync_time (buckets = segments between all cut points) equals the definition:
     layers grouped by their tuple of holders across groups, computed layer by layer."""
-    from solver.costmodel import holders, sync_time
+    from solver.cost import holders, sync_time
     rng = np.random.default_rng(seed)
     state = random_state(seed, n=n, L=L)
     s = []

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from solver.costmodel import NO_CAP
-from solver.shares import ShareLP, greedy_shares, solve_shares, water_fill
+from solver.model import NO_CAP
+from solver.subproblems.shares import ShareLP, greedy_shares, solve_shares, water_fill
 
 REL = 1e-9
 
@@ -142,7 +142,7 @@ def random_instance(rng, m, u=2):
 
 
 def test_pyomo_and_highspy_lp_agree():
-    from solver.shares_pyomo import solve_shares_lp_pyomo
+    from solver.subproblems.shares_pyomo import solve_shares_lp_pyomo
     rng = np.random.default_rng(7)
     lp = ShareLP()
     for _ in range(12):
@@ -175,7 +175,7 @@ def test_large_instance_is_exact_and_fast_enough():
 
 
 def test_chunked_sweep_matches_single_block(monkeypatch):
-    import solver.shares as shares
+    import solver.subproblems.shares as shares
     rng = np.random.default_rng(5)
     insts = [random_instance(rng, int(rng.integers(2, 9))) for _ in range(40)]
     whole = [solve_shares(*i, lp_bound=False) for i in insts]

@@ -13,10 +13,10 @@ from torch import nn  # noqa: E402
 
 from solver.errors import DynparError  # noqa: E402
 from solver.model import Device, SlotState  # noqa: E402
-from solver.plan import Group, Plan  # noqa: E402
-from solver.torch_adapter import (PlanMismatchError, Slot, TensorBatches, buckets,  # noqa: E402
+from solver.model import Group, Plan  # noqa: E402
+from solver.runtime import (PlanMismatchError, Slot, TensorBatches, buckets,  # noqa: E402
                                   layer_holders, micro_sizes, profile_module, run)
-from solver.torch_adapter.replan import transfers  # noqa: E402
+from solver.runtime.replan import transfers  # noqa: E402
 
 pytestmark = pytest.mark.torch
 B, U = 32, 4
@@ -178,8 +178,8 @@ def test_memory_violation_fails_before_spawn() -> None:
 
 
 def test_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """python -m solver.torch_adapter, shortened: a table row per slot, and training learns."""
-    from solver.torch_adapter.__main__ import main
+    """python -m solver.runtime, shortened: a table row per slot, and training learns."""
+    from solver.runtime.__main__ import main
     assert main(["--slots", "2", "--steps", "2", "--t-ref", "1e-3", "--samples", "256"]) == 0
     out = capsys.readouterr().out
     assert "predicted ms" in out and out.count("hand ") >= 2 and "loss" in out

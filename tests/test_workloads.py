@@ -1,14 +1,13 @@
 """Layer tables: committed models load, match published parameter counts, regenerate identically."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from solver.errors import InstanceError
-from solver.hardware import hardware_spec, load_hardware
+from solver.io.hardware import hardware_spec, load_hardware
 from solver.model import Layer, Workload
-from solver.workloads import (MODELS, MODELS_DIR, PUBLISHED_PARAMS, build_model, generate_all,
+from solver.io.workloads import (MODELS, MODELS_DIR, PUBLISHED_PARAMS, build_model, generate_all,
                               read_workload_csv, write_workload_csv)
 
 TABLES = sorted(p for p in MODELS_DIR.glob("*.csv") if p.name != "hardware.csv")
@@ -45,7 +44,7 @@ def test_known_flop_counts():
 def test_generation_is_reproducible(tmp_path):
     for path in generate_all(tmp_path):
         committed = MODELS_DIR / path.name
-        assert committed.is_file(), f"{committed} missing: run python -m solver.workloads"
+        assert committed.is_file(), f"{committed} missing: run python -m solver.io.workloads"
         assert path.read_text() == committed.read_text(), f"{committed} differs from a fresh generation"
     assert {p.stem for p in generate_all(tmp_path)} == set(MODELS)
 

@@ -1,0 +1,21 @@
+"""Baseline plans (even DP, LB-BSP, GPipe, DAPPLE, PipeDream, HetPipe) and the cheapest
+known plan, each a special case of our model scored with our cost model."""
+from .reconstructions import (
+                              ALL,
+                              cheapest,
+                              dapple,
+                              even_dp,
+                              even_split,
+                              gpipe,
+                              group_coeffs,
+                              hetpipe,
+                              holders,
+                              lb_bsp,
+                              per_sample_time,
+                              pipedream,
+                              proportional_split,
+                              virtual_workers,
+)
+
+__all__ = ["ALL", "cheapest", "dapple", "even_dp", "even_split", "gpipe", "group_coeffs", "hetpipe",
+           "holders", "lb_bsp", "per_sample_time", "pipedream", "proportional_split", "virtual_workers"]

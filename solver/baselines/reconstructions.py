@@ -1,0 +1,316 @@
+"""Baseline plans, each a special case of our model (DESIGN.md section 3, "Baselines").
+
+Every constructor takes a SlotState and returns a Plan that passes Plan.validate, or None when
+the baseline has no feasible plan in that state. Reconstructions (the originals are systems,
+not planners over our model; we keep what each one decides and score it with our cost model):
+
+- even_dp   synchronous DDP: every available device that holds the whole model is its own
+            group (the fastest B/u of them at most); shares even in micro-batches, the
+            remainder of B/u going one each to the fastest devices.
+- lb_bsp    LB-BSP: the same groups; shares proportional to speed (1 / per-sample time),
+            largest-remainder rounding in micro-batches, at least one each.
+- gpipe     one group of all available devices in index order (the first L if more than L
+            layers); cuts balance compute *as if devices were identical* (GPipe's partitioner
+            balances layer cost, it does not know device speeds or links); share B; cuts must
+            fit the whole batch's stashed activations in memory, else None.
+- dapple    m equal groups of k consecutive available devices (index order = DAPPLE's
+            topology-aware placement), m = n // k; homogeneous balanced cuts, even shares;
+            the (m, k) with the smallest batch time under our cost model.
+- pipedream PipeDream's planner with uniform stage replication (m replicas of a k-stage
+            pipeline): cuts and (m, k) chosen by its own heterogeneity-blind estimate (mean
+            device time per layer, mean link bandwidth and latency, ring all-reduce of each
+            stage's parameters); scored synchronously (PipeDream-flush), even shares.
+- hetpipe   HetPipe's virtual workers: static groups from static device data (peak FLOP/s,
+            index): ceil(n/4) workers balanced by peak speed (LPT); in a slot, each worker's
+            available members in index order, heterogeneity-aware min-bottleneck cuts (HetPipe
+            partitions for its GPUs' speeds and memory), even shares; workers that cannot
+            hold their share are dropped.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .. import cost
+from ..cost import Evaluation, GroupCoeffs
+from ..model import Group, Plan, SlotState, share_cap
+from ..subproblems.cuts import (
+    _minmax_dp,
+    balanced_cuts,
+    group_arrays,
+    min_bottleneck_cuts,
+    state_cache,
+)
+
+
+def _checked(plan: Plan | None, state: SlotState) -> Plan | None:
+    return plan if plan is not None and not plan.validate(state) else None
+
+
+def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> GroupCoeffs:
+    """cost.group_coeffs, cached per state, devices and cuts."""
+    cache = state_cache(state).setdefault("coeffs", {})
+    key = (tuple(devices), tuple(cuts))
+    gc = cache.get(key)
+    if gc is None:
+        gc = cache[key] = cost.group_coeffs(state, devices, cuts)
+    return gc
+
+
+def evaluation(plan: Plan, state: SlotState) -> Evaluation:
+    """cost.evaluate (same numbers), cached per state and plan (baselines and search
+    share it; group coefficients come from the cached group_coeffs)."""
+    cache = state_cache(state).setdefault("evaluations", {})
+    ev = cache.get(plan)
+    if ev is None:
+        ev = cache[plan] = cost.evaluate(
+            plan, state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
+    return ev
+
+
+def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]],
+                            cutter: Callable[[SlotState, Sequence[int], int], tuple[int, ...] | None]
+                            ) -> Plan | None:
+    """_equal_groups without Plan.validate: the cutters guarantee memory for each share, the
+    chunks are distinct available devices (the caller validates the plan it keeps)."""
+    wl = state.workload
+    shares = even_split(len(chunks), wl.batch, wl.micro_batch)
+    groups = []
+    for ch, s in zip(chunks, shares):
+        cuts = cutter(state, ch, s)
+        if cuts is None:
+            return None
+        groups.append(Group(tuple(ch), cuts, s))
+    return Plan(tuple(groups))
+
+
+def per_sample_time(state: SlotState, d: int) -> float:
+    """Seconds per sample of the whole model (forward + backward) on device d."""
+    return float(state.fwd_prefix[d, -1] + state.bwd_prefix[d, -1])
+
+
+def holders(state: SlotState) -> list[int]:
+    """Available devices that hold the whole model with one micro-batch, fastest first."""
+    L = state.workload.num_layers
+    u = state.workload.micro_batch
+    hs = [d for d in state.available_indices if share_cap(state, (d,), (L,)) >= u]
+    return sorted(hs, key=lambda d: (per_sample_time(state, d), d))
+
+
+def even_split(m: int, B: int, u: int) -> list[int]:
+    """m shares (samples), multiples of u summing to B, as even as possible; larger first."""
+    base, r = divmod(B // u, m)
+    return [(base + (1 if i < r else 0)) * u for i in range(m)]
+
+
+def proportional_split(weights: Sequence[float], B: int, u: int, caps: Sequence[int] | None = None) -> list[int] | None:
+    """Shares (samples) proportional to weights, whole micro-batches, >= u each, <= caps;
+    largest-remainder rounding; None when infeasible."""
+    N = B // u
+    w = np.asarray(weights, dtype=float)
+    m = len(w)
+    capn = np.full(m, N) if caps is None else np.minimum(np.asarray(caps, dtype=np.int64) // u, N)
+    if m > N or np.any(capn < 1) or capn.sum() < N:
+        return None
+    x = N * w / w.sum()
+    n = np.clip(np.floor(x).astype(np.int64), 1, capn)
+    while n.sum() < N:
+        room = np.where(n < capn, x - n, -np.inf)
+        n[int(np.argmax(room))] += 1
+    while n.sum() > N:
+        spare = np.where(n > 1, x - n, np.inf)
+        n[int(np.argmin(spare))] -= 1
+    return [int(v) * u for v in n]
+
+
+def _singletons(state: SlotState, devs: Sequence[int], shares: Sequence[int]) -> Plan:
+    L = state.workload.num_layers
+    pairs = sorted(zip(devs, shares))
+    return Plan(tuple(Group((d,), (L,), s) for d, s in pairs))
+
+
+def even_dp(state: SlotState) -> Plan | None:
+    wl = state.workload
+    hs = holders(state)[: wl.batch // wl.micro_batch]
+    if not hs:
+        return None
+    return _checked(_singletons(state, hs, even_split(len(hs), wl.batch, wl.micro_batch)), state)
+
+
+def lb_bsp(state: SlotState) -> Plan | None:
+    wl = state.workload
+    hs = holders(state)[: wl.batch // wl.micro_batch]
+    if not hs:
+        return None
+    shares = proportional_split([1.0 / per_sample_time(state, d) for d in hs], wl.batch, wl.micro_batch)
+    return _checked(_singletons(state, hs, shares), state) if shares else None
+
+
+def gpipe(state: SlotState) -> Plan | None:
+    wl = state.workload
+    devs = state.available_indices[: wl.num_layers]
+    if not devs:
+        return None
+    cuts = balanced_cuts(state, devs, min_share=wl.batch)
+    if cuts is None:
+        return None
+    return _checked(Plan((Group(tuple(devs), cuts, wl.batch),)), state)
+
+
+def _equal_groups(state: SlotState, chunks: Sequence[Sequence[int]],
+                  cutter: Callable[[SlotState, Sequence[int], int], tuple[int, ...] | None]) -> Plan | None:
+    plan = _unchecked_equal_groups(state, chunks, cutter)
+    return None if plan is None else _checked(plan, state)
+
+
+def _configs(state: SlotState) -> list[tuple[int, int]]:
+    """(m groups, k devices each) with m * k <= available, k <= L, m <= B/u; every k up to 16
+    available devices, powers of two and n itself beyond (as DAPPLE's planner on real clusters)."""
+    wl = state.workload
+    n = len(state.available_indices)
+    ks = range(1, n + 1) if n <= 16 else sorted({1 << i for i in range(n.bit_length())} | {n})
+    out = []
+    for k in (k for k in ks if k <= min(n, wl.num_layers)):
+        m = min(n // k, wl.batch // wl.micro_batch)
+        if m >= 1:
+            out.append((m, k))
+    return out
+
+
+def dapple(state: SlotState) -> Plan | None:
+    avail = state.available_indices
+    best, best_t = None, np.inf
+    for m, k in _configs(state):
+        chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
+        plan = _unchecked_equal_groups(state, chunks, lambda s, ch, b: balanced_cuts(s, ch, min_share=b))
+        if plan is not None and not plan.validate(state):
+            t = evaluation(plan, state).batch_time
+            if t < best_t:
+                best, best_t = plan, t
+    return best
+
+
+def _blind_cuts(state: SlotState, devices: Sequence[int], share: int, bw: float, lat: float
+                ) -> tuple[float, tuple[int, ...] | None]:
+    """PipeDream-style cuts: min over cuts of the slowest of (stage time at the mean device
+    speed, activation transfer at the mean bandwidth); returns (that bottleneck s/sample, cuts)."""
+    wl = state.workload
+    if len(devices) == 1:
+        cuts = min_bottleneck_cuts(state, devices)
+        avail = state.available_indices
+        t = float(np.mean([per_sample_time(state, d) for d in avail]))
+        return t, cuts
+    ga = group_arrays(state, devices, share)
+    if ga is None:
+        return np.inf, None
+    avail = list(state.available_indices)
+    w = (state.fwd_prefix[avail] + state.bwd_prefix[avail]).mean(axis=0)
+    stage = np.broadcast_to(w, ga.Fp.shape)
+    L = wl.num_layers
+    comm = np.full_like(ga.lam, np.inf)
+    comm[:, 1:L] = 2.0 * (wl.out_bytes[None, : L - 1] / bw + lat / wl.micro_batch)
+    out = _minmax_dp(ga, stage, comm)
+    ga.cache.pop(("win3", id(stage)), None)
+    ga.cache.pop(("bwin", id(comm)), None)
+    return out
+
+
+def pipedream(state: SlotState) -> Plan | None:
+    wl = state.workload
+    avail = state.available_indices
+    idx = np.array(avail)
+    if len(idx) > 1:
+        off = ~np.eye(len(idx), dtype=bool)
+        bw = float(np.mean(state.bandwidth[np.ix_(idx, idx)][off]))
+        lat = float(np.mean(state.latency[np.ix_(idx, idx)][off]))
+    else:
+        bw, lat = np.inf, 0.0
+    best, best_est = None, np.inf
+    for m, k in _configs(state):
+        chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
+        shares = even_split(m, wl.batch, wl.micro_batch)
+        t, cuts = _blind_cuts(state, chunks[0], shares[0], bw, lat)
+        if cuts is None:
+            continue
+        stage_params = np.diff(np.concatenate([[0.0], state.param_prefix[list(cuts)]]))
+        sync = 2.0 * (m - 1) / m * float(stage_params.max()) / bw + 2.0 * (m - 1) * lat if m > 1 else 0.0
+        est = t * shares[0] + sync
+        if est < best_est:
+            plan = _equal_groups(state, chunks, lambda s, ch, b, c=cuts: c if share_cap(s, ch, c) >= b else None)
+            if plan is not None:
+                best, best_est = plan, est
+    return best
+
+
+def virtual_workers(state: SlotState, size: int = 4) -> list[list[int]]:
+    """HetPipe's static virtual workers over all devices (not only available ones):
+    ceil(n / size) workers, devices assigned fastest-peak first to the worker with the least
+    total peak FLOP/s (ties: lowest index); each worker listed in index order."""
+    n = state.n
+    m = max(1, -(-n // size))
+    order = sorted(range(n), key=lambda d: (-state.devices[d].peak_flops, d))
+    load = [0.0] * m
+    vws: list[list[int]] = [[] for _ in range(m)]
+    for d in order:
+        g = min(range(m), key=lambda i: (load[i], len(vws[i]), i))
+        vws[g].append(d)
+        load[g] += state.devices[d].peak_flops
+    return [sorted(v) for v in vws]
+
+
+def hetpipe(state: SlotState, groups: Sequence[Sequence[int]] | None = None) -> Plan | None:
+    wl = state.workload
+    vws = [list(g) for g in (groups if groups is not None else virtual_workers(state))]
+    members = [[d for d in g if state.available[d]][: wl.num_layers] for g in vws]
+    members = [g for g in members if g][: wl.batch // wl.micro_batch]
+    while members:
+        plan = _equal_groups(state, members, lambda s, ch, b: min_bottleneck_cuts(s, ch, min_share=b))
+        if plan is not None:
+            return plan
+        shares = even_split(len(members), wl.batch, wl.micro_batch)
+        bad = [i for i, (g, b) in enumerate(zip(members, shares)) if min_bottleneck_cuts(state, g, min_share=b) is None]
+        members = [g for i, g in enumerate(members) if i not in bad[:1]] if bad else members[:-1]
+    return None
+
+
+ALL: dict[str, Callable[[SlotState], Plan | None]] = {
+    "even-dp": even_dp, "lb-bsp": lb_bsp, "gpipe": gpipe,
+    "dapple": dapple, "pipedream": pipedream, "hetpipe": hetpipe,
+}
+
+
+def cost_weights(state: SlotState, queues: Sequence[float]) -> np.ndarray:
+    """Weights of the budgets when choosing the cheapest plan: the queues when any is
+    positive, else 1 / limit (so each budget counts relative to its limit)."""
+    q = np.asarray(queues, dtype=float) if len(queues) else np.zeros(len(state.budgets))
+    if np.any(q > 0):
+        return q
+    return np.array([1.0 / b.limit if b.limit > 0 else 0.0 for b in state.budgets])
+
+
+def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Plan | None] | None = None
+             ) -> Plan | None:
+    """The cheapest plan we know without search (a Slater witness for the queue bound): among
+    every single holder running the whole batch and every baseline plan (`plans`, if already
+    built), the least sum_k w_k c_k (w = cost_weights); ties and budget-less states by batch time."""
+    wl = state.workload
+    L = wl.num_layers
+    w = cost_weights(state, queues)
+    cands = [Plan((Group((d,), (L,), wl.batch),)) for d in holders(state)]
+    if plans is None:
+        plans = [f(state) for f in ALL.values()]
+    cands += [p for p in plans if p is not None]
+    best, key = None, None
+    for p in cands:
+        if p.validate(state):
+            continue
+        ev = evaluation(p, state)
+        k = (float(np.dot(w, ev.costs)) if len(w) else 0.0, ev.batch_time)
+        if key is None or k < key:
+            best, key = p, k
+    return best
+
+
+__all__ = ["ALL", "cheapest", "dapple", "even_dp", "even_split", "gpipe", "hetpipe", "holders",
+           "lb_bsp", "pipedream", "proportional_split", "virtual_workers"]

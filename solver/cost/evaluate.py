@@ -1,0 +1,51 @@
+"""Evaluate any plan: batch time = max group time + sync time, and its costs per budget."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..model.plan import Plan
+from ..model.state import SlotState
+from .costs import budget_weights, cost_coeffs
+from .pipeline import GroupCoeffs, group_coeffs
+from .sync import sync_time
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Predicted outcome of one plan in one slot.
+
+    batch_time: seconds per iteration (max group time + sync); group_times: seconds;
+    sync_time: seconds; costs: per budget, in state.budgets order (USD, joules);
+    limits: the budgets' limits, in the same order.
+    """
+
+    batch_time: float
+    group_times: tuple[float, ...]
+    sync_time: float
+    costs: tuple[float, ...]
+    limits: tuple[float, ...] = ()
+
+    def objective(self, queues: Sequence[float], V: float) -> float:
+        """Drift-plus-penalty V * T + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
+        return V * self.batch_time + float(budget_weights(self.limits, queues) @ np.asarray(self.costs))
+
+
+def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None = None) -> Evaluation:
+    """Batch time, per-group times, sync time and costs of any structurally valid plan
+    (feasibility is Plan.validate's job). coeffs: the groups' GroupCoeffs, if already known."""
+    if coeffs is None:
+        coeffs = [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]
+    times = tuple(c.time(g.share) for c, g in zip(coeffs, plan.groups))
+    ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
+    T = max(times) + ts
+    costs = cost_coeffs(state, coeffs).costs(T, plan.shares)
+    return Evaluation(T, times, ts, tuple(float(x) for x in costs), tuple(b.limit for b in state.budgets))
+
+
+def lower_bound_time(state: SlotState) -> float:
+    """B * sum_l (f_l + g_l) / sum of available speeds: no plan is faster (FLOP-based)."""
+    s = float(state.speed[state.available.astype(bool)].sum())
+    return state.workload.batch * state.workload.total_flops / s if s > 0 else float("inf")

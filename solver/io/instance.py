@@ -1,0 +1,451 @@
+"""Instance files: a human-editable TOML cluster + workload + budgets, with CSV traces.
+
+Format (units in the key names; paths are relative to the instance file):
+
+    name = "default"               # optional, default: the file's stem
+    num_slots = 20                 # required, >= 1
+    description = "..."            # optional free text
+
+    [workload]
+    model = "vgg16"                # models/<model>.csv, or a CSV path relative to this file
+    batch = 192                    # global batch B, >= 1
+    micro_batch = 8                # u >= 1; B must be a multiple of u
+    optimizer_factor = 4.0         # optional (default 4): bytes held per parameter byte
+    input_bytes = 602112           # optional: bytes per input sample (default: the CSV's)
+
+    [[devices]]                    # one table per device, names unique
+    name = "v100-0"
+    kind = "V100-SXM2-16GB"        # a kind (or alias) of models/hardware.csv
+    server = "s0"                  # optional (default: its own server)
+    efficiency = 0.5               # optional, in (0, 1]: sustained fraction of peak FLOP/s
+    # optional overrides of the hardware table: peak_tflops, memory_gb, busy_w, idle_w,
+    # price_per_hour (USD)
+
+    [network]                      # optional; defaults shown
+    intra_server_gbps = 100.0      # Gbit/s between devices of one server
+    inter_server_gbps = 10.0       # Gbit/s between servers
+    intra_server_latency_ms = 0.005
+    inter_server_latency_ms = 0.1
+
+    [[links]]                      # optional per-pair overrides (symmetric)
+    a = "v100-0"
+    b = "k80-1"
+    gbps = 5.0                     # and/or latency_ms
+
+    [[budgets]]                    # long-term averages per iteration
+    name = "money"                 # optional, default: the kind; unique
+    kind = "money"                 # money (USD) | energy (J) | device_energy (J, needs device)
+    limit = 0.004                  # > 0
+    device = "k80-0"               # only for device_energy
+
+    [traces]                       # optional; a missing trace means constant over the slots
+    devices = "default_devices.csv"   # columns slot, device, available (0/1), speed_factor (> 0),
+                                      # price_per_hour (USD); every slot x device exactly once;
+                                      # speed_factor and price_per_hour columns may be omitted
+    links = "default_links.csv"       # columns slot, a, b, gbps; every listed pair in every slot
+
+Every problem raises one InstanceError naming the file, the field and the value; nothing is
+returned half-loaded.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InstanceError
+from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
+from .hardware import GpuSpec, hardware_spec, load_hardware
+from .workloads import MODELS_DIR, read_workload_csv
+
+__all__ = ["Instance", "load_instance", "save_instance", "write_instance"]
+
+GBIT = 1e9 / 8
+NETWORK_DEFAULTS = {"intra_server_gbps": 100.0, "inter_server_gbps": 10.0,
+                    "intra_server_latency_ms": 0.005, "inter_server_latency_ms": 0.1}
+DEFAULT_EFFICIENCY = 0.5
+_TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces"}
+_WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes"}
+_DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour"}
+_LINK = {"a", "b", "gbps", "latency_ms"}
+_BUDGET = {"name", "kind", "limit", "device"}
+_TRACES = {"devices", "links"}
+
+
+class _File:
+    """Error helpers bound to one file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def error(self, field: str, problem: str, value: Any = None) -> InstanceError:
+        got = "" if value is None else f" (got {value!r})"
+        return InstanceError(f"{self.path}: {field}: {problem}{got}")
+
+    def table(self, doc: dict, key: str, allowed: set[str], required: bool = False) -> dict:
+        value = doc.get(key)
+        if value is None:
+            if required:
+                raise self.error(key, "missing required section")
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(key, "must be a table", value)
+        self.known_keys(value, allowed, key)
+        return value
+
+    def tables(self, doc: dict, key: str, allowed: set[str]) -> list[dict]:
+        value = doc.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise self.error(key, "must be an array of tables ([[%s]])" % key, value)
+        for i, v in enumerate(value):
+            self.known_keys(v, allowed, f"{key}[{i}]")
+        return value
+
+    def known_keys(self, table: dict, allowed: set[str], where: str) -> None:
+        for k in table:
+            if k not in allowed:
+                raise self.error(f"{where}.{k}" if where else k, f"unknown field; allowed: {', '.join(sorted(allowed))}",
+                                 table[k])
+
+    def string(self, table: dict, key: str, field: str, default: str | None = None) -> str:
+        if key not in table:
+            if default is None:
+                raise self.error(field, "missing required field")
+            return default
+        v = table[key]
+        if not isinstance(v, str) or not v.strip():
+            raise self.error(field, "must be a non-empty string", v)
+        return v.strip()
+
+    def number(self, table: dict, key: str, field: str, default: float | None = None, *, minimum: float = 0.0,
+               strict: bool = False, maximum: float = math.inf, integer: bool = False) -> float:
+        if key not in table:
+            if default is None:
+                raise self.error(field, "missing required field")
+            return default
+        v = table[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.error(field, "must be a finite number", v)
+        if integer and not float(v).is_integer():
+            raise self.error(field, "must be an integer", v)
+        if v < minimum or (strict and v == minimum) or v > maximum:
+            lo = f"> {minimum:g}" if strict else f">= {minimum:g}"
+            hi = "" if maximum == math.inf else f" and <= {maximum:g}"
+            raise self.error(field, f"must be {lo}{hi}", v)
+        return v
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise InstanceError(f"{path}: instance file not found") from None
+    except OSError as e:
+        raise InstanceError(f"{path}: cannot read instance file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InstanceError(f"{path}: TOML syntax error: {e}") from None
+
+
+def _resolve_model(f: _File, model: str) -> Path:
+    base = f.path.parent
+    for cand in (base / model, base / f"{model}.csv", MODELS_DIR / f"{model}.csv", MODELS_DIR / model):
+        if cand.is_file():
+            return cand
+    raise f.error("workload.model", f"unknown model file: neither {base / model} nor {MODELS_DIR / (model + '.csv')} "
+                  "exists", model)
+
+
+def _workload(f: _File, doc: dict) -> Workload:
+    w = f.table(doc, "workload", _WORKLOAD, required=True)
+    model = f.string(w, "model", "workload.model")
+    batch = int(f.number(w, "batch", "workload.batch", minimum=1, integer=True))
+    micro = int(f.number(w, "micro_batch", "workload.micro_batch", minimum=1, integer=True))
+    if batch % micro:
+        raise f.error("workload.batch", f"batch {batch} is not a multiple of micro_batch {micro}", batch)
+    opt = f.number(w, "optimizer_factor", "workload.optimizer_factor", 4.0, strict=True)
+    input_bytes = f.number(w, "input_bytes", "workload.input_bytes") if "input_bytes" in w else None
+    return read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
+
+
+def _devices(f: _File, doc: dict) -> tuple[tuple[Device, ...], np.ndarray, list[str]]:
+    table = load_hardware()
+    rows = f.tables(doc, "devices", _DEVICE)
+    if not rows:
+        raise f.error("devices", "missing required field: at least one [[devices]] table")
+    devices, eff, servers, seen = [], [], [], set()
+    for i, d in enumerate(rows):
+        at = f"devices[{i}]"
+        name = f.string(d, "name", f"{at}.name")
+        if name in seen:
+            raise f.error(f"{at}.name", "duplicate device name", name)
+        seen.add(name)
+        kind = f.string(d, "kind", f"{at}.kind")
+        try:
+            spec: GpuSpec = hardware_spec(kind, table)
+        except KeyError:
+            raise f.error(f"{at}.kind", f"unknown hardware kind; known: {', '.join(sorted(table))}", kind) from None
+        peak = f.number(d, "peak_tflops", f"{at}.peak_tflops", spec.peak_flops / 1e12, strict=True) * 1e12
+        mem = f.number(d, "memory_gb", f"{at}.memory_gb", spec.memory_bytes / 1e9, strict=True) * 1e9
+        busy = f.number(d, "busy_w", f"{at}.busy_w", spec.busy_w)
+        idle = f.number(d, "idle_w", f"{at}.idle_w", spec.idle_w)
+        if idle > busy:
+            raise f.error(f"{at}.idle_w", f"idle power exceeds busy power {busy:g} W", idle)
+        price = f.number(d, "price_per_hour", f"{at}.price_per_hour", spec.price_per_hour)
+        eff.append(f.number(d, "efficiency", f"{at}.efficiency", DEFAULT_EFFICIENCY, strict=True, maximum=1.0))
+        servers.append(f.string(d, "server", f"{at}.server", f"__{name}"))
+        devices.append(Device(name, spec.kind, peak, mem, busy, idle, price / 3600.0))
+    return tuple(devices), np.array(eff, dtype=float), servers
+
+
+def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]]."""
+    net = f.table(doc, "network", set(NETWORK_DEFAULTS))
+    v = {k: f.number(net, k, f"network.{k}", dflt, strict=k.endswith("gbps")) for k, dflt in NETWORK_DEFAULTS.items()}
+    same = np.array([[a == b for b in servers] for a in servers])
+    bw = np.where(same, v["intra_server_gbps"], v["inter_server_gbps"]) * GBIT
+    lat = np.where(same, v["intra_server_latency_ms"], v["inter_server_latency_ms"]) / 1000.0
+    index = {n: i for i, n in enumerate(names)}
+    for k, link in enumerate(f.tables(doc, "links", _LINK)):
+        at = f"links[{k}]"
+        i, j = (_device_ref(f, link, key, f"{at}.{key}", index) for key in ("a", "b"))
+        if i == j:
+            raise f.error(f"{at}.b", "a link needs two different devices", link["b"])
+        if "gbps" not in link and "latency_ms" not in link:
+            raise f.error(at, "missing required field: gbps or latency_ms")
+        if "gbps" in link:
+            bw[i, j] = bw[j, i] = f.number(link, "gbps", f"{at}.gbps", strict=True) * GBIT
+        if "latency_ms" in link:
+            lat[i, j] = lat[j, i] = f.number(link, "latency_ms", f"{at}.latency_ms") / 1000.0
+    np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(lat, 0.0)
+    return bw, lat
+
+
+def _device_ref(f: _File, table: dict, key: str, field: str, index: dict[str, int]) -> int:
+    name = f.string(table, key, field)
+    if name not in index:
+        raise f.error(field, f"unknown device; devices: {', '.join(index)}", name)
+    return index[name]
+
+
+def _budgets(f: _File, doc: dict, names: list[str]) -> tuple[Budget, ...]:
+    out, seen = [], set()
+    for k, b in enumerate(f.tables(doc, "budgets", _BUDGET)):
+        at = f"budgets[{k}]"
+        kind = f.string(b, "kind", f"{at}.kind")
+        if kind not in BUDGET_KINDS:
+            raise f.error(f"{at}.kind", f"unknown budget kind; one of {', '.join(BUDGET_KINDS)}", kind)
+        name = f.string(b, "name", f"{at}.name", kind)
+        if name in seen:
+            raise f.error(f"{at}.name", "duplicate budget name", name)
+        seen.add(name)
+        limit = f.number(b, "limit", f"{at}.limit", strict=True)
+        device = None
+        if kind == "device_energy":
+            device = names[_device_ref(f, b, "device", f"{at}.device", {n: i for i, n in enumerate(names)})]
+        elif "device" in b:
+            raise f.error(f"{at}.device", f"only a device_energy budget names a device, not {kind!r}", b["device"])
+        out.append(Budget(name, kind, float(limit), device))
+    return tuple(out)
+
+
+class _Csv:
+    """Rows of a trace CSV with errors naming file, row, column and value."""
+
+    def __init__(self, f: _File, field: str, name: str, required: tuple[str, ...], optional: tuple[str, ...]):
+        self.path = (f.path.parent / name)
+        try:
+            text = self.path.read_text()
+        except OSError:
+            raise f.error(field, f"trace file not found: {self.path}", name) from None
+        reader = csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
+        header = [h.strip() for h in next(reader, [])]
+        for col in required:
+            if col not in header:
+                raise self.error(1, col, "missing column", None)
+        for col in header:
+            if col not in required + optional:
+                raise self.error(1, col, f"unknown column; allowed: {', '.join(required + optional)}", None)
+        self.header = header
+        self.rows = []
+        for lineno, row in enumerate(reader, start=2):
+            if len(row) != len(header):
+                raise self.error(lineno, "*", f"{len(row)} cells, header has {len(header)}", ",".join(row))
+            self.rows.append((lineno, dict(zip(header, (c.strip() for c in row)))))
+
+    def error(self, lineno: int, col: str, problem: str, value: Any) -> InstanceError:
+        got = "" if value is None else f" (got {value!r})"
+        return InstanceError(f"{self.path}: row {lineno}: column {col!r}: {problem}{got}")
+
+    def number(self, lineno: int, row: dict, col: str, *, strict: bool = False) -> float:
+        cell = row[col]
+        try:
+            v = float(cell)
+        except ValueError:
+            raise self.error(lineno, col, "not a number", cell) from None
+        if not math.isfinite(v) or v < 0 or (strict and v == 0):
+            raise self.error(lineno, col, "must be > 0" if strict else "must be >= 0", cell)
+        return v
+
+    def slot(self, lineno: int, row: dict, num_slots: int) -> int:
+        cell = row["slot"]
+        try:
+            t = int(cell)
+        except ValueError:
+            raise self.error(lineno, "slot", "not an integer", cell) from None
+        if not 0 <= t < num_slots:
+            raise self.error(lineno, "slot", f"out of range 0..{num_slots - 1}", cell)
+        return t
+
+    def device(self, lineno: int, row: dict, col: str, index: dict[str, int]) -> int:
+        if row[col] not in index:
+            raise self.error(lineno, col, f"unknown device; devices: {', '.join(index)}", row[col])
+        return index[row[col]]
+
+
+def _device_trace(f: _File, name: str, devices: tuple[Device, ...], S: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = _Csv(f, "traces.devices", name, ("slot", "device"), ("available", "speed_factor", "price_per_hour"))
+    n = len(devices)
+    index = {d.name: i for i, d in enumerate(devices)}
+    avail = np.ones((S, n), dtype=bool)
+    factor = np.ones((S, n))
+    price = np.tile([d.price_per_s for d in devices], (S, 1)).astype(float)
+    seen = np.zeros((S, n), dtype=bool)
+    for lineno, row in t.rows:
+        s, i = t.slot(lineno, row, S), t.device(lineno, row, "device", index)
+        if seen[s, i]:
+            raise t.error(lineno, "device", f"duplicate row for slot {s}", row["device"])
+        seen[s, i] = True
+        if "available" in row:
+            a = t.number(lineno, row, "available")
+            if a not in (0.0, 1.0):
+                raise t.error(lineno, "available", "must be 0 or 1", row["available"])
+            avail[s, i] = a == 1.0
+        if "speed_factor" in row:
+            factor[s, i] = t.number(lineno, row, "speed_factor", strict=True)
+        if "price_per_hour" in row:
+            price[s, i] = t.number(lineno, row, "price_per_hour") / 3600.0
+    if not seen.all():
+        s, i = map(int, np.argwhere(~seen)[0])
+        raise f.error("traces.devices", f"{t.path}: {int((~seen).sum())} missing slot x device rows, "
+                      f"first: slot {s}, device {devices[i].name!r}", name)
+    return avail, factor, price
+
+
+def _link_trace(f: _File, name: str, devices: tuple[Device, ...], bw: np.ndarray, S: int) -> np.ndarray:
+    t = _Csv(f, "traces.links", name, ("slot", "a", "b", "gbps"), ())
+    index = {d.name: i for i, d in enumerate(devices)}
+    out = np.repeat(bw[None], S, axis=0)
+    seen: dict[tuple[int, int], set[int]] = {}
+    for lineno, row in t.rows:
+        s = t.slot(lineno, row, S)
+        i, j = t.device(lineno, row, "a", index), t.device(lineno, row, "b", index)
+        if i == j:
+            raise t.error(lineno, "b", "a link needs two different devices", row["b"])
+        pair = (min(i, j), max(i, j))
+        if s in seen.setdefault(pair, set()):
+            raise t.error(lineno, "slot", f"duplicate row for link {row['a']}-{row['b']}", row["slot"])
+        seen[pair].add(s)
+        out[s, i, j] = out[s, j, i] = t.number(lineno, row, "gbps", strict=True) * GBIT
+    for (i, j), slots in seen.items():
+        if len(slots) != S:
+            missing = min(set(range(S)) - slots)
+            raise f.error("traces.links", f"{t.path}: link {devices[i].name}-{devices[j].name} lacks "
+                          f"{S - len(slots)} slot(s), first: slot {missing}", name)
+    return out
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Load and validate an instance file; InstanceError (file, field, value) on any problem."""
+    path = Path(path)
+    f = _File(path)
+    doc = _read_toml(path)
+    f.known_keys(doc, _TOP, "")
+    name = f.string(doc, "name", "name", path.stem)
+    S = int(f.number(doc, "num_slots", "num_slots", minimum=1, integer=True))
+    workload = _workload(f, doc)
+    devices, eff, servers = _devices(f, doc)
+    names = [d.name for d in devices]
+    bw, lat = _network(f, doc, names, servers)
+    budgets = _budgets(f, doc, names)
+    traces = f.table(doc, "traces", _TRACES)
+    n = len(devices)
+    if "devices" in traces:
+        avail, factor, price = _device_trace(f, f.string(traces, "devices", "traces.devices"), devices, S)
+    else:
+        avail, factor = np.ones((S, n), dtype=bool), np.ones((S, n))
+        price = np.tile([d.price_per_s for d in devices], (S, 1)).astype(float)
+    if "links" in traces:
+        bws = _link_trace(f, f.string(traces, "links", "traces.links"), devices, bw, S)
+    else:
+        bws = np.repeat(bw[None], S, axis=0)
+    return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path))
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return repr(float(v))
+
+
+def save_instance(instance: Instance, path: str | Path) -> Path:
+    """Write `instance` as <path> (TOML) plus <stem>_model.csv, <stem>_devices.csv and
+    <stem>_links.csv next to it; load_instance of the result equals `instance` up to float
+    rounding. Every pair of devices is written as a [[links]] entry (no servers)."""
+    from .workloads import write_workload_csv
+
+    path = Path(path)
+    stem, base = path.stem, path.parent
+    base.mkdir(parents=True, exist_ok=True)
+    wl = instance.workload
+    write_workload_csv(wl, base / f"{stem}_model.csv", f"dynpar layer table {wl.name}")
+    lines = [f"name = {_toml_value(instance.name)}", f"num_slots = {instance.num_slots}", "",
+             "[workload]", f"model = {_toml_value(stem + '_model.csv')}", f"batch = {wl.batch}",
+             f"micro_batch = {wl.micro_batch}", f"optimizer_factor = {_toml_value(wl.opt_factor)}",
+             f"input_bytes = {_toml_value(wl.input_bytes)}", "",
+             "[traces]", f"devices = {_toml_value(stem + '_devices.csv')}",
+             f"links = {_toml_value(stem + '_links.csv')}", ""]
+    for d, e in zip(instance.devices, instance.efficiency):
+        lines += ["[[devices]]", f"name = {_toml_value(d.name)}", f"kind = {_toml_value(d.kind)}",
+                  f"efficiency = {_toml_value(e)}", f"peak_tflops = {_toml_value(d.peak_flops / 1e12)}",
+                  f"memory_gb = {_toml_value(d.memory_bytes / 1e9)}", f"busy_w = {_toml_value(d.busy_power_w)}",
+                  f"idle_w = {_toml_value(d.idle_power_w)}", f"price_per_hour = {_toml_value(d.price_per_s * 3600)}", ""]
+    n = instance.n
+    for i in range(n):
+        for j in range(i + 1, n):
+            lines += ["[[links]]", f"a = {_toml_value(instance.devices[i].name)}",
+                      f"b = {_toml_value(instance.devices[j].name)}",
+                      f"latency_ms = {_toml_value(instance.latency[i, j] * 1000)}", ""]
+    for b in instance.budgets:
+        lines += ["[[budgets]]", f"name = {_toml_value(b.name)}", f"kind = {_toml_value(b.kind)}",
+                  f"limit = {_toml_value(b.limit)}"] + ([f"device = {_toml_value(b.device)}"] if b.device else []) + [""]
+    path.write_text("\n".join(lines))
+    with (base / f"{stem}_devices.csv").open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["slot", "device", "available", "speed_factor", "price_per_hour"])
+        for s in range(instance.num_slots):
+            for i, d in enumerate(instance.devices):
+                w.writerow([s, d.name, int(instance.available[s, i]), repr(float(instance.speed_factor[s, i])),
+                            repr(float(instance.price[s, i] * 3600))])
+    with (base / f"{stem}_links.csv").open("w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["slot", "a", "b", "gbps"])
+        for s in range(instance.num_slots):
+            for i in range(n):
+                for j in range(i + 1, n):
+                    w.writerow([s, instance.devices[i].name, instance.devices[j].name,
+                                repr(float(instance.bandwidth[s, i, j] / GBIT))])
+    return path
+
+
+write_instance = save_instance

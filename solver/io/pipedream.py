@@ -1,0 +1,208 @@
+"""Import PipeDream profile graphs (msr-fiddle/pipedream `graph.txt`) as a linear layer table.
+
+File format: node lines `nodeN -- <description> -- forward_compute_time=F,
+backward_compute_time=B, activation_size=A, parameter_size=P[ -- stage_id=S]` and edge lines,
+indented by a tab or spaces, `nodeX -- nodeY` (edge X -> Y). F and B are milliseconds for the
+whole profiled minibatch, A the output bytes for the whole minibatch (a list `[a; b]` is
+summed), P parameter bytes. The forward time of `Input` nodes (data loading) is zeroed.
+
+The DAG is linearised by Kahn's algorithm, the smallest node number first among the ready
+nodes (deterministic). In the resulting table, per sample:
+- fwd/bwd seconds = F/B / 1000 / minibatch, recorded as measured under the device `kind`;
+- fwd/bwd FLOPs = those seconds * the kind's sustained FLOP/s (peak FP32 * `efficiency`),
+  so devices of other kinds get a FLOP-based estimate;
+- out_bytes after position k = bytes crossing a cut after k: the sum of A / minibatch over every
+  node at or before k with a successor after k (for the last position: its own output);
+- stash_bytes = the node's output plus its inputs (its predecessors' outputs);
+- param_bytes = P.
+The profiled minibatch is read from the Input node (A = batch * 3*224*224*4), else from the
+known profiler settings per model (gnmt: 64), else must be given.
+"""
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InstanceError
+from ..model import Layer, Workload
+from .hardware import hardware_spec
+from .workloads import write_workload_csv
+
+DEFAULT_KIND = "V100-SXM2-16GB"
+IMAGE_BYTES = 3 * 224 * 224 * 4
+KNOWN_MINIBATCH = {"alexnet": 256, "resnet18": 256, "squeezenet1_0": 256, "vgg16": 128, "resnet50": 128, "gnmt": 64}
+
+_NODE = re.compile(r"^(node\d+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
+                   r"activation_size=(.+?), parameter_size=([^,\s]+)(?: -- stage_id=(\d+))?\s*$")
+_EDGE = re.compile(r"^\s+(node\d+) -- (node\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class ProfileNode:
+    """One node of a profile graph; times in ms and bytes for the whole profiled minibatch."""
+
+    id: str
+    description: str
+    fwd_ms: float
+    bwd_ms: float
+    activation_bytes: float
+    param_bytes: float
+
+
+@dataclass(frozen=True)
+class ProfileGraph:
+    nodes: dict[str, ProfileNode]
+    edges: tuple[tuple[str, str], ...]
+
+
+def _float(path: Path, lineno: int, field: str, text: str) -> float:
+    text = text.strip()
+    try:
+        if text.startswith("[") and text.endswith("]"):
+            return float(sum(float(x) for x in text[1:-1].split(";") if x.strip()))
+        return float(text)
+    except ValueError:
+        raise InstanceError(f"{path}: line {lineno}: {field}: not a number: {text!r}") from None
+
+
+def parse_profile(path: str | Path) -> ProfileGraph:
+    """Parse a graph.txt; Input nodes get zero forward time. InstanceError on a bad line or edge."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InstanceError(f"{path}: cannot read profile: {e.strerror}") from None
+    nodes: dict[str, ProfileNode] = {}
+    edges: list[tuple[str, str]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if m := _EDGE.match(line):
+            edges.append((m.group(1), m.group(2)))
+            continue
+        m = _NODE.match(line)
+        if m is None:
+            raise InstanceError(f"{path}: line {lineno}: neither a node nor an edge line: {line[:80]!r}")
+        nid, desc = m.group(1), m.group(2).strip()
+        if nid in nodes:
+            raise InstanceError(f"{path}: line {lineno}: duplicate node {nid!r}")
+        fwd = _float(path, lineno, "forward_compute_time", m.group(3))
+        if desc.startswith("Input"):
+            fwd = 0.0
+        nodes[nid] = ProfileNode(nid, desc, fwd, _float(path, lineno, "backward_compute_time", m.group(4)),
+                                 _float(path, lineno, "activation_size", m.group(5)),
+                                 _float(path, lineno, "parameter_size", m.group(6)))
+    for a, b in edges:
+        for x in (a, b):
+            if x not in nodes:
+                raise InstanceError(f"{path}: edge {a} -- {b}: unknown node {x!r}")
+    if not nodes:
+        raise InstanceError(f"{path}: no nodes")
+    return ProfileGraph(nodes, tuple(dict.fromkeys(edges)))
+
+
+def _number(nid: str) -> int:
+    return int(nid[len("node"):])
+
+
+def topological_order(graph: ProfileGraph) -> list[str]:
+    """Kahn's algorithm, smallest node number first among ready nodes; ValueError on a cycle."""
+    indeg = {n: 0 for n in graph.nodes}
+    succ: dict[str, list[str]] = {n: [] for n in graph.nodes}
+    for a, b in graph.edges:
+        succ[a].append(b)
+        indeg[b] += 1
+    ready = [(_number(n), n) for n, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, n = heapq.heappop(ready)
+        order.append(n)
+        for s in succ[n]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready, (_number(s), s))
+    if len(order) != len(graph.nodes):
+        raise ValueError("profile graph has a cycle")
+    return order
+
+
+def cut_bytes(graph: ProfileGraph, order: list[str]) -> list[float]:
+    """Bytes (whole minibatch) crossing a cut after each position of `order`; the last
+    entry is the last node's own output."""
+    pos = {n: i for i, n in enumerate(order)}
+    last_use = {n: pos[n] for n in order}
+    for a, b in graph.edges:
+        last_use[a] = max(last_use[a], pos[b])
+    diff = [0.0] * (len(order) + 1)
+    for n in order:
+        if last_use[n] > pos[n]:
+            diff[pos[n]] += graph.nodes[n].activation_bytes
+            diff[last_use[n]] -= graph.nodes[n].activation_bytes
+    out, running = [], 0.0
+    for i in range(len(order)):
+        running += diff[i]
+        out.append(running)
+    out[-1] = graph.nodes[order[-1]].activation_bytes
+    return out
+
+
+def profiled_minibatch(graph: ProfileGraph, path: Path) -> int:
+    """Minibatch of the profile: from an image Input node, else the known setting per model."""
+    for node in graph.nodes.values():
+        if node.description.startswith("Input") and node.activation_bytes > 0:
+            mb = node.activation_bytes / IMAGE_BYTES
+            if mb >= 1 and mb.is_integer():
+                return int(mb)
+    known = KNOWN_MINIBATCH.get(path.parent.name)
+    if known is None:
+        raise InstanceError(f"{path}: cannot infer the profiled minibatch; pass minibatch=")
+    return known
+
+
+def import_profile(path: str | Path, kind: str = DEFAULT_KIND, minibatch: int | None = None,
+                   efficiency: float = 0.5, batch: int | None = None, micro_batch: int | None = None,
+                   opt_factor: float = 4.0, name: str | None = None) -> Workload:
+    """A PipeDream graph.txt as a Workload (per-sample figures, measured seconds under `kind`).
+
+    batch defaults to the profiled minibatch, micro_batch to the largest of 8, 4, 2, 1 dividing it."""
+    path = Path(path)
+    graph = parse_profile(path)
+    try:
+        spec = hardware_spec(kind)
+    except KeyError as e:
+        raise InstanceError(f"{path}: kind: {e.args[0]}") from None
+    if not (0 < efficiency <= 1):
+        raise InstanceError(f"{path}: efficiency must be in (0, 1]: {efficiency!r}")
+    mb = minibatch or profiled_minibatch(graph, path)
+    try:
+        order = topological_order(graph)
+    except ValueError as e:
+        raise InstanceError(f"{path}: {e}") from None
+    crossing = cut_bytes(graph, order)
+    preds: dict[str, list[str]] = {n: [] for n in graph.nodes}
+    for a, b in graph.edges:
+        preds[b].append(a)
+    sustained = spec.peak_flops * efficiency
+    layers, fwd_s, bwd_s = [], [], []
+    for n, cross in zip(order, crossing):
+        node = graph.nodes[n]
+        f, b = node.fwd_ms / 1000.0 / mb, node.bwd_ms / 1000.0 / mb
+        stash = (node.activation_bytes + sum(graph.nodes[p].activation_bytes for p in preds[n])) / mb
+        layers.append(Layer(f"{n} {node.description}"[:120], f * sustained, b * sustained, cross / mb,
+                            stash, node.param_bytes))
+        fwd_s.append(f)
+        bwd_s.append(b)
+    inputs = [graph.nodes[n] for n in order if graph.nodes[n].description.startswith("Input")]
+    batch = batch or mb
+    micro_batch = micro_batch or next(u for u in (8, 4, 2, 1) if batch % u == 0)
+    return Workload(name or path.parent.name, tuple(layers), batch, micro_batch, opt_factor,
+                    sum(i.activation_bytes for i in inputs) / mb, {spec.kind: (tuple(fwd_s), tuple(bwd_s))})
+
+
+def profile_to_csv(path: str | Path, out: str | Path, **kwargs) -> Path:
+    """Import a graph.txt (keyword arguments as import_profile) and write it as a layer-table CSV."""
+    wl = import_profile(path, **kwargs)
+    return write_workload_csv(wl, out, f"dynpar layer table {wl.name}: imported from PipeDream profile {Path(path).name}")

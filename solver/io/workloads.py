@@ -1,0 +1,337 @@
+"""Layer tables of real networks, computed from layer shapes, and the layer-table CSV format.
+
+Per-sample forward FLOPs of the operators (a multiply-add counts 2 FLOP):
+- convolution: 2 * Cin * Cout * kh * kw * Hout * Wout / groups (bias ignored);
+- linear: 2 * in * out per token (times the sequence length for transformers);
+- attention core: Q K^T and A V matmuls 2 * 2 * s * s * d (s tokens, d = heads * head size;
+  causal masks are not discounted, as dense kernels compute the full square), plus softmax;
+- element-wise: ReLU, residual add, dropout 1, tanh 4, softmax and batch/layer norm 5,
+  GELU 8 FLOP per element; pooling k*k per output element; embedding lookup 1 per element.
+Backward FLOPs = 2 x forward (the gradients with respect to inputs and to weights each cost
+about one forward pass).
+
+Bytes are fp32 (4 bytes per element). out_bytes = the layer's output activation, what
+crosses a cut after it. stash_bytes = the layer's input plus the output of every operator
+inside it, kept for the backward pass (conservative: in-place ReLU would keep less, and the
+input is counted so that a stage's stash includes the tensor it received). param_bytes =
+4 * parameters. Token ids are int64 (8 bytes each).
+
+Models (layer granularity): vgg16 (224x224; 13 conv[+ReLU][+pool] layers, 3 FC layers),
+resnet50 (224x224, torchvision v1.5; stem, 16 bottleneck blocks, head), bert_base (seq 128;
+embeddings, 12 x (attention, FFN) sublayers, pooler + 2-class head), gpt2_small (seq 1024;
+embeddings, 12 x (attention, MLP) sublayers, final norm + LM head whose weight is tied to
+the token embedding and so counted there once), mlp (784-1024-1024-1024-10).
+
+Layer-table CSV (models/<name>.csv): optional leading lines `# key: value` (key
+`input_bytes` = bytes per input sample, o_0); then a header with the columns name,
+fwd_flops, bwd_flops, out_bytes, stash_bytes, param_bytes (per sample: FLOP, bytes) and
+optional column pairs fwd_s:<kind>, bwd_s:<kind> (measured seconds per sample on that
+device kind; Workload.measured). Regenerate with `python -m solver.io.workloads [outdir]`.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import InstanceError
+from ..model import Layer, Workload
+
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+FP32 = 4
+INT64 = 8
+BASE_COLUMNS = ("name", "fwd_flops", "bwd_flops", "out_bytes", "stash_bytes", "param_bytes")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator per sample: forward FLOP, elements kept for backward, parameters."""
+
+    flops: float
+    saved: float
+    params: float = 0.0
+
+
+# ---------------------------------------------------------------- operators (shape in -> op, shape out)
+
+def conv(shape: tuple[int, int, int], cout: int, k: int, stride: int = 1, pad: int | None = None,
+         groups: int = 1, bias: bool = True) -> tuple[Op, tuple[int, int, int]]:
+    cin, h, w = shape
+    pad = k // 2 if pad is None else pad
+    ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    flops = 2 * cin * cout * k * k * ho * wo / groups
+    params = cin * cout * k * k // groups + (cout if bias else 0)
+    return Op(flops, cout * ho * wo, params), (cout, ho, wo)
+
+
+def pool(shape: tuple[int, int, int], k: int, stride: int, pad: int = 0) -> tuple[Op, tuple[int, int, int]]:
+    c, h, w = shape
+    ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    return Op(k * k * c * ho * wo, c * ho * wo), (c, ho, wo)
+
+
+def elementwise(elements: float, flops_per_element: float, params: float = 0.0) -> Op:
+    return Op(flops_per_element * elements, elements, params)
+
+
+def linear(tokens: int, fan_in: int, fan_out: int, bias: bool = True) -> Op:
+    return Op(2 * tokens * fan_in * fan_out, tokens * fan_out, fan_in * fan_out + (fan_out if bias else 0))
+
+
+def attention_core(s: int, d: int, heads: int) -> Op:
+    """softmax(Q K^T / sqrt(dh)) V for s tokens: keeps the attention probabilities and the context."""
+    return Op(2 * 2 * s * s * d + 5 * heads * s * s, heads * s * s + s * d)
+
+
+def make_layer(name: str, ops: Sequence[Op], in_bytes: float, out_elements: float) -> Layer:
+    """A layer from its operators: backward = 2 x forward, fp32 activations and parameters."""
+    f = float(sum(o.flops for o in ops))
+    return Layer(name, f, 2.0 * f, FP32 * out_elements, in_bytes + FP32 * sum(o.saved for o in ops),
+                 FP32 * float(sum(o.params for o in ops)))
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+# ---------------------------------------------------------------- networks
+
+def vgg16() -> tuple[list[Layer], float]:
+    """VGG-16 on 3x224x224 images; returns (layers, input bytes per sample)."""
+    cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+    shape, layers, block, idx = (3, 224, 224), [], 1, 0
+    input_bytes = FP32 * _numel(shape)
+    for i, c in enumerate(cfg):
+        if c == "M":
+            continue
+        idx += 1
+        in_bytes = FP32 * _numel(shape)
+        op, shape = conv(shape, c, 3)
+        ops = [op, elementwise(_numel(shape), 1)]
+        if i + 1 < len(cfg) and cfg[i + 1] == "M":
+            op, shape = pool(shape, 2, 2)
+            ops.append(op)
+        layers.append(make_layer(f"conv{block}_{idx}", ops, in_bytes, _numel(shape)))
+        if i + 1 < len(cfg) and cfg[i + 1] == "M":
+            block, idx = block + 1, 0
+    features = _numel(shape)
+    for name, fi, fo, act in (("fc6", features, 4096, True), ("fc7", 4096, 4096, True), ("fc8", 4096, 1000, False)):
+        ops = [linear(1, fi, fo)] + ([elementwise(fo, 1), elementwise(fo, 1)] if act else [])
+        layers.append(make_layer(name, ops, FP32 * fi, fo))
+    return layers, input_bytes
+
+
+def _bottleneck(shape: tuple[int, int, int], width: int, stride: int, name: str) -> tuple[Layer, tuple[int, int, int]]:
+    cin = shape[0]
+    in_bytes = FP32 * _numel(shape)
+    ops, s = [], shape
+    for cout, k, st in ((width, 1, 1), (width, 3, stride), (4 * width, 1, 1)):
+        op, s = conv(s, cout, k, st, bias=False)
+        ops += [op, elementwise(_numel(s), 5, 2 * cout)]
+        if cout == width:
+            ops.append(elementwise(_numel(s), 1))
+    if stride != 1 or cin != 4 * width:
+        op, ds = conv(shape, 4 * width, 1, stride, pad=0, bias=False)
+        ops += [op, elementwise(_numel(ds), 5, 2 * 4 * width)]
+    ops += [elementwise(_numel(s), 1), elementwise(_numel(s), 1)]
+    return make_layer(name, ops, in_bytes, _numel(s)), s
+
+
+def resnet50() -> tuple[list[Layer], float]:
+    """ResNet-50 (torchvision v1.5: stride on the 3x3 conv) on 3x224x224 images."""
+    shape = (3, 224, 224)
+    input_bytes = FP32 * _numel(shape)
+    op, shape = conv(shape, 64, 7, 2, 3, bias=False)
+    ops = [op, elementwise(_numel(shape), 5, 128), elementwise(_numel(shape), 1)]
+    op, shape = pool(shape, 3, 2, 1)
+    layers = [make_layer("stem", ops + [op], input_bytes, _numel(shape))]
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3)), start=1):
+        for b in range(blocks):
+            stride = 2 if (b == 0 and stage > 1) else 1
+            layer, shape = _bottleneck(shape, width, stride, f"layer{stage}.{b}")
+            layers.append(layer)
+    c, h, w = shape
+    head = [Op(h * w * c, c), linear(1, c, 1000)]
+    layers.append(make_layer("head", head, FP32 * _numel(shape), 1000))
+    return layers, input_bytes
+
+
+def _attention_sublayer(s: int, d: int, heads: int, name: str) -> Layer:
+    ops = [linear(s, d, 3 * d), attention_core(s, d, heads), linear(s, d, d), elementwise(s * d, 1), elementwise(s * d, 1),
+           elementwise(s * d, 5, 2 * d)]
+    return make_layer(name, ops, FP32 * s * d, s * d)
+
+
+def _ffn_sublayer(s: int, d: int, name: str) -> Layer:
+    ops = [linear(s, d, 4 * d), elementwise(4 * s * d, 8), linear(s, 4 * d, d), elementwise(s * d, 1),
+           elementwise(s * d, 1), elementwise(s * d, 5, 2 * d)]
+    return make_layer(name, ops, FP32 * s * d, s * d)
+
+
+def bert_base(seq: int = 128) -> tuple[list[Layer], float]:
+    """BERT-base (12 layers, d 768, 12 heads, vocab 30522) on sequences of `seq` tokens."""
+    s, d, heads, vocab = seq, 768, 12, 30522
+    input_bytes = INT64 * s
+    emb = [Op(3 * s * d, s * d, vocab * d + 512 * d + 2 * d), elementwise(s * d, 5, 2 * d), elementwise(s * d, 1)]
+    layers = [make_layer("embeddings", emb, input_bytes, s * d)]
+    for i in range(12):
+        layers.append(_attention_sublayer(s, d, heads, f"encoder{i}.attention"))
+        layers.append(_ffn_sublayer(s, d, f"encoder{i}.ffn"))
+    head = [linear(1, d, d), elementwise(d, 4), linear(1, d, 2)]
+    layers.append(make_layer("pooler_classifier", head, FP32 * s * d, 2))
+    return layers, input_bytes
+
+
+def gpt2_small(seq: int = 1024) -> tuple[list[Layer], float]:
+    """GPT-2 small (12 blocks, d 768, 12 heads, vocab 50257, context 1024) on `seq` tokens.
+
+    The LM head's weight is tied to the token embedding: its FLOPs are in the head layer,
+    its parameters are counted once, in the embedding layer."""
+    s, d, heads, vocab = seq, 768, 12, 50257
+    input_bytes = INT64 * s
+    layers = [make_layer("embeddings", [Op(2 * s * d, s * d, vocab * d + 1024 * d), elementwise(s * d, 1)],
+                         input_bytes, s * d)]
+    for i in range(12):
+        layers.append(_attention_sublayer(s, d, heads, f"block{i}.attention"))
+        layers.append(_ffn_sublayer(s, d, f"block{i}.mlp"))
+    head = [elementwise(s * d, 5, 2 * d), Op(2 * s * d * vocab, s * vocab)]
+    layers.append(make_layer("lm_head", head, FP32 * s * d, s * vocab))
+    return layers, input_bytes
+
+
+def mlp(widths: Sequence[int] = (784, 1024, 1024, 1024, 10)) -> tuple[list[Layer], float]:
+    """A small multi-layer perceptron (ReLU between layers) on flattened 28x28 inputs."""
+    layers = []
+    for i, (fi, fo) in enumerate(zip(widths[:-1], widths[1:])):
+        ops = [linear(1, fi, fo)] + ([elementwise(fo, 1)] if i < len(widths) - 2 else [])
+        layers.append(make_layer(f"fc{i + 1}", ops, FP32 * fi, fo))
+    return layers, FP32 * widths[0]
+
+
+MODELS: dict[str, Callable[[], tuple[list[Layer], float]]] = {
+    "vgg16": vgg16, "resnet50": resnet50, "bert_base": bert_base, "gpt2_small": gpt2_small, "mlp": mlp,
+}
+PUBLISHED_PARAMS = {"vgg16": 138.4e6, "resnet50": 25.6e6, "bert_base": 110e6, "gpt2_small": 124e6}
+"""Published parameter counts the generated tables are checked against."""
+
+
+def build_model(name: str, batch: int = 64, micro_batch: int = 4, opt_factor: float = 4.0) -> Workload:
+    """The generated Workload of a model in MODELS."""
+    if name not in MODELS:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    layers, input_bytes = MODELS[name]()
+    return Workload(name, tuple(layers), batch, micro_batch, opt_factor, float(input_bytes))
+
+
+# ---------------------------------------------------------------- CSV format
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e18 else repr(float(v))
+
+
+def write_workload_csv(workload: Workload, path: str | Path, comment: str | None = None) -> Path:
+    """Write `workload` as a layer table (per-sample figures, measured columns per kind)."""
+    path = Path(path)
+    kinds = sorted(workload.measured)
+    header = list(BASE_COLUMNS) + [c for k in kinds for c in (f"fwd_s:{k}", f"bwd_s:{k}")]
+    lines = [f"# {line}" for line in (comment or f"dynpar layer table {workload.name}").splitlines()]
+    lines.append(f"# input_bytes: {_fmt(workload.input_bytes)}")
+    rows = []
+    for i, l in enumerate(workload.layers):
+        row = [l.name] + [_fmt(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
+        for k in kinds:
+            fw, bw = workload.measured[k]
+            row += [repr(float(fw[i])), repr(float(bw[i]))]
+        rows.append(row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        fh.write("\n".join(lines) + "\n")
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def _number(path: Path, lineno: int, col: str, cell: str) -> float:
+    try:
+        v = float(cell)
+    except ValueError:
+        raise InstanceError(f"{path}: row {lineno}: column {col!r}: not a number: {cell!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise InstanceError(f"{path}: row {lineno}: column {col!r}: must be finite and >= 0: {cell!r}")
+    return v
+
+
+def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor: float = 4.0,
+                      input_bytes: float | None = None, name: str | None = None) -> Workload:
+    """Read a layer table into a Workload of global batch `batch` and micro-batch `micro_batch`.
+
+    input_bytes (bytes per input sample) defaults to the file's `# input_bytes:` line, else 0.
+    Raises InstanceError naming file, row, column and value on any malformed cell."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InstanceError(f"{path}: cannot read layer table: {e.strerror}") from None
+    if batch < 1 or micro_batch < 1 or batch % micro_batch:
+        raise InstanceError(f"{path}: batch {batch} must be a positive multiple of micro_batch {micro_batch}")
+    lines = text.splitlines()
+    meta: dict[str, str] = {}
+    start = 0
+    while start < len(lines) and (lines[start].startswith("#") or not lines[start].strip()):
+        key, sep, value = lines[start].lstrip("#").partition(":")
+        if sep:
+            meta[key.strip()] = value.strip()
+        start += 1
+    reader = csv.reader(lines[start:])
+    header = [h.strip() for h in next(reader, [])]
+    missing = [c for c in BASE_COLUMNS if c not in header]
+    if missing:
+        raise InstanceError(f"{path}: row {start + 1}: missing column(s) {', '.join(map(repr, missing))}")
+    kinds = [h[len("fwd_s:"):] for h in header if h.startswith("fwd_s:")]
+    for k in kinds:
+        if f"bwd_s:{k}" not in header:
+            raise InstanceError(f"{path}: row {start + 1}: column 'fwd_s:{k}' has no matching 'bwd_s:{k}'")
+    for h in header:
+        if h.startswith("bwd_s:") and h[len("bwd_s:"):] not in kinds:
+            raise InstanceError(f"{path}: row {start + 1}: column {h!r} has no matching 'fwd_s:' column")
+    layers, measured = [], {k: ([], []) for k in kinds}
+    for lineno, row in enumerate(reader, start=start + 2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise InstanceError(f"{path}: row {lineno}: {len(row)} cells, header has {len(header)}")
+        cells = dict(zip(header, (c.strip() for c in row)))
+        if not cells["name"]:
+            raise InstanceError(f"{path}: row {lineno}: column 'name': empty")
+        vals = [_number(path, lineno, c, cells[c]) for c in BASE_COLUMNS[1:]]
+        layers.append(Layer(cells["name"], *vals))
+        for k in kinds:
+            measured[k][0].append(_number(path, lineno, f"fwd_s:{k}", cells[f"fwd_s:{k}"]))
+            measured[k][1].append(_number(path, lineno, f"bwd_s:{k}", cells[f"bwd_s:{k}"]))
+    if not layers:
+        raise InstanceError(f"{path}: no layer rows")
+    if input_bytes is None:
+        cell = meta.get("input_bytes", "0")
+        input_bytes = _number(path, 1, "input_bytes", cell)
+    return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
+                    float(input_bytes), {k: (tuple(f), tuple(b)) for k, (f, b) in measured.items()})
+
+
+def generate_all(outdir: str | Path = MODELS_DIR) -> list[Path]:
+    """Write models/<name>.csv for every model in MODELS; returns the paths."""
+    out = []
+    for name in MODELS:
+        wl = build_model(name)
+        note = (f"dynpar layer table {name}: generated from layer shapes by solver.io.workloads "
+                f"(python -m solver.io.workloads); per sample, FLOP and bytes (fp32)")
+        out.append(write_workload_csv(wl, Path(outdir) / f"{name}.csv", note))
+    return out
+
+
+if __name__ == "__main__":
+    for p in generate_all(sys.argv[1] if len(sys.argv) > 1 else MODELS_DIR):
+        print(p)

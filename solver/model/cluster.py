@@ -1,0 +1,38 @@
+"""Static facts of the cluster: devices (FLOP/s, bytes, watts, USD/s) and the budgets."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BUDGET_KINDS = ("money", "energy", "device_energy")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator of the pool (static properties).
+
+    peak_flops: FLOP/s at full efficiency; memory_bytes: usable memory;
+    busy_power_w / idle_power_w: watts while computing / while held idle;
+    price_per_s: base price in USD per second held; kind: hardware type
+    (a key of the measured per-layer times, e.g. "V100-SXM2-16GB").
+    """
+
+    name: str
+    kind: str
+    peak_flops: float
+    memory_bytes: float
+    busy_power_w: float
+    idle_power_w: float
+    price_per_s: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A long-term average budget per iteration: limit in USD (money) or joules (energy).
+
+    kind "device_energy" caps the energy of the single device named by `device`.
+    """
+
+    name: str
+    kind: str
+    limit: float
+    device: str | None = None

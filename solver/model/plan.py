@@ -1,0 +1,148 @@
+"""A plan for one slot: ordered groups of devices, cut points, batch shares.
+
+Group g runs a pipeline over `devices` (device indices of the slot state, in
+pipeline order); stage j holds layers cuts[j-1] .. cuts[j]-1 (0-based, with an
+implicit cuts[-1] = 0), so `cuts` is strictly increasing and ends at L. The
+group trains on `share` samples of the global batch per iteration.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .memory import MEM_RTOL, memory_use
+from .state import SlotState
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken constraint: `constraint` is a stable name, `detail` says where."""
+
+    constraint: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.constraint}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Group:
+    devices: tuple[int, ...]
+    cuts: tuple[int, ...]
+    share: int
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.devices)
+
+    def stages(self) -> list[tuple[int, int, int]]:
+        """(device, first layer, end layer exclusive) per stage."""
+        out, start = [], 0
+        for d, c in zip(self.devices, self.cuts):
+            out.append((d, start, c))
+            start = c
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    groups: tuple[Group, ...]
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Every device the plan holds, in group then stage order."""
+        return tuple(d for g in self.groups for d in g.devices)
+
+    @property
+    def shares(self) -> tuple[int, ...]:
+        return tuple(g.share for g in self.groups)
+
+    def validate(self, state: SlotState) -> list[Violation]:
+        """Every broken constraint of this plan in `state`; [] when feasible."""
+        v: list[Violation] = []
+        L = state.workload.num_layers
+        B, u = state.workload.batch, state.workload.micro_batch
+        if not self.groups:
+            return [Violation("nonempty", "the plan has no group")]
+        seen: set[int] = set()
+        for gi, g in enumerate(self.groups):
+            where = f"group {gi}"
+            if len(g.devices) == 0:
+                v.append(Violation("nonempty", f"{where} has no device"))
+                continue
+            if len(g.cuts) != len(g.devices):
+                v.append(Violation("cuts_match_stages",
+                                   f"{where} has {len(g.devices)} devices but {len(g.cuts)} cut points"))
+                continue
+            for d in g.devices:
+                if not (0 <= d < state.n):
+                    v.append(Violation("known_device", f"{where} names device index {d} of {state.n}"))
+                    continue
+                if d in seen:
+                    v.append(Violation("device_once", f"device {state.devices[d].name} appears twice"))
+                seen.add(d)
+                if not state.available[d]:
+                    v.append(Violation("available", f"device {state.devices[d].name} is unavailable in slot {state.t}"))
+            prev = 0
+            for j, c in enumerate(g.cuts):
+                if c <= prev:
+                    v.append(Violation("stage_nonempty", f"{where} stage {j} ends at layer {c} <= its start {prev}"))
+                prev = max(prev, c)
+            if g.cuts and g.cuts[-1] != L:
+                v.append(Violation("layers_covered",
+                                   f"{where} ends at layer {g.cuts[-1]}, model has {L} layers"))
+            if g.share < u:
+                v.append(Violation("share_positive", f"{where} share {g.share} < one micro-batch ({u})"))
+            if g.share % u != 0:
+                v.append(Violation("share_multiple", f"{where} share {g.share} is not a multiple of u={u}"))
+        total = sum(g.share for g in self.groups)
+        if total != B:
+            v.append(Violation("shares_sum", f"shares sum to {total}, batch is {B}"))
+        if any(x.constraint in ("known_device", "cuts_match_stages", "stage_nonempty", "layers_covered")
+               for x in v):
+            return v
+        for gi, g in enumerate(self.groups):
+            for d, used in zip(g.devices, memory_use(state, g.devices, g.cuts, g.share)):
+                cap = state.devices[d].memory_bytes
+                if used > cap * (1 + MEM_RTOL):
+                    v.append(Violation("memory", f"group {gi} device {state.devices[d].name} needs "
+                                                  f"{used:.4g} B > {cap:.4g} B"))
+        return v
+
+    def describe(self, state: SlotState) -> str:
+        """Readable multi-line summary: groups, stages with layer ranges, shares."""
+        lines = []
+        for gi, g in enumerate(self.groups):
+            stages = ", ".join(f"{state.devices[d].name}[{a}:{b}]" for d, a, b in g.stages())
+            lines.append(f"group {gi}: share {g.share:>5} | {stages}")
+        return "\n".join(lines)
+
+    def summary(self, state: SlotState) -> str:
+        """One-line summary for tables: groups separated by ' | ', stages by '>'."""
+        return " | ".join(
+            f"{g.share}:" + ">".join(f"{state.devices[d].name}" for d in g.devices) for g in self.groups)
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    """{"groups": [{"devices": [...], "cuts": [...], "share": b}, ...]} (device indices)."""
+    return {"groups": [{"devices": [int(d) for d in g.devices], "cuts": [int(c) for c in g.cuts],
+                        "share": int(g.share)} for g in plan.groups]}
+
+
+def plan_from_dict(d: dict) -> Plan:
+    """Inverse of plan_to_dict; ValueError on a malformed dict."""
+    try:
+        return Plan(tuple(Group(tuple(int(x) for x in g["devices"]), tuple(int(x) for x in g["cuts"]),
+                                int(g["share"])) for g in d["groups"]))
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"malformed plan JSON: {e!r} in {d!r}") from e
+
+
+def plan_to_json(plan: Plan | None) -> str:
+    """Compact JSON of a plan; "null" for None."""
+    return json.dumps(None if plan is None else plan_to_dict(plan), separators=(",", ":"))
+
+
+def plan_from_json(text: str) -> Plan | None:
+    d = json.loads(text)
+    return None if d is None else plan_from_dict(d)

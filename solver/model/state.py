@@ -1,0 +1,158 @@
+"""What is true in one slot (`SlotState`, all the per-slot solver sees) and the instance
+whose traces produce one state per slot.
+
+Units throughout: seconds, bytes, FLOP, FLOP/s, watts, US dollars. Everything is frozen.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+
+from .cluster import Budget, Device
+from .workload import Workload
+
+
+@dataclass(frozen=True, eq=False)
+class SlotState:
+    """What is true in slot t: the only input of the per-slot solver.
+
+    available[i]: device i may be used; speed[i]: effective FLOP/s (peak times
+    efficiency times this slot's speed factor); speed_factor[i]: the slot's factor
+    alone (divides measured per-layer times); price[i]: USD per second held;
+    bandwidth[i, j]: bytes/s from i to j (inf on the diagonal); latency[i, j]: seconds.
+    """
+
+    t: int
+    devices: tuple[Device, ...]
+    workload: Workload
+    budgets: tuple[Budget, ...]
+    available: np.ndarray
+    speed: np.ndarray
+    speed_factor: np.ndarray
+    price: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.devices)
+
+    @property
+    def available_indices(self) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.flatnonzero(self.available))
+
+    def device_index(self, name: str) -> int:
+        for i, d in enumerate(self.devices):
+            if d.name == name:
+                return i
+        raise KeyError(f"no device named {name!r}")
+
+    @cached_property
+    def memory_bytes(self) -> np.ndarray:
+        """(n,) usable memory of each device, bytes."""
+        return np.array([d.memory_bytes for d in self.devices], dtype=float)
+
+    @cached_property
+    def extra_power_w(self) -> np.ndarray:
+        """(n,) busy minus idle power of each device, watts."""
+        return np.array([d.busy_power_w - d.idle_power_w for d in self.devices], dtype=float)
+
+    @cached_property
+    def layer_fwd_seconds(self) -> np.ndarray:
+        """(n, L) forward seconds per sample of each layer on each device this slot."""
+        return self._layer_seconds(0)
+
+    @cached_property
+    def layer_bwd_seconds(self) -> np.ndarray:
+        """(n, L) backward seconds per sample of each layer on each device this slot."""
+        return self._layer_seconds(1)
+
+    def _layer_seconds(self, which: int) -> np.ndarray:
+        wl = self.workload
+        flops = wl.fwd_flops if which == 0 else wl.bwd_flops
+        out = np.empty((self.n, wl.num_layers))
+        for i, d in enumerate(self.devices):
+            m = wl.measured.get(d.kind)
+            if m is not None:
+                out[i] = np.asarray(m[which], dtype=float) / max(self.speed_factor[i], 1e-300)
+            else:
+                out[i] = flops / max(self.speed[i], 1e-300)
+        return out
+
+    @cached_property
+    def fwd_prefix(self) -> np.ndarray:
+        """(n, L+1) prefix sums of layer_fwd_seconds: stage a..b = p[:, b] - p[:, a]."""
+        return np.concatenate([np.zeros((self.n, 1)), np.cumsum(self.layer_fwd_seconds, axis=1)], axis=1)
+
+    @cached_property
+    def bwd_prefix(self) -> np.ndarray:
+        return np.concatenate([np.zeros((self.n, 1)), np.cumsum(self.layer_bwd_seconds, axis=1)], axis=1)
+
+    @cached_property
+    def param_prefix(self) -> np.ndarray:
+        """(L+1,) prefix sums of parameter bytes."""
+        return np.concatenate([[0.0], np.cumsum(self.workload.param_bytes)])
+
+    @cached_property
+    def stash_prefix(self) -> np.ndarray:
+        """(L+1,) prefix sums of stashed activation bytes per sample."""
+        return np.concatenate([[0.0], np.cumsum(self.workload.stash_bytes)])
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """A cluster, a workload, budgets and the per-slot traces of its changing parts.
+
+    Arrays over slots (S = num_slots, n devices): available (S, n) bool; speed_factor
+    (S, n) multiplies each device's peak_flops * efficiency; price (S, n) USD/s;
+    bandwidth (S, n, n) bytes/s; latency (n, n) seconds. efficiency (n,) is the
+    sustained fraction of peak FLOP/s. source: the file it was loaded from, if any.
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    workload: Workload
+    budgets: tuple[Budget, ...]
+    efficiency: np.ndarray
+    available: np.ndarray
+    speed_factor: np.ndarray
+    price: np.ndarray
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    source: str | None = None
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.available.shape[0])
+
+    @property
+    def n(self) -> int:
+        return len(self.devices)
+
+    def state(self, t: int) -> SlotState:
+        """The SlotState of slot t (0-based)."""
+        if not (0 <= t < self.num_slots):
+            raise IndexError(f"slot {t} out of range: instance {self.name!r} has {self.num_slots} slots")
+        peak = np.array([d.peak_flops for d in self.devices])
+        bw = np.array(self.bandwidth[t], dtype=float)
+        np.fill_diagonal(bw, np.inf)
+        lat = np.array(self.latency, dtype=float)
+        np.fill_diagonal(lat, 0.0)
+        return SlotState(t, self.devices, self.workload, self.budgets,
+                         np.asarray(self.available[t], dtype=bool),
+                         peak * self.efficiency * self.speed_factor[t],
+                         np.asarray(self.speed_factor[t], dtype=float),
+                         np.asarray(self.price[t], dtype=float), bw, lat)
+
+    def states(self):
+        return (self.state(t) for t in range(self.num_slots))
+
+    def head(self, slots: int) -> "Instance":
+        """The same instance restricted to its first `slots` slots (at least one)."""
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        s = min(int(slots), self.num_slots)
+        return replace(self, available=self.available[:s], speed_factor=self.speed_factor[:s],
+                       price=self.price[:s], bandwidth=self.bandwidth[:s])

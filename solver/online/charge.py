@@ -1,0 +1,64 @@
+"""Charging a slot, the same for every policy: batch time, migration and costs per iteration.
+
+A slot is `iterations_per_slot` (N) training iterations under one plan; all numbers are per
+iteration. When the plan changes, moving parameters and optimizer state takes m seconds
+(cost.migration.migration_time); one iteration's share of it, m / N, is added to the batch
+time, and the devices of the new plan are paid for that time at their idle rates:
+c_k += R_k * m / N (R_money = sum of prices in USD/s, R_energy = sum of idle powers in W).
+With replan=False there is no migration charge at all and the search does not weigh it (the
+article's setting).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..cost.costs import budget_weights, cost_coeffs
+from ..cost.evaluate import Evaluation, evaluate
+from ..cost.migration import migration_time
+from ..cost.pipeline import group_coeffs
+from ..model.plan import Plan
+from ..model.state import SlotState
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one iteration of a plan costs in a slot.
+
+    batch_time: the plan's predicted seconds per iteration; migration_time: seconds to move
+    to it from the previous plan (whole slot; 0 when replan is off); charged_time: batch_time
+    + migration_time / iterations_per_slot (seconds per iteration); costs: per budget, per
+    iteration, migration share included (USD, J)."""
+
+    batch_time: float
+    migration_time: float
+    charged_time: float
+    costs: tuple[float, ...]
+    evaluation: Evaluation
+
+    def objective(self, queues: Sequence[float], V: float) -> float:
+        """Drift-plus-penalty V * charged_time + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
+        w = budget_weights(self.evaluation.limits, queues)
+        return float(V * self.charged_time + float(w @ np.asarray(self.costs)))
+
+
+def migration_seconds(previous: Plan | None, plan: Plan, state: SlotState) -> float:
+    """Seconds to move from `previous` to `plan` (0 without a previous plan)."""
+    if previous is None:
+        return 0.0
+    return float(migration_time(previous, plan, state))
+
+
+def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, replan: bool = True,
+                iterations_per_slot: int = 100) -> Charge:
+    """Charge `plan` in `state` the controller's way (module docstring), for any policy."""
+    ev = evaluate(plan, state)
+    mig = migration_seconds(previous, plan, state) if replan else 0.0
+    per_iter = mig / max(int(iterations_per_slot), 1)
+    costs = np.asarray(ev.costs, dtype=float)
+    if per_iter > 0 and len(costs):
+        R = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]).R
+        costs = costs + R * per_iter
+    return Charge(ev.batch_time, mig, ev.batch_time + per_iter, tuple(float(c) for c in costs), ev)

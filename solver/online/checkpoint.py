@@ -1,0 +1,64 @@
+"""The controller's saved state: everything needed to continue a run, as JSON.
+
+With state_path, run_online writes the controller state (queues, previous plan, the policy's
+own state, next slot and every row so far) to a JSON file after each slot (atomically), and a
+later call with the same path continues from it: a run stopped after slot t and resumed gives
+exactly the rows of an unbroken run (solve_time aside).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..model.plan import Plan, plan_from_dict, plan_to_dict
+from ..model.state import Instance
+
+STATE_VERSION = 1
+
+
+@dataclass
+class ControllerState:
+    """Everything needed to continue a run: JSON-able."""
+
+    config: dict
+    next_slot: int
+    queues: tuple[float, ...]
+    previous_plan: Plan | None
+    policy_state: dict
+    rows: list[dict]
+
+    def to_dict(self) -> dict:
+        return {"version": STATE_VERSION, "config": self.config, "next_slot": self.next_slot,
+                "queues": list(self.queues),
+                "previous_plan": None if self.previous_plan is None else plan_to_dict(self.previous_plan),
+                "policy_state": self.policy_state, "rows": self.rows}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ControllerState":
+        if d.get("version") != STATE_VERSION:
+            raise ValueError(f"controller state version {d.get('version')!r}, expected {STATE_VERSION}")
+        prev = d.get("previous_plan")
+        return cls(d["config"], int(d["next_slot"]), tuple(float(q) for q in d["queues"]),
+                   None if prev is None else plan_from_dict(prev), d.get("policy_state", {}), list(d["rows"]))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically (temporary file, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), allow_nan=True))
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ControllerState":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _config(instance: Instance, policy: str, V: float, replan: bool, iterations_per_slot: int,
+            options: Any) -> dict:
+    return {"instance": instance.name, "num_slots": instance.num_slots, "policy": policy, "V": float(V),
+            "replan": bool(replan), "iterations_per_slot": int(iterations_per_slot),
+            "options": repr(options), "budgets": [[b.name, b.kind, float(b.limit)] for b in instance.budgets]}

@@ -1,0 +1,278 @@
+"""Offline reference (DESIGN.md section 3, "Baselines"): with the whole trace known, choose one
+plan per slot from each slot's candidate set to minimise the average batch time subject to the
+averaged budgets,
+
+    minimise   (1/H) sum_t sum_p x_tp T_tp
+    subject to sum_p x_tp = 1                                  for every slot t
+               (1/H) sum_t sum_p x_tp c_ktp <= Cbar_k          for every budget k
+               x_tp in {0, 1}
+
+a MILP in Pyomo solved by HiGHS (appsi_highs, else highs). Budget rows are scaled by 1/Cbar_k.
+Candidates dominated in (T, c_1..c_K) within their slot are dropped first (never needed).
+The LP relaxation (a stationary randomised choice per slot) is reported as a lower bound.
+
+The reference ignores migration (it is a pairwise, not per-slot, charge): compare it with
+the online controller run with replan=False, the article's setting. Units: seconds per
+iteration, budget units (USD, J) per iteration.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .. import baselines
+from ..cost import evaluate
+from ..model import Instance, Plan, SlotState, plan_from_json
+from ..solve import SolveOptions, solve_slot
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One feasible plan of one slot: batch_time s/iteration, costs per budget per iteration."""
+
+    plan: Plan
+    batch_time: float
+    costs: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class OfflineResult:
+    """status: "optimal" | "infeasible" | "error"; plans[t] / choice[t]: the chosen plan and its
+    index in that slot's (pruned) candidates (None / -1 when not optimal); avg_batch_time:
+    seconds per iteration; avg_costs: per budget; lp_bound: the LP relaxation's average batch
+    time (nan if not solved); candidates: how many entered the MILP after pruning."""
+
+    status: str
+    message: str
+    plans: tuple[Plan | None, ...]
+    choice: tuple[int, ...]
+    avg_batch_time: float
+    avg_costs: tuple[float, ...]
+    limits: tuple[float, ...]
+    lp_bound: float
+    candidates: int
+    solve_time: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "optimal"
+
+
+def _as_candidate(c: Any) -> Candidate:
+    if isinstance(c, Candidate):
+        return c
+    plan, T, costs = c
+    return Candidate(plan, float(T), tuple(float(x) for x in costs))
+
+
+def pareto_prune(cands: Sequence[Candidate], rel: float = 1e-12) -> list[Candidate]:
+    """Drop duplicates and candidates weakly dominated in (batch_time, costs) by another."""
+    pts = sorted({(c.batch_time, *c.costs): c for c in cands}.items())
+    kept: list[tuple[tuple, Candidate]] = []
+    for key, c in pts:   # sorted by batch time: only earlier ones can dominate
+        v = np.asarray(key)
+        if any(np.all(np.asarray(k) <= v + rel * np.abs(v)) for k, _ in kept):
+            continue
+        kept.append((key, c))
+    return [c for _, c in kept]
+
+
+def _solver():
+    import pyomo.environ as pyo
+    for name in ("appsi_highs", "highs"):
+        try:
+            s = pyo.SolverFactory(name)
+            if s.available(exception_flag=False):
+                return s
+        except Exception:   # noqa: BLE001 - an unavailable plugin raises on construction
+            continue
+    raise RuntimeError("no HiGHS solver available to Pyomo (tried appsi_highs and highs)")
+
+
+def _build(cands: list[list[Candidate]], limits: Sequence[float], relax: bool):
+    import pyomo.environ as pyo
+    H = len(cands)
+    idx = [(t, p) for t in range(H) for p in range(len(cands[t]))]
+    m = pyo.ConcreteModel()
+    m.I = pyo.Set(initialize=idx, dimen=2)
+    m.x = pyo.Var(m.I, domain=pyo.UnitInterval if relax else pyo.Binary)
+    m.obj = pyo.Objective(expr=sum(cands[t][p].batch_time * m.x[t, p] for t, p in idx) / H)
+    m.one = pyo.Constraint(range(H), rule=lambda mm, t: sum(mm.x[t, p] for p in range(len(cands[t]))) == 1)
+
+    def budget(mm, k):
+        lim = float(limits[k])
+        scale = 1.0 / lim if lim > 0 else 1.0
+        return sum(cands[t][p].costs[k] * scale * mm.x[t, p] for t, p in idx) / H <= lim * scale
+    m.budget = pyo.Constraint(range(len(limits)), rule=budget)
+    return m
+
+
+def _solve(m, time_limit_s: float | None):
+    from pyomo.opt import TerminationCondition as TC
+    s = _solver()
+    if time_limit_s is not None:
+        try:
+            s.config.time_limit = float(time_limit_s)
+        except AttributeError:
+            s.options["time_limit"] = float(time_limit_s)
+    try:
+        res = s.solve(m, load_solutions=False)
+    except Exception as e:  # noqa: BLE001 - report solver failures as a status, not a crash
+        return "error", f"HiGHS failed: {e}"
+    tc = res.solver.termination_condition
+    if tc == TC.optimal:
+        m.solutions.load_from(res)
+        return "optimal", "optimal"
+    if tc in (TC.infeasible, TC.infeasibleOrUnbounded):
+        return "infeasible", f"no choice of candidates meets every averaged budget ({tc})"
+    return "error", f"HiGHS termination condition {tc}"
+
+
+def solve_offline(instance: Instance | Sequence[float], candidates_per_slot: Sequence[Iterable[Any]], *,
+                  limits: Sequence[float] | None = None, time_limit_s: float | None = 60.0,
+                  lp_bound: bool = True) -> OfflineResult:
+    """The offline MILP over given candidates: one list per slot of Candidate or
+    (Plan, batch_time, costs). `limits` overrides the instance's budget limits (e.g. to compare
+    at the online controller's realised budget use)."""
+    import pyomo.environ as pyo
+
+    t0 = time.perf_counter()
+    lims = tuple(float(x) for x in (limits if limits is not None else
+                                    (instance if not isinstance(instance, Instance) else
+                                     [b.limit for b in instance.budgets])))
+    cands = [pareto_prune([_as_candidate(c) for c in slot]) for slot in candidates_per_slot]
+    H, K = len(cands), len(lims)
+    nan = float("nan")
+
+    def fail(status: str, msg: str, lp: float = nan) -> OfflineResult:
+        return OfflineResult(status, msg, (None,) * H, (-1,) * H, nan, (nan,) * K, lims, lp,
+                             sum(map(len, cands)), time.perf_counter() - t0)
+
+    if H == 0:
+        return fail("error", "no slots")
+    empty = [t for t, c in enumerate(cands) if not c]
+    if empty:
+        return fail("infeasible", f"slots without any feasible candidate: {empty[:10]}")
+    if any(len(c.costs) != K for s in cands for c in s):
+        return fail("error", f"every candidate needs {K} costs")
+    lp = nan
+    if lp_bound:
+        mr = _build(cands, lims, relax=True)
+        st, _ = _solve(mr, time_limit_s)
+        lp = float(pyo.value(mr.obj)) if st == "optimal" else nan
+        if st == "infeasible":
+            return fail("infeasible", "even the LP relaxation is infeasible: no mix of candidates meets "
+                                      "every averaged budget", lp)
+    m = _build(cands, lims, relax=False)
+    st, msg = _solve(m, time_limit_s)
+    if st != "optimal":
+        return fail(st, msg, lp)
+    choice = tuple(max(range(len(cands[t])), key=lambda p: pyo.value(m.x[t, p])) for t in range(H))
+    chosen = [cands[t][p] for t, p in enumerate(choice)]
+    avgT = float(np.mean([c.batch_time for c in chosen]))
+    avgC = tuple(float(np.mean([c.costs[k] for c in chosen])) for k in range(K))
+    return OfflineResult("optimal", msg, tuple(c.plan for c in chosen), choice, avgT, avgC, lims, lp,
+                         sum(map(len, cands)), time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------- candidate generation
+
+
+def weight_settings(state: SlotState, scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0)
+                    ) -> list[tuple[tuple[float, ...], float]]:
+    """(queues, V) pairs that pull the search from fastest to cheapest: zero queues (V = 1),
+    then Q_k = s / (K Cbar_k) per second of V for each scale s, then V = 0 with Q_k = 1/Cbar_k."""
+    K = len(state.budgets)
+    inv = [1.0 / b.limit if b.limit > 0 else 1.0 for b in state.budgets]
+    out: list[tuple[tuple[float, ...], float]] = [((0.0,) * K, 1.0)]
+    out += [(tuple(s * x / max(K, 1) for x in inv), 1.0) for s in scales]
+    out.append((tuple(inv), 0.0))
+    return out
+
+
+def slot_candidates(state: SlotState, settings: Sequence[tuple[Sequence[float], float]] | None = None,
+                    extra: Iterable[Plan] = (), include_baselines: bool = True,
+                    options: Any = None) -> list[Candidate]:
+    """Feasible plans of one slot: the search's kept candidates at each (queues, V) setting,
+    the baselines, and `extra` plans; each charged by the cost model (no migration)."""
+    from dataclasses import replace as dc_replace
+
+
+    opts = dc_replace(options or SolveOptions(), keep_candidates=True, replan=False)
+    plans: list[Plan] = []
+    for Q, V in settings if settings is not None else weight_settings(state):
+        res = solve_slot(state, tuple(Q), V, options=opts)
+        if res.plan is not None:
+            plans.append(res.plan)
+        plans += [c[0] for c in (res.candidate_pool or ())]
+    if include_baselines:
+        plans += [p for p in (fn(state) for fn in baselines.ALL.values()) if p is not None]
+    plans += [p for p in extra if p is not None]
+    out, seen = [], set()
+    for p in plans:
+        if p in seen:
+            continue
+        seen.add(p)
+        if p.validate(state):
+            continue
+        ev = evaluate(p, state)
+        out.append(Candidate(p, ev.batch_time, ev.costs))
+    return out
+
+
+def plans_from_frame(df: Any, num_slots: int) -> list[list[Plan]]:
+    """Per slot, the plans recorded in online result frames' plan_json column (several frames ok)."""
+    frames = df if isinstance(df, (list, tuple)) else [df]
+    out: list[list[Plan]] = [[] for _ in range(num_slots)]
+    for f in frames:
+        for t, js in zip(f["slot"], f["plan_json"]):
+            p = plan_from_json(js)
+            if p is not None and 0 <= int(t) < num_slots:
+                out[int(t)].append(p)
+    return out
+
+
+def offline_reference(instance: Instance, *, slots: Sequence[int] | None = None,
+                      settings_scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0),
+                      extra_plans: Sequence[Sequence[Plan]] | None = None, include_baselines: bool = True,
+                      limits: Sequence[float] | None = None, options: Any = None,
+                      time_limit_s: float | None = 60.0) -> OfflineResult:
+    """Build every slot's candidates (search at several weights, baselines, extra plans such as
+    an online run's, see plans_from_frame) and solve the offline MILP."""
+    slots = list(range(instance.num_slots)) if slots is None else list(slots)
+    cands = []
+    for i, t in enumerate(slots):
+        st = instance.state(t)
+        extra = extra_plans[t] if extra_plans is not None else ()
+        cands.append(slot_candidates(st, weight_settings(st, settings_scales), extra, include_baselines, options))
+    return solve_offline(instance, cands, limits=limits, time_limit_s=time_limit_s)
+
+
+def calibrate_budgets(instance: Instance, frac: float = 0.5, slots: Sequence[int] | None = None,
+                      options: Any = None) -> Instance:
+    """A copy of `instance` whose budget limits sit at `frac` of the way from the average cost
+    of the cheapest known plan (baselines.cheapest) to that of the fastest plan (the search with
+    empty queues), averaged over `slots` (default all): frac = 0 is as tight as the cheapest
+    plan, frac = 1 never binds the fastest plan. Slots without a plan are skipped."""
+    from dataclasses import replace as dc_replace
+
+
+    K = len(instance.budgets)
+    cheap, fast = [], []
+    for t in (range(instance.num_slots) if slots is None else slots):
+        st = instance.state(t)
+        c = baselines.cheapest(st)
+        r = solve_slot(st, (0.0,) * K, 1.0, options=dc_replace(options or SolveOptions(), replan=False))
+        if c is None or r.plan is None:
+            continue
+        cheap.append(evaluate(c, st).costs)
+        fast.append(evaluate(r.plan, st).costs)
+    if not cheap:
+        raise ValueError(f"calibrate_budgets: no slot of {instance.name!r} has a plan")
+    lo, hi = np.mean(cheap, axis=0), np.mean(fast, axis=0)
+    lim = lo + frac * (hi - lo)
+    budgets = tuple(dc_replace(b, limit=float(x)) for b, x in zip(instance.budgets, lim))
+    return dc_replace(instance, budgets=budgets)

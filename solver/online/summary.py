@@ -1,0 +1,41 @@
+"""Averages, budget overshoot and queue bounds of a run's rows."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..model.state import Instance
+from .queues import overshoot_bound
+
+
+def summarise(df: pd.DataFrame, instance: Instance) -> dict:
+    """Averages over the executed (non-skipped) slots.
+
+    avg_batch_time: seconds per iteration, amortised migration included (charged_time);
+    avg_plan_time: the plans' own batch time; avg_migration_time: seconds per slot;
+    per budget `name`: avg_cost_<name>, limit_<name>, overshoot_<name> = (avg - limit)/limit
+    (a fraction; negative = under budget), final_queue_<name>, bound_<name> = Q(T)/T (guarantee
+    (a): avg / limit - 1 <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
+    """
+    ok = df[df["status"] != "infeasible"] if "status" in df else df
+    H = len(ok)
+    out: dict[str, Any] = {"slots": int(len(df)), "executed_slots": int(H),
+                           "infeasible_slots": int(len(df) - H)}
+    nan = float("nan")
+    out["avg_batch_time"] = float(ok["charged_time"].mean()) if H else nan
+    out["avg_plan_time"] = float(ok["batch_time"].mean()) if H else nan
+    out["avg_migration_time"] = float(ok["migration_time"].mean()) if H else nan
+    out["avg_solve_time"] = float(df["solve_time"].mean()) if len(df) else nan
+    for b in instance.budgets:
+        avg = float(ok[f"cost_{b.name}"].mean()) if H else nan
+        qT = float(df[f"queue_{b.name}_after"].iloc[-1]) if len(df) else 0.0
+        q0 = float(df[f"queue_{b.name}_before"].iloc[0]) if len(df) else 0.0
+        out[f"avg_cost_{b.name}"] = avg
+        out[f"limit_{b.name}"] = float(b.limit)
+        out[f"overshoot_{b.name}"] = (avg - b.limit) / b.limit if b.limit > 0 and H else nan
+        out[f"final_queue_{b.name}"] = qT
+        bound = float(overshoot_bound([qT], H, [q0])[0]) if H else nan
+        out[f"bound_{b.name}"] = bound
+        out[f"bound_ok_{b.name}"] = bool(H == 0 or avg / b.limit - 1.0 <= bound + 1e-9)
+    return out

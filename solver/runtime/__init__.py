@@ -1,0 +1,30 @@
+"""Torch adapter: run plans on real processes, migrate state between slots, profile models.
+
+Imports torch; the core (solver/*.py) never imports this package.
+
+    from solver.runtime import run, Slot, TensorBatches
+    result = run(model, [Slot(plan, steps=5)], TensorBatches(x, y, B), loss_fn, make_opt,
+                 world_size=4, micro_batch=4)
+"""
+from __future__ import annotations
+
+from .checks import PlanMismatchError, check_plan, check_slots
+from .layout import StageRole, buckets, layer_holders, micro_sizes, roles
+from .pipeline import Pad
+from .profiler import measure_matmul_flops, profile_module
+from .runtime import (
+           RunResult,
+           Slot,
+           TensorBatches,
+           make_job,
+           run,
+           run_here,
+           under_torchrun,
+           worker,
+           worker_from_env,
+)
+
+__all__ = ["Pad", "PlanMismatchError", "RunResult", "Slot", "StageRole", "TensorBatches", "buckets",
+           "check_plan", "check_slots", "layer_holders", "measure_matmul_flops", "micro_sizes",
+           "make_job", "profile_module", "roles", "run", "run_here", "under_torchrun", "worker",
+           "worker_from_env"]

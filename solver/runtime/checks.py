@@ -1,0 +1,70 @@
+"""Checks run in the parent process, before any worker starts: does a plan fit the model and world?"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import DynparError
+from ..model import Plan, SlotState
+
+# The runtime splits a share into micro-batches of u with a shorter last one, so these
+# two solver-side constraints do not bind it (a share only needs >= 1 sample).
+_RUNTIME_OK = {"share_multiple", "share_positive"}
+
+
+class PlanMismatchError(DynparError, ValueError):
+    """A plan does not match the module list, the process world or the devices' memory."""
+
+
+def check_plan(plan: Plan, num_layers: int, world_size: int, batch: int,
+               state: SlotState | None = None, where: str = "plan") -> None:
+    """Raise PlanMismatchError naming every problem of `plan` for a model of `num_layers`
+    modules run on `world_size` processes (device index = rank) with a global batch of
+    `batch` samples; with a `state`, also its memory and availability constraints."""
+    problems: list[str] = []
+    if not plan.groups:
+        problems.append("the plan has no group")
+    seen: set[int] = set()
+    for gi, g in enumerate(plan.groups):
+        if not g.devices:
+            problems.append(f"group {gi} has no device")
+        if len(g.cuts) != len(g.devices):
+            problems.append(f"group {gi} has {len(g.devices)} devices but {len(g.cuts)} cut points")
+        for d in g.devices:
+            if not 0 <= d < world_size:
+                problems.append(f"group {gi} names device index {d}, but the world has "
+                                f"{world_size} processes (0..{world_size - 1})")
+            if d in seen:
+                problems.append(f"device index {d} appears twice")
+            seen.add(d)
+        prev = 0
+        for j, c in enumerate(g.cuts):
+            if c <= prev:
+                problems.append(f"group {gi} stage {j} ends at layer {c} <= its start {prev}")
+            prev = max(prev, c)
+        if g.cuts and g.cuts[-1] != num_layers:
+            problems.append(f"layer count mismatch: group {gi} ends at layer {g.cuts[-1]}, "
+                            f"the model has {num_layers} layers")
+        if g.share < 1:
+            problems.append(f"group {gi} share {g.share} < 1 sample")
+    total = sum(g.share for g in plan.groups)
+    if total != batch:
+        problems.append(f"shares sum to {total}, the global batch is {batch}")
+    if state is not None:
+        if state.workload.num_layers != num_layers:
+            problems.append(f"layer count mismatch: the workload has {state.workload.num_layers} "
+                            f"layers, the model has {num_layers}")
+        if state.n > world_size:
+            problems.append(f"the slot state has {state.n} devices but the world only {world_size}")
+        if not problems:
+            problems += [str(v) for v in plan.validate(state) if v.constraint not in _RUNTIME_OK
+                         and v.constraint != "shares_sum"]
+    if problems:
+        raise PlanMismatchError(f"{where} does not fit: " + "; ".join(problems))
+
+
+def check_slots(plans: Sequence[Plan], num_layers: int, world_size: int, batch: int,
+                states: Sequence[SlotState | None] | None = None) -> None:
+    """check_plan for every slot's plan; the message names the slot."""
+    for k, p in enumerate(plans):
+        st = states[k] if states is not None else None
+        check_plan(p, num_layers, world_size, batch, st, where=f"slot {k} plan")

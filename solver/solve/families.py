@@ -1,0 +1,93 @@
+"""Candidate groupings for the search: device orders, link clusters, speed-balanced groups,
+chunks of a fast-link chain, single pipelines and data parallelism over the holders."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .. import baselines
+from ..model.state import SlotState
+from .orders import Ordered, nn_order, speed_order
+from .scoring import Scorer
+
+
+def clusters(state: SlotState, devices: Sequence[int], threshold: float) -> list[list[int]]:
+    """Connected components of the links with bandwidth >= threshold (both directions)."""
+    left = set(devices)
+    out = []
+    while left:
+        stack = [min(left)]
+        left.discard(stack[0])
+        comp = []
+        while stack:
+            i = stack.pop()
+            comp.append(i)
+            for j in list(left):
+                if min(state.bandwidth[i, j], state.bandwidth[j, i]) >= threshold:
+                    left.discard(j)
+                    stack.append(j)
+        out.append(sorted(comp))
+    return out
+
+
+def balanced_partition(state: SlotState, devices: Sequence[int], m: int) -> list[list[int]]:
+    """m groups of similar total speed (LPT: fastest first to the slowest group so far)."""
+    groups: list[list[int]] = [[] for _ in range(m)]
+    load = [0.0] * m
+    for d in sorted(devices, key=lambda d: (-state.speed[d], d)):
+        g = min(range(m), key=lambda i: (load[i], i))
+        groups[g].append(d)
+        load[g] += float(state.speed[d])
+    return [g for g in groups if g]
+
+
+def chain_chunks(state: SlotState, chain: Sequence[int], m: int) -> list[list[int]]:
+    """Cut a device chain into m contiguous pieces of similar total speed."""
+    sp = np.array([state.speed[d] for d in chain], dtype=float)
+    cum = np.cumsum(sp) / sp.sum()
+    bounds = [0]
+    for i in range(1, m):
+        b = int(np.searchsorted(cum, i / m)) + 1
+        bounds.append(min(max(b, bounds[-1] + 1), len(chain) - (m - i)))
+    bounds.append(len(chain))
+    return [list(chain[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _levels(n: int, cap: int = 16) -> list[int]:
+    """1..n when small, else powers of two and n."""
+    if n <= cap:
+        return list(range(1, n + 1))
+    return sorted({1 << i for i in range(n.bit_length())} | {n})
+
+
+def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, list[Ordered]]]:
+    """Candidate groupings (lists of ordered groups)."""
+    avail = list(state.available_indices)
+    n = len(avail)
+    out: list[tuple[str, list[Ordered]]] = []
+    by_speed = speed_order(state, avail)
+    for k in _levels(min(n, max_depth, sc.L)):
+        if k > 1:
+            out.append((f"pipe{k}", [nn_order(state, by_speed[:k])]))
+    chain = list(nn_order(state, avail))
+    sizes = _levels(n, 12)
+    for m in sorted({max(1, -(-n // k)) for k in sizes}):
+        if -(-n // m) <= max_depth:
+            out.append((f"chunks{m}", [nn_order(state, g) for g in chain_chunks(state, chain, m)]))
+            out.append((f"balanced{m}", [nn_order(state, g) for g in balanced_partition(state, avail, m)]))
+    if n > 1:
+        idx = np.array(avail)
+        bws = np.unique(np.minimum(state.bandwidth[np.ix_(idx, idx)], state.bandwidth[np.ix_(idx, idx)].T)
+                        [~np.eye(n, dtype=bool)])
+        for thr in bws[::-1][: 4]:
+            cl = clusters(state, avail, float(thr))
+            groups = []
+            for c in cl:   # a cluster deeper than max_depth is split by speed balance
+                parts = -(-len(c) // max_depth)
+                groups += [nn_order(state, g) for g in balanced_partition(state, c, parts)]
+            out.append((f"clusters{thr:.3g}", groups))
+    holders = baselines.holders(state)
+    for j in _levels(len(holders)):
+        out.append((f"dp{j}", [(d,) for d in holders[:j]]))
+    return out

@@ -1,0 +1,47 @@
+"""Device orders inside a group: nearest-neighbour chains, speed and memory orders, and the
+orders the search tries for a group."""
+from __future__ import annotations
+
+import itertools
+from typing import Iterable
+
+from ..model.state import SlotState
+
+Ordered = tuple[int, ...]
+"""Device indices of one group in pipeline order."""
+
+
+def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    """Pipeline order keeping fast links adjacent: start at the fastest device, then always
+    the remaining device with the fastest link from the last one (ties: faster device)."""
+    rest = sorted(devices, key=lambda d: (-state.speed[d], d))
+    if len(rest) <= 2:
+        return tuple(rest)
+    out = [rest.pop(0)]
+    while rest:
+        last = out[-1]
+        nxt = max(rest, key=lambda d: (state.bandwidth[last, d], state.speed[d], -d))
+        rest.remove(nxt)
+        out.append(nxt)
+    return tuple(out)
+
+
+def speed_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    """Fastest first."""
+    return tuple(sorted(devices, key=lambda d: (-state.speed[d], d)))
+
+
+def memory_order(state: SlotState, devices: Iterable[int]) -> Ordered:
+    """Most memory first (the first stages stash the most activations in CNNs), ties by speed."""
+    return tuple(sorted(devices, key=lambda d: (-state.devices[d].memory_bytes, -state.speed[d], d)))
+
+
+def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4) -> list[Ordered]:
+    """Orders to try for a group: every order up to `all_up_to` devices, else the current one,
+    speed, memory and reversed orders and every adjacent transposition of the current one."""
+    if len(d) <= all_up_to:
+        return list(itertools.permutations(d))
+    out = [d, speed_order(state, d), memory_order(state, d), tuple(reversed(d))]
+    for i in range(len(d) - 1):
+        out.append(d[:i] + (d[i + 1], d[i]) + d[i + 2:])
+    return list(dict.fromkeys(out))

@@ -1,0 +1,309 @@
+"""Scoring structures in one slot: group coefficients, cuts and sync times cached per state,
+exact integer shares, the objective with amortised migration, and valid lower bounds.
+
+A *structure* is a tuple of ordered, cut groups ((devices, cuts), ...). For a structure every
+number of the slot problem is fixed and the shares come from `subproblems.shares.solve_shares` with
+
+    W = V + sum_k Q_k R_k,   q_g = sum_k Q_k e_kg,
+    objective = W (z + T_sync + migration / iterations_per_slot) + q.b + sum_k Q_k F_k
+
+(= V T + sum_k Q_k c_k, plus the amortised migration time charged like batch time), where
+Q_k here is the weight queue_k / Cbar_k (queues are kept in budget units; cost.costs.budget_weights).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .. import baselines
+from ..cost.costs import budget_weights, cost_coeffs
+from ..cost.evaluate import evaluate
+from ..cost.migration import holder_mask, migration_time
+from ..cost.pipeline import GroupCoeffs
+from ..cost.sync import sync_time
+from ..model.plan import Group, Plan
+from ..model.state import SlotState
+from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
+from ..subproblems.shares import solve_shares, water_fill
+from .options import SlotResult, SolveOptions
+from .orders import Ordered, group_orders
+
+Structure = tuple[tuple[Ordered, tuple[int, ...]], ...]
+
+
+@dataclass
+class Scored:
+    objective: float
+    batch_time: float
+    plan: Plan
+    structure: Structure
+    migration: float
+    source: str
+
+
+def check_queues(state: SlotState, queues: Sequence[float]) -> np.ndarray:
+    """The cost weights Q_k / Cbar_k (cost.costs.budget_weights) of queues given in budget
+    order and in budget units; () means all zero. ValueError on a length mismatch."""
+    K = len(state.budgets)
+    if len(queues) == 0:
+        return np.zeros(K)
+    if len(queues) != K:
+        names = ", ".join(b.name for b in state.budgets) or "none"
+        raise ValueError(f"got {len(queues)} queue values but the state has {K} budgets ({names})")
+    q = np.asarray(queues, dtype=float)
+    if not np.all(np.isfinite(q)) or np.any(q < 0):
+        raise ValueError(f"queues must be finite and >= 0, got {tuple(queues)}")
+    return budget_weights([b.limit for b in state.budgets], q)
+
+
+def infeasible_reason(state: SlotState) -> str | None:
+    """Why no plan can exist in this state, or None."""
+    if not state.available_indices:
+        return f"slot {state.t}: no device is available"
+    return None
+
+
+class Scorer:
+    """Scores structures in one state for fixed queues and V; caches group coefficients by
+    (devices, cuts), cuts by (devices, min share) and sync times by structure."""
+
+    def __init__(self, state: SlotState, Q: np.ndarray, V: float, options: SolveOptions,
+                 previous_plan: Plan | None) -> None:
+        self.state, self.Q, self.V, self.opt = state, Q, float(V), options
+        wl = state.workload
+        self.B, self.u, self.L = wl.batch, wl.micro_batch, wl.num_layers
+        self.prev = previous_plan if options.replan else None
+        self.prev_held = holder_mask(self.prev, state) if self.prev is not None else None
+        self._coeffs: dict[tuple, GroupCoeffs] = {}
+        self._cuts: dict[tuple, tuple | None] = {}
+        self._frontier: dict[tuple, list] = {}
+        self._sync: dict[Structure, float] = {}
+        self._seen: dict[tuple, Scored | None] = {}
+        self.deadline = math.inf
+        self.budget = math.inf          # structures the search may still try (work budget)
+        self.tries = 0
+        idx = np.asarray(state.available_indices, dtype=int)
+        self._inv_fwd = np.zeros(state.n)
+        self._inv_bwd = np.zeros(state.n)
+        if len(idx):
+            self._inv_fwd[idx] = 1.0 / np.maximum(state.fwd_prefix[idx, self.L], 1e-300)
+            self._inv_bwd[idx] = 1.0 / np.maximum(state.bwd_prefix[idx, self.L], 1e-300)
+        self._w_dev = np.zeros(state.n)    # per device: price / idle-power weight in W
+        for k, b in enumerate(state.budgets):
+            if Q[k] > 0 and b.kind == "money":
+                self._w_dev += Q[k] * np.asarray(state.price, dtype=float)
+            elif Q[k] > 0 and b.kind == "energy":
+                self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
+        self.all_orders_up_to = 4 if len(state.available_indices) <= 6 and self.L <= 24 else 0
+        self.best: Scored | None = None
+        self.pool: list[Scored] = []
+        self.count = 0
+
+    # ---- caches -------------------------------------------------------------------------
+    def coeffs(self, devices: Ordered, cuts: tuple[int, ...]) -> GroupCoeffs:
+        key = (devices, cuts)
+        c = self._coeffs.get(key)
+        if c is None:
+            c = self._coeffs[key] = baselines.group_coeffs(self.state, devices, cuts)
+        return c
+
+    def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
+        key = (devices, min_share)
+        if key not in self._cuts:
+            self.tries += self.cut_work(len(devices))
+            self._cuts[key] = min_bottleneck_cuts(self.state, devices, min_share)
+        return self._cuts[key]
+
+    def frontier(self, devices: Ordered, min_share: int | None = None) -> list[tuple[int, ...]]:
+        key = (devices, min_share)
+        if key not in self._frontier:
+            self.tries += 2 * self.cut_work(len(devices))
+            self._frontier[key] = frontier_cuts(self.state, devices, self.opt.frontier, min_share)
+        return self._frontier[key]
+
+    def cut_work(self, k: int) -> float:
+        """Work units (one unit ~ scoring one structure) of the cut DPs of a k-device group:
+        a few DPs of k stages over (L - k + 1)^2 (start, end) pairs."""
+        if k <= 1:
+            return 0.0
+        return k * (0.8 + (self.L - k + 1) ** 2 / 4000.0)
+
+    def sync(self, s: Structure) -> float:
+        v = self._sync.get(s)
+        if v is None:
+            v = self._sync[s] = sync_time(self.state, s)
+        return v
+
+    def exhausted(self) -> bool:
+        """True when the work budget (or the opt-in wall-clock limit) is spent."""
+        return self.tries >= self.budget or (self.deadline < math.inf and time.perf_counter() > self.deadline)
+
+    def device_bound(self, groups: Sequence[Ordered]) -> float:
+        """A lower bound on the objective of any cuts and shares of these device groups:
+        W z with z >= B / sum_g 1 / alpha_lb(g) (compute alone; FLOP-based: work over the summed
+        speed, measured times: per-layer fastest member over k) and W from device prices and
+        idle powers (busy energy and F are >= 0)."""
+        st = self.state
+        inv = 0.0
+        used: list[int] = []
+        measured = bool(st.workload.measured)
+        for g in groups:
+            d = list(g)
+            used += d
+            if not measured:
+                a = 1.0 / float(self._inv_fwd[d].sum()) + 1.0 / float(self._inv_bwd[d].sum())
+            else:
+                a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
+                     + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
+            inv += 1.0 / a if a > 0 else math.inf
+        W = self.V + float(self._w_dev[used].sum())
+        return W * self.B / inv if inv > 0 else 0.0
+
+    # ---- scoring ------------------------------------------------------------------------
+    def score(self, s: Structure, shares: Sequence[int] | None = None, source: str = "",
+              prune: bool = False) -> Scored | None:
+        """Score a structure (exact integer shares unless given); None when infeasible, or
+        (with prune) when a lower bound shows it cannot beat the incumbent."""
+        if not s:
+            return None
+        key = (s, None if shares is None else tuple(shares))
+        if key in self._seen:
+            return self._seen[key]
+        if self.opt.max_groups is not None and len(s) > self.opt.max_groups:
+            return None
+        self.tries += 1
+        gcs = [self.coeffs(d, c) for d, c in s]
+        m = len(gcs)
+        if m > self.B // self.u or any(g.cap < self.u for g in gcs):
+            self._seen[key] = None
+            return None
+        alpha = np.array([g.alpha for g in gcs])
+        beta = np.array([g.beta for g in gcs])
+        best = self.best
+        # z >= B / sum(1/alpha) and z >= max beta + u alpha: a bound before anything costly
+        zlb = max(self.B / float(np.sum(1.0 / alpha)), float(np.max(beta + self.u * alpha)))
+        if prune and best is not None and self.V * zlb > best.objective:
+            return None
+        cc = cost_coeffs(self.state, gcs)
+        W = self.V + float(self.Q @ cc.R)
+        q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
+        if prune and best is not None:
+            lb = W * zlb + float(np.min(q)) * self.B + float(self.Q @ cc.F)
+            if lb > best.objective:
+                return None
+            if W * (zlb + self.sync(s)) + float(np.min(q)) * self.B + float(self.Q @ cc.F) > best.objective:
+                return None
+        self._seen[key] = None
+        if shares is None:
+            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, self.u, W, q, lp_bound=False)
+            if r.status != "optimal":
+                return None
+            b = np.array(r.shares, dtype=float)
+        else:
+            b = np.asarray(shares, dtype=float)
+            if len(b) != m or any(x > g.cap for x, g in zip(b, gcs)):
+                return None
+        self.count += 1
+        z = float(np.max(alpha * b + beta))
+        ts = self.sync(s)
+        plan = Plan(tuple(Group(d, c, int(x)) for (d, c), x in zip(s, b)))
+        mig = 0.0
+        if self.prev is not None:
+            mig = migration_time(self.prev, plan, self.state, self.prev_held)
+        obj = W * (z + ts + mig / max(self.opt.iterations_per_slot, 1)) + float(q @ b) + float(self.Q @ cc.F)
+        sc = Scored(obj, z + ts, plan, s, mig, source)
+        self._seen[key] = sc
+        if self.opt.keep_candidates:
+            self.pool.append(sc)
+        if self.best is None or better(sc, self.best):
+            self.best = sc
+        return sc
+
+    def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True) -> Scored | None:
+        """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
+        that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
+        for a larger share and score again."""
+        groups = list(groups)
+        if prune and self.best is not None and (self.exhausted()
+                                                or self.device_bound(groups) > self.best.objective):
+            return None
+        s = []
+        for d in groups:
+            c = self.cuts(d)
+            if c is not None:
+                s.append((d, c))
+        if not s:
+            return None
+        sc = self.score(tuple(s), source=source, prune=prune)
+        if self.exhausted():
+            return sc
+        s2 = self.relieve_memory(tuple(s))
+        if s2 is not None:
+            cand = self.score(s2, source=source + "+mem", prune=prune)
+            if cand is not None and (sc is None or better(cand, sc)):
+                sc = cand
+        return sc
+
+    def wanted_shares(self, s: Structure) -> np.ndarray:
+        """Shares (samples, multiples of u) the structure would get if memory did not bind."""
+        gcs = [self.coeffs(d, c) for d, c in s]
+        b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=float(self.u))
+        return np.maximum(np.ceil(b / self.u - 1e-9), 1).astype(int) * self.u
+
+    def relieve_memory(self, s: Structure) -> Structure | None:
+        """When a group's memory cap is below the share it would get without caps: re-cut it
+        (trying the current, memory-rich-first and speed orders) to hold that share; None when
+        no cap binds or nothing changes."""
+        if len(s) > self.B // self.u:
+            return None
+        if all(self.coeffs(d, c).cap >= self.B for d, c in s):
+            return None            # no cap can bind
+        want = self.wanted_shares(s)
+        out, changed = [], False
+        for (d, c), w in zip(s, want):
+            if self.coeffs(d, c).cap >= w:
+                out.append((d, c))
+                continue
+            options = []
+            for o in group_orders(self.state, d, self.all_orders_up_to):
+                c2 = self.cuts(o, int(w))
+                if c2 is not None:
+                    options.append((self.coeffs(o, c2).alpha, o, c2))
+            if options:
+                out.append(min(options)[1:])
+                changed = True
+            else:
+                out.append((d, c))
+        return tuple(out) if changed else None
+
+
+def better(a: Scored, b: Scored) -> bool:
+    """a strictly better than b: smaller objective, ties (1e-12 relative) by batch time."""
+    tol = 1e-12 * max(1.0, abs(a.objective), abs(b.objective))
+    if a.objective < b.objective - tol:
+        return True
+    return abs(a.objective - b.objective) <= tol and a.batch_time < b.batch_time * (1 - 1e-12)
+
+
+def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, message: str,
+            t0: float) -> SlotResult:
+    best = sc.best
+    if best is None:
+        return SlotResult(None, math.inf, (), math.inf, "infeasible", message, time.perf_counter() - t0, sc.count)
+    if best.plan.validate(state):   # never expected: fall back to the best valid candidate
+        valid = [s for s in sc._seen.values() if s is not None and not s.plan.validate(state)]
+        if not valid:
+            return SlotResult(None, math.inf, (), math.inf, "infeasible",
+                              f"slot {state.t}: no candidate passed Plan.validate", time.perf_counter() - t0, sc.count)
+        best = min(valid, key=lambda s: (s.objective, s.batch_time))
+        message += " (fell back: the best candidate failed Plan.validate)"
+    plan = best.plan
+    ev = evaluate(plan, state)
+    pool = tuple((s.plan, s.batch_time, tuple(evaluate(s.plan, state).costs)) for s in sc.pool) \
+        if sc.opt.keep_candidates else ()
+    return SlotResult(plan, ev.batch_time, ev.costs, best.objective, status, message,
+                      time.perf_counter() - t0, sc.count, best.migration, ev, pool)

@@ -1,0 +1,477 @@
+"""Contiguous layer partitions (cut points) of one ordered group (DESIGN.md section 3, step 3).
+
+For an ordered group (d_1..d_k) the cuts 0 < c_1 < ... < c_k = L give stage j the
+layers c_{j-1}..c_j - 1. Its per-sample GPipe bottleneck is
+
+    alpha = max(max_j F_j, max_j lam_j) + max(max_j G_j, max_j lam_j)      (seconds/sample)
+
+which is not a plain bottleneck (the sum of two maxima taken over different stages). Write
+X = max(F, lam) and Y = max(G, lam): alpha = X + Y and each of X, Y alone *is* a bottleneck
+over stages and boundaries. So the minimum of X + Y lies on the (X, Y) Pareto frontier, which
+`min_bottleneck_cuts` traces exactly with min-max dynamic programs:
+
+    b_1 = min Y;  a_1 = min X s.t. Y <= b_1;  b_2 = min Y s.t. X < a_1;  a_2 = ...
+
+stopping when b_i + min X can no longer beat the best a_i + b_i. Each DP is
+O(k L^2), vectorised over (start, end) pairs with the prefix sums of the state.
+
+Memory: stage j fits when k_opt * P_j + s * H_j <= M_{d_j} with s = the share the group must
+be able to hold (one micro-batch by default; a one-stage group only ever stashes one
+micro-batch), matching `model.memory.share_cap`.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..cost.pipeline import gpipe_coeffs, stage_times
+from ..model import SlotState
+from ..model.memory import share_cap
+
+Cuts = tuple[int, ...]
+INF = float("inf")
+
+
+@dataclass(frozen=True, eq=False)
+class GroupArrays:
+    """Numbers of one ordered group for the cut DPs. Fp, Gp: (k, L+1) prefix sums of forward /
+    backward seconds per sample on each stage's device (stage a..c-1 costs Fp[j, c] - Fp[j, a]);
+    lam[j, c]: seconds per sample across the boundary after stage j when it ends at layer c
+    (inf where c is not a cut point); need[a, c]: bytes a stage a..c-1 needs for `share`
+    samples; mem[j]: memory of stage j's device."""
+
+    devices: tuple[int, ...]
+    L: int
+    u: int
+    Fp: np.ndarray
+    Gp: np.ndarray
+    lam: np.ndarray
+    need: np.ndarray
+    mem: np.ndarray
+    cache: dict = field(default_factory=dict, repr=False)
+
+
+_STATE_CACHE: "weakref.WeakKeyDictionary[SlotState, dict]" = weakref.WeakKeyDictionary()
+_NEED_KEEP = 32        # memory-need matrices kept per state (one per share)
+_ARRAYS_BYTES = 256 << 20   # rough bytes of GroupArrays (with their DP scratch) kept per state
+
+
+def state_cache(state: SlotState) -> dict:
+    """A per-state scratch dict (dropped with the state): prefix-sum derived arrays that do not
+    depend on the group, shared by the cut DPs, the baselines and the search."""
+    c = _STATE_CACHE.get(state)
+    if c is None:
+        c = _STATE_CACHE[state] = {}
+    return c
+
+
+def _need(state: SlotState, s: int) -> np.ndarray:
+    """(L+1, L+1) bytes a stage a..c-1 needs for s samples (cached per state and share)."""
+    cache = state_cache(state).setdefault("need", {})
+    need = cache.get(s)
+    if need is None:
+        wl = state.workload
+        pp, sp = state.param_prefix, state.stash_prefix
+        # fits iff free >= 0 and free >= (s - 1e-9 u) H, free = M - k_opt P (as share_cap rounds)
+        need = wl.opt_factor * (pp[None, :] - pp[:, None]) + (s - 1e-9 * wl.micro_batch) * (sp[None, :] - sp[:, None])
+        if len(cache) >= _NEED_KEEP:
+            cache.pop(next(iter(cache)))
+        cache[s] = need
+    return need
+
+
+def group_arrays(state: SlotState, devices: Sequence[int], min_share: int | None = None) -> GroupArrays | None:
+    """Arrays of an ordered group, or None when it has no device or more devices than layers
+    (cached per state, devices and share: the DPs' scratch matrices are kept with them)."""
+    wl = state.workload
+    L, u = wl.num_layers, wl.micro_batch
+    k = len(devices)
+    if k == 0 or k > L:
+        return None
+    s = u if (min_share is None or k == 1) else max(int(min_share), u)
+    key = (tuple(int(x) for x in devices), s)
+    arrays = state_cache(state).setdefault("arrays", {})
+    ga = arrays.get(key)
+    if ga is not None:
+        return ga
+    d = np.asarray(key[0], dtype=int)
+    mem = np.array([state.devices[i].memory_bytes for i in d], dtype=float)
+    lam = np.full((max(k - 1, 0), L + 1), INF)
+    if k > 1:
+        bw = state.bandwidth[d[:-1], d[1:]]
+        lat = state.latency[d[:-1], d[1:]] / u
+        lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
+    ga = GroupArrays(key[0], L, u, state.fwd_prefix[d], state.bwd_prefix[d], lam, _need(state, s), mem)
+    size = 48 * k * (L - k + 2) ** 2 + 1024    # fits masks and up to five cost-matrix sets
+    sc = state_cache(state)
+    used = sc.get("arrays_bytes", 0) + size
+    while arrays and used > _ARRAYS_BYTES:
+        old = arrays.pop(next(iter(arrays)))
+        used -= 48 * len(old.devices) * (old.L - len(old.devices) + 2) ** 2 + 1024
+    sc["arrays_bytes"] = used
+    arrays[key] = ga
+    return ga
+
+
+Constraint = tuple[np.ndarray, np.ndarray, float, bool]
+"""(stage prefix (k, L+1), boundary cost (k-1, L+1), limit, strict): every stage's and every
+boundary's value must be <= limit (< when strict)."""
+
+
+def _stage_window(j: int, k: int, L: int) -> tuple[int, int, int, int]:
+    """Slices [a_lo, a_hi) of starts and [c_lo, c_hi) of ends that stage j of k can have."""
+    w = L - k + 1
+    a_lo, a_hi = (0, 1) if j == 0 else (j, j + w)
+    c_lo, c_hi = (L, L + 1) if j == k - 1 else (j + 1, j + w + 1)
+    return a_lo, a_hi, c_lo, c_hi
+
+
+def _strided(x: np.ndarray, r0: int, c0: int, shape: tuple, strides: tuple) -> np.ndarray:
+    if x.flags.c_contiguous and x.base is None:
+        # a read-only view straight on x's buffer (as_strided's result, without its overhead)
+        v = np.ndarray(shape, x.dtype, x, r0 * x.strides[0] + c0 * x.strides[1], strides)
+        v.flags.writeable = False
+        return v
+    return np.lib.stride_tricks.as_strided(x[r0:, c0:], shape=shape, strides=strides, writeable=False)
+
+
+def _rows(x: np.ndarray, r0: int, n: int, w: int, off: int) -> np.ndarray:
+    """(n, w) strided view x[r0 + t, r0 + t + off + i] (no copy)."""
+    s0, s1 = x.strides
+    return _strided(x, r0, r0 + off, (n, w), (s0 + s1, s1))
+
+
+# Stage costs of a k-stage group are kept as three parts over windows of w = L - k + 1
+# positions: first (w,) stage 0 = layers 0..1+c'-1; mid (k-2, w, w) stage j = 1..k-2 starts at
+# a = j + a' and ends at c = j + 1 + c'; last (w,) stage k-1 starts at k-1+a' and ends at L.
+# Invalid stages (empty, over memory, or for k = 1 not ending at L) cost inf.
+
+
+def _penalty3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, mid, last) penalties: 0 where the stage is valid, inf elsewhere (cached)."""
+    pen = ga.cache.get("pen3")
+    if pen is None:
+        k, L = len(ga.devices), ga.L
+        w = L - k + 1
+        need, mem = ga.need, ga.mem
+        s0, s1 = need.strides
+        first = need[0, 1:w + 1] <= mem[0]
+        if k == 1:
+            first = first & (np.arange(w) == w - 1)
+        if k > 2:
+            r = np.arange(w)
+            mid = (r[:, None] <= r[None, :])[None, :, :] & (
+                _strided(need, 1, 2, (k - 2, w, w), (s0 + s1, s0, s1)) <= mem[1:k - 1, None, None])
+        else:
+            mid = np.zeros((0, w, w), dtype=bool)
+        last = need[k - 1:k - 1 + w, L] <= mem[k - 1] if k > 1 else np.zeros(0, dtype=bool)
+        pen = ga.cache["pen3"] = tuple(np.where(m, 0.0, INF) for m in (first, mid, last))
+    return pen
+
+
+def _win3(ga: GroupArrays, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, mid, last) stage values prefix[j, c] - prefix[j, a], inf where the stage is
+    invalid; cached on the group while `prefix` is alive in the cache. Fp and Gp share
+    stacked arrays (see _fg3)."""
+    if prefix is ga.Fp or prefix is ga.Gp:
+        i = 0 if prefix is ga.Fp else 1
+        return tuple(x[i] for x in _fg3(ga))
+    key = ("win3", id(prefix))
+    hit = ga.cache.get(key)
+    if hit is not None and hit[0] is prefix:
+        return hit[1]
+    v = _win3_uncached(ga, prefix)
+    ga.cache[key] = (prefix, v)
+    return v
+
+
+def _win3_uncached(ga: GroupArrays, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    k, L = len(ga.devices), ga.L
+    w = L - k + 1
+    pf, pm, pl = _penalty3(ga)
+    first = (prefix[0, 1:w + 1] - prefix[0, 0]) + pf
+    if k > 2:
+        mid = (_rows(prefix, 1, k - 2, w, 1)[:, None, :] - _rows(prefix, 1, k - 2, w, 0)[:, :, None]) + pm
+    else:
+        mid = np.zeros((0, w, w))
+    last = (prefix[k - 1, L] - prefix[k - 1, k - 1:k - 1 + w]) + pl if k > 1 else np.zeros(0)
+    return first, mid, last
+
+
+def _fg3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_win3 of Fp and of Gp stacked on a leading axis of 2 (cached)."""
+    v = ga.cache.get("fg3")
+    if v is None:
+        v = ga.cache["fg3"] = _fg3_uncached(ga)
+    return v
+
+
+def _fg3_uncached(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_win3_uncached of Fp and of Gp in one stacked pass (the same float operations)."""
+    k, L = len(ga.devices), ga.L
+    w = L - k + 1
+    pf, pm, pl = _penalty3(ga)
+    P = np.stack([ga.Fp, ga.Gp])
+    first = (P[:, 0, 1:w + 1] - P[:, 0, 0:1]) + pf
+    if k > 2:
+        S, s0, s1 = P.strides
+        hi = np.ndarray((2, k - 2, w), P.dtype, P, s0 + 2 * s1, (S, s0 + s1, s1))
+        lo = np.ndarray((2, k - 2, w), P.dtype, P, s0 + s1, (S, s0 + s1, s1))
+        mid = (hi[:, :, None, :] - lo[:, :, :, None]) + pm
+    else:
+        mid = np.zeros((2, 0, w, w))
+    last = (P[:, k - 1, L:L + 1] - P[:, k - 1, k - 1:k - 1 + w]) + pl if k > 1 else np.zeros((2, 0))
+    return first, mid, last
+
+
+def _bwin(ga: GroupArrays, bound: np.ndarray) -> np.ndarray:
+    """(k-1, w): bound[j-1, j + a'] for stage j = 1..k-1 starting at a' (the boundary before
+    it), inf where the link cost lam is not finite (cached like _win3)."""
+    key = ("bwin", id(bound))
+    hit = ga.cache.get(key)
+    if hit is not None and hit[0] is bound:
+        return hit[1]
+    k, L = len(ga.devices), ga.L
+    w = L - k + 1
+    lam = _rows(ga.lam, 0, k - 1, w, 1)
+    v = np.where(np.isfinite(lam), _rows(bound, 0, k - 1, w, 1), INF)
+    ga.cache[key] = (bound, v)
+    return v
+
+
+def _recurrence(cost: tuple, bnd: np.ndarray | None, minsum: bool) -> tuple[np.ndarray, list]:
+    """Forward pass over stages ((first, mid, last) costs, (..., k-1, w) boundary costs, any
+    leading axes): returns (the optimum (...), the per-stage `prev` vectors for _backtrack)."""
+    first, mid, last = cost
+    dp = first
+    prevs = []
+    buf = None
+    for j in range(1, mid.shape[-3] + 1):
+        b = bnd[..., j - 1, :]
+        prev = (dp + b) if minsum else np.maximum(dp, b)
+        prevs.append(prev)
+        c = mid[..., j - 1, :, :]
+        if buf is None:
+            buf = np.empty(c.shape)
+        if minsum:
+            np.add(prev[..., :, None], c, out=buf)
+        else:
+            np.maximum(prev[..., :, None], c, out=buf)
+        dp = buf.min(axis=-2)
+    if bnd is None:                             # one stage: it ends at L
+        return dp[..., -1], prevs
+    b = bnd[..., -1, :]
+    prev = (dp + b) if minsum else np.maximum(dp, b)
+    prevs.append(prev)
+    return ((prev + last) if minsum else np.maximum(prev, last)).min(axis=-1), prevs
+
+
+def _backtrack(cost: tuple, prevs: list, minsum: bool, L: int) -> Cuts:
+    """Cuts of the optimum of one forward pass: the first minimising start of each stage (as
+    a full argmin would pick)."""
+    first, mid, last = cost
+    k = mid.shape[0] + 2
+    p = prevs[-1]
+    i = int(np.argmin((p + last) if minsum else np.maximum(p, last)))    # last stage starts at k-1+i
+    out = [L, k - 1 + i]
+    for j in range(k - 2, 0, -1):
+        col = mid[j - 1, :, i]
+        p = prevs[j - 1]
+        i = int(np.argmin((p + col) if minsum else np.maximum(p, col)))   # stage j starts at j + i
+        out.append(j + i)
+    return tuple(reversed(out))
+
+
+def _constrained(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constraints: Sequence[Constraint]
+                 ) -> tuple[tuple, np.ndarray | None]:
+    k = len(ga.devices)
+    cost = _win3(ga, prefix)
+    bnd = _bwin(ga, bound) if k > 1 else None
+    for cp, cb, lim, strict in constraints:
+        if lim == INF and not strict:
+            continue
+        cm = _win3(ga, cp)
+        cost = tuple(np.where((m < lim) if strict else (m <= lim), x, INF) for m, x in zip(cm, cost))
+        if k > 1:
+            bv = _bwin(ga, cb)
+            bnd = np.where((bv < lim) if strict else (bv <= lim), bnd, INF)
+    return cost, bnd
+
+
+def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
+               constraints: Sequence[Constraint] = (), minsum: bool = False, cuts: bool = True
+               ) -> tuple[float, Cuts | None]:
+    """Minimise the max (with minsum: the sum) over stages of prefix[j, c] - prefix[j, a] and
+    over boundaries of bound[j, c], every stage non-empty and within memory, subject to the
+    constraints. Returns (value, cuts) or (inf, None); with cuts=False only the value (cuts
+    None). O(k (L-k+1)^2), a few numpy calls per stage."""
+    cost, bnd = _constrained(ga, prefix, bound, constraints)
+    val, prevs = _recurrence(cost, bnd, minsum)
+    val = float(val)
+    if not val < INF:
+        return INF, None
+    if not cuts:
+        return val, None
+    if len(ga.devices) == 1:
+        return val, (ga.L,)
+    return val, _backtrack(cost, prevs, minsum, ga.L)
+
+
+def _work(ga: GroupArrays) -> np.ndarray:
+    """Fp + Gp (cached on the group)."""
+    w = ga.cache.get("work")
+    if w is None:
+        w = ga.cache["work"] = ga.Fp + ga.Gp
+    return w
+
+
+def _alpha_frontier(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
+    """The (X, Y) Pareto points visited while minimising alpha = X + Y exactly, in order of
+    increasing Y; the last points may be cut short by the bound (see module docstring).
+    Cached on the group."""
+    pts = ga.cache.get("frontier")
+    if pts is None:
+        pts = ga.cache["frontier"] = _alpha_frontier_uncached(ga)
+    return pts
+
+
+def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
+    Fp, Gp, lam = ga.Fp, ga.Gp, ga.lam
+    # min X and min Y (no constraint) in one stacked pass
+    if len(ga.devices) > 1:
+        bl = _bwin(ga, lam)
+        bl = np.broadcast_to(bl, (2,) + bl.shape)
+    else:
+        bl = None
+    dp, _ = _recurrence(_fg3(ga), bl, False)
+    a_min, b_min = float(dp[0]), float(dp[1])
+    if not a_min < INF:
+        return []
+    points: list[tuple[float, float, Cuts]] = []
+    best = INF
+    a_lim, strict = INF, False
+    while True:
+        if a_lim == INF and not strict:
+            b = b_min if b_min < INF else INF
+        else:
+            b, _ = _minmax_dp(ga, Gp, lam, [(Fp, lam, a_lim, strict)], cuts=False)
+        if not np.isfinite(b) or b + a_min >= best:
+            break
+        a, cuts = _minmax_dp(ga, Fp, lam, [(Gp, lam, b, False)])
+        points.append((a, b, cuts))
+        best = min(best, a + b)
+        a_lim, strict = a, True
+    return points
+
+
+def _cached_arrays(state: SlotState, devices: Sequence[int], min_share: int | None,
+                   arrays: GroupArrays | None) -> GroupArrays | None:
+    if arrays is not None:
+        return arrays
+    return group_arrays(state, devices, min_share)
+
+
+def _single(state: SlotState, devices: Sequence[int], min_share: int | None) -> Cuts | None:
+    L = state.workload.num_layers
+    single = state_cache(state).setdefault("single", {})
+    d = int(devices[0])
+    if d not in single:
+        single[d] = (L,) if share_cap(state, (d,), (L,)) >= state.workload.micro_batch else None
+    return single[d]
+
+
+def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None,
+                        *, arrays: GroupArrays | None = None) -> Cuts | None:
+    """Cut points minimising alpha exactly for this device order, every stage non-empty and
+    every stage within memory for a share of `min_share` samples (default one micro-batch);
+    None when no such cut set exists."""
+    if len(devices) == 1:
+        return _single(state, devices, min_share)
+    ga = _cached_arrays(state, devices, min_share, arrays)
+    if ga is None:
+        return None
+    pts = _alpha_frontier(ga)
+    if not pts:
+        return None
+    return min(pts, key=lambda p: p[0] + p[1])[2]
+
+
+def alpha_beta(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> tuple[float, float]:
+    """(alpha seconds/sample, beta seconds) of an ordered, cut group."""
+    F, G, lam = stage_times(state, devices, cuts)
+    return gpipe_coeffs(F, G, lam, state.workload.micro_batch)
+
+
+RELAX = (1.0, 1.05, 1.15, 1.35, 1.7, 2.5)
+
+
+def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_share: int | None = None,
+                  *, arrays: GroupArrays | None = None) -> list[Cuts]:
+    """Up to `limit` cut sets on the (alpha, beta) Pareto frontier of this ordered group,
+    min-alpha first, then increasing alpha / decreasing beta. Candidates: the exact min-alpha
+    frontier points, and min-sum DPs (least fill-and-drain work sum F + G + 2 lam, which is
+    beta + u * alpha over u) under the min-alpha thresholds relaxed by RELAX factors."""
+    if len(devices) == 1:
+        c = _single(state, devices, min_share)
+        return [c] if c is not None else []
+    ga = _cached_arrays(state, devices, min_share, arrays)
+    if ga is None:
+        return []
+    hit = ga.cache.get(("fc", limit))
+    if hit is None:
+        hit = ga.cache[("fc", limit)] = tuple(_frontier_cuts(state, devices, limit, ga))
+    return list(hit)
+
+
+def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: GroupArrays) -> list[Cuts]:
+    pts = _alpha_frontier(ga)
+    if not pts:
+        return []
+    found = {p[2] for p in pts}
+    work = _work(ga)
+    lam2 = ga.cache.get("lam2")
+    if lam2 is None:
+        lam2 = ga.cache["lam2"] = 2.0 * ga.lam
+    for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:2]:
+        for r in RELAX:
+            cons = [(ga.Fp, ga.lam, r * a, False), (ga.Gp, ga.lam, r * b, False)]
+            _, cuts = _minmax_dp(ga, work, lam2, cons, minsum=True)
+            if cuts is not None:
+                found.add(cuts)
+    _, cuts = _minmax_dp(ga, work, lam2, minsum=True)
+    if cuts is not None:
+        found.add(cuts)
+    scored = sorted((alpha_beta(state, devices, c) + (c,) for c in found), key=lambda t: (t[0], t[1]))
+    pareto: list[tuple[float, float, Cuts]] = []
+    for a, b, c in scored:
+        if not pareto or b < pareto[-1][1] - 1e-15 * max(1.0, abs(b)):
+            pareto.append((a, b, c))
+    if len(pareto) <= limit:
+        return [p[2] for p in pareto]
+    if limit <= 1:
+        return [pareto[0][2]]
+    idx = sorted({round(i * (len(pareto) - 1) / (limit - 1)) for i in range(limit)})
+    return [pareto[i][2] for i in idx]
+
+
+def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None) -> Cuts | None:
+    """Heterogeneity- and communication-blind balance (GPipe, DAPPLE): cuts minimising the
+    largest stage compute time as if every device had the group's mean per-layer time
+    (forward + backward seconds per sample), within memory for `min_share` samples."""
+    if len(devices) == 1:
+        return _single(state, devices, min_share)
+    ga = group_arrays(state, devices, min_share)
+    if ga is None:
+        return None
+    if "balanced" not in ga.cache:
+        d = list(devices)
+        w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
+        wb = np.broadcast_to(w, ga.Fp.shape)
+        zero = np.zeros_like(ga.lam)
+        _, ga.cache["balanced"] = _minmax_dp(ga, wb, zero)
+        ga.cache.pop(("win3", id(wb)), None)
+        ga.cache.pop(("bwin", id(zero)), None)
+    return ga.cache["balanced"]

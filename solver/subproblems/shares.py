@@ -1,0 +1,347 @@
+"""Batch shares of a fixed candidate structure (DESIGN.md section 3, "Per-slot solution").
+
+For m groups with group time alpha_g * b_g + beta_g (alpha s/sample, beta s), memory cap
+cap_g (samples; model.memory.NO_CAP when unbounded, 0 when not even one micro-batch fits):
+
+    minimise   W * z + sum_g q_g b_g
+    subject to alpha_g b_g + beta_g <= z,  sum_g b_g = B,  u <= b_g <= cap_g,  b_g in u * Z
+
+(W = V + sum_k Q_k R_k >= 0 per second, q_g = sum_k Q_k e_kg per sample; T_sync and F_k are
+constants and are left out.) Everything exact below works in micro-batch units n_g = b_g / u.
+
+* q constant (q = 0 included): min-max of increasing per-group times. Handing micro-batches out
+  one at a time to the group that is fastest after receiving one is exactly optimal; we start
+  that hand-out from the floor of the capped water-filling LP solution (only <= m steps remain).
+* q not constant: the optimum z is some group's time t_g(n) = alpha_g u n + beta_g. For a fixed
+  z each group may take at most min(cap_g, floor((z - beta_g) / (alpha_g u))) micro-batches and
+  the cheapest allocation is greedy by q_g. Breakpoints z lie in [z_minmax, z_upper] (z_upper:
+  where cost stops falling, or where W z alone exceeds the incumbent); the convex continuous
+  bound W z + LP cost(z), checked on a sqrt-spaced grid, narrows them to a window whose rows
+  are evaluated at once with numpy. Ties at equal value go to the smaller z.
+* The continuous LP (lp_value, a lower bound) is the capped water fill when q is constant and a
+  persistent HiGHS model (ShareLP) otherwise.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+_TOL_N = 1e-9        # slack on "how many micro-batches fit under z" (float noise in (z - beta) / a)
+_ROWS_PER_CHUNK = 1 << 18   # candidate-z rows x groups evaluated per numpy block
+
+
+@dataclass(frozen=True)
+class ShareResult:
+    """Shares of one candidate structure.
+
+    shares: samples per group (multiples of u, sum B); z: seconds, max_g alpha_g b_g + beta_g;
+    value: W z + q.b for the integer shares; lp_value: the continuous LP optimum (a lower
+    bound; nan when not computed); status: "optimal" | "infeasible" | "error".
+    """
+
+    shares: tuple[int, ...]
+    z: float
+    value: float
+    lp_value: float
+    status: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LPSolution:
+    """Continuous LP optimum: b samples per group, z seconds (max group time of b), value W z + q.b."""
+
+    b: tuple[float, ...]
+    z: float
+    value: float
+    status: str
+    message: str = ""
+
+
+def _fail(status: str, message: str) -> ShareResult:
+    nan = float("nan")
+    return ShareResult((), nan, nan, nan, status, message)
+
+
+def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: float = 0.0,
+               cap: Optional[Sequence[float]] = None) -> tuple[np.ndarray, float]:
+    """Closed form of min z s.t. alpha_g b_g + beta_g <= z, sum b = B, lo <= b_g <= cap_g
+    (continuous b in samples; alpha s/sample > 0, beta s; returns (b, z seconds)).
+
+    With lo = 0 and no cap this is classic water filling: b_g = max(0, (z - beta_g) / alpha_g),
+    groups with beta_g >= z get 0 and do not count in z. With lo > 0 every group runs, so
+    z >= max_g alpha_g lo + beta_g; when that bound binds, the slack is shared in proportion
+    to each group's room above lo. Raises ValueError when sum of caps < B or m * lo > B.
+    """
+    a = np.asarray(alpha, dtype=float)
+    c = np.asarray(beta, dtype=float)
+    m = len(a)
+    hi = np.full(m, np.inf) if cap is None else np.minimum(np.asarray(cap, dtype=float), B)
+    if m * lo > B * (1 + 1e-12) or hi.sum() < B * (1 - 1e-12) or np.any(hi < lo):
+        raise ValueError(f"water_fill: infeasible (m*lo={m * lo}, sum cap={hi.sum()}, B={B})")
+    pts = np.unique(np.concatenate([a * lo + c, (a * hi + c)[np.isfinite(hi)]]))
+
+    def g(z: np.ndarray) -> np.ndarray:
+        return np.clip((z[:, None] - c) / a, lo, hi).sum(axis=1)
+
+    gp = g(pts)
+    k = int(np.searchsorted(gp, B * (1 - 1e-15)))   # first breakpoint with g >= B
+    if k == 0:
+        z = float(pts[0])
+    elif k < len(pts):
+        z0, z1, g0, g1 = pts[k - 1], pts[k], gp[k - 1], gp[k]
+        z = float(z0 + (B - g0) * (z1 - z0) / (g1 - g0))
+    elif np.all(np.isfinite(hi)):   # every group at its cap (sum of caps = B up to rounding)
+        z = float(pts[-1])
+    else:   # beyond the last breakpoint only uncapped groups still grow
+        z = float(pts[-1] + (B - gp[-1]) / np.sum(1.0 / a[~np.isfinite(hi)]))
+    if lo > 0:
+        z = max(z, float(np.max(a * lo + c)))
+    b = np.clip((z - c) / a, lo, hi)
+    room = b - lo
+    if room.sum() > 0:
+        b = lo + room * ((B - m * lo) / room.sum())
+    return b, z
+
+
+def greedy_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[int], B: int, u: int,
+                  start: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Min-max integer shares (samples): from `start` (micro-batches per group, default one each)
+    hand out the remaining micro-batches one at a time to the group whose time after receiving
+    it is smallest (ties: lowest index), never above cap. Exactly optimal for max_g time when
+    `start` holds only micro-batches no later than the optimum's; if `start` has more than B/u,
+    micro-batches are taken back from the currently slowest groups (never below one)."""
+    a = np.asarray(alpha, dtype=float) * u
+    c = np.asarray(beta, dtype=float)
+    capn = np.asarray(cap, dtype=np.int64) // u
+    n = np.ones(len(a), dtype=np.int64) if start is None else np.asarray(start, dtype=np.int64).copy()
+    N = B // u
+    left = N - int(n.sum())
+    if left > 0:
+        heap = [(a[g] * (n[g] + 1) + c[g], g) for g in range(len(a)) if n[g] < capn[g]]
+        heapq.heapify(heap)
+        for _ in range(left):
+            _, g = heapq.heappop(heap)   # IndexError only if sum of caps < B (callers check)
+            n[g] += 1
+            if n[g] < capn[g]:
+                heapq.heappush(heap, (a[g] * (n[g] + 1) + c[g], g))
+    elif left < 0:
+        heap = [(-(a[g] * n[g] + c[g]), g) for g in range(len(a)) if n[g] > 1]
+        heapq.heapify(heap)
+        for _ in range(-left):
+            _, g = heapq.heappop(heap)
+            n[g] -= 1
+            if n[g] > 1:
+                heapq.heappush(heap, (-(a[g] * n[g] + c[g]), g))
+    return n * u
+
+
+def _fill(x: np.ndarray, extra: int) -> np.ndarray:
+    """Row-wise greedy: give `extra` units to columns in order, at most x[:, j] each."""
+    before = np.cumsum(x, axis=1) - x
+    return np.clip(extra - before, 0, x)
+
+
+def _exact_with_costs(a: np.ndarray, c: np.ndarray, capn: np.ndarray, N: int, W: float,
+                      cost: np.ndarray, n0: np.ndarray) -> np.ndarray:
+    """Exact integer optimum in micro-batch units: a s/micro-batch, c s, capn micro-batches,
+    cost per micro-batch; n0 is a min-max allocation. Returns micro-batches per group."""
+    m, extra = len(a), N - len(a)
+    order = np.argsort(cost, kind="stable")
+    a_s, c_s, cap_s, k_s = a[order], c[order], capn[order], cost[order]
+    t = lambda n: a_s * n + c_s                                       # noqa: E731
+    z0 = float(np.max(a * n0 + c))
+    n_cheap = 1 + _fill((cap_s - 1)[None, :], extra)[0]
+    cost_min = float(k_s @ n_cheap)
+    z_hi = float(np.max(t(n_cheap)))
+    if W > 0:
+        z_hi = min(z_hi, z0 + (float(cost @ n0) - cost_min) / W + 1e-12 * abs(z0))
+    lo_n = np.maximum(1, np.floor((z0 - c_s) / a_s - _TOL_N)).astype(np.int64)
+    hi_n = np.minimum(cap_s, np.floor((z_hi - c_s) / a_s + _TOL_N)).astype(np.int64)
+    cnt = np.maximum(hi_n - lo_n + 1, 0)
+    gi = np.repeat(np.arange(m), cnt)
+    n = lo_n[gi] + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    z = a_s[gi] * n + c_s[gi]
+    z = np.unique(np.concatenate([[z0], z[(z > z0) & (z <= z_hi)]]))
+
+    def rows(zz: np.ndarray, integer: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Objective of the cheapest allocation under each z (integer, or continuous: a lower bound)."""
+        hi = np.minimum((zz[:, None] - c_s) / a_s, cap_s)
+        if integer:
+            hi = np.minimum(np.floor(hi + _TOL_N), cap_s)
+        ok = (hi >= 1 - _TOL_N).all(axis=1) & (hi.sum(axis=1) >= N - _TOL_N)
+        alloc = _fill(np.maximum(hi - 1, 0), extra)
+        return np.where(ok, W * zz + alloc @ k_s + k_s.sum(), np.inf), alloc
+
+    # Window: the optimum z* has LB(z*) <= f(z*) <= f(z0) with LB(z) = W z + continuous cost,
+    # a convex function, so {LB <= incumbent} is an interval; locate it on a coarse grid.
+    tol = lambda v: 1e-12 * max(1.0, abs(v))                          # noqa: E731
+    best_f, best = float(rows(z[:1], True)[0][0]), None
+    stride = max(1, int(np.sqrt(len(z))))
+    grid = np.r_[np.arange(0, len(z), stride), len(z) - 1]
+    lb = rows(z[grid], False)[0]
+    k = int(np.argmin(lb))
+    inside = np.flatnonzero(lb <= best_f + 2 * tol(best_f))
+    lo = min(int(inside[0]), k) if len(inside) else k
+    hi = max(int(inside[-1]), k) if len(inside) else k
+    z = z[grid[max(lo - 1, 0)]:grid[min(hi + 1, len(grid) - 1)] + 1]
+    if z[0] > z0:
+        z = np.r_[z0, z]   # keeps the incumbent row, so ties at equal value still prefer small z
+    step = max(1, _ROWS_PER_CHUNK // m)
+    best_f = np.inf
+    for s in range(0, len(z), step):
+        zz = z[s:s + step]
+        if W * zz[0] + cost_min > best_f + tol(best_f):
+            break   # later z cannot beat the incumbent even at the cheapest cost
+        f, alloc = rows(zz, True)
+        fmin = float(f.min())
+        if fmin < best_f - tol(fmin):
+            i = int(np.argmax(f <= fmin + tol(fmin)))
+            best_f, best = fmin, alloc[i]
+    out = np.empty(m, dtype=np.int64)
+    out[order] = 1 + best.astype(np.int64)
+    return out
+
+
+class ShareLP:
+    """The continuous share LP on persistent highspy models, one per group count m.
+
+    Columns b_0..b_{m-1} (samples), z (seconds); rows alpha_g b_g - z <= -beta_g and
+    sum b = B. A call changes costs, bounds and the alpha coefficients in place and re-runs
+    from the previous basis; a model is built only the first time an m is seen (at most
+    `max_models` are kept, least recently used dropped). Not thread-safe: use one per thread.
+    """
+
+    def __init__(self, max_models: int = 32, persistent: bool = True) -> None:
+        import highspy  # ~0.2 s, kept off the import path of callers that never need it
+        self._hs = highspy
+        self._models: dict[int, tuple[object, np.ndarray]] = {}
+        self._max = max_models
+        self.persistent = persistent
+
+    def _build(self, m: int) -> tuple[object, np.ndarray]:
+        hs = self._hs
+        h = hs.Highs()
+        h.setOptionValue("output_flag", False)
+        lp = hs.HighsLp()
+        lp.num_col_, lp.num_row_ = m + 1, m + 1
+        inf = hs.kHighsInf
+        lp.col_cost_ = np.zeros(m + 1)
+        lp.col_lower_ = np.r_[np.zeros(m), -inf]
+        lp.col_upper_ = np.full(m + 1, inf)
+        lp.row_lower_ = np.r_[np.full(m, -inf), 0.0]
+        lp.row_upper_ = np.zeros(m + 1)
+        lp.a_matrix_.format_ = hs.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.r_[np.arange(0, 2 * m + 1, 2), 3 * m].astype(np.int32)
+        lp.a_matrix_.index_ = np.r_[np.column_stack([np.arange(m), np.full(m, m)]).ravel(),
+                                    np.arange(m)].astype(np.int32)
+        lp.a_matrix_.value_ = np.r_[np.ones(2 * m), -np.ones(m)]
+        h.passModel(lp)
+        return h, np.ones(m)
+
+    def _model(self, m: int, fresh: bool) -> tuple[object, np.ndarray]:
+        if fresh or not self.persistent or m not in self._models:
+            self._models.pop(m, None)
+            if len(self._models) >= self._max:
+                self._models.pop(next(iter(self._models)))
+            self._models[m] = self._build(m)
+        else:
+            self._models[m] = self._models.pop(m)   # mark most recently used
+        return self._models[m]
+
+    def solve(self, alpha: Sequence[float], beta: Sequence[float], cap: Sequence[float], B: float,
+              u: float, W: float, q: Sequence[float]) -> LPSolution:
+        """Continuous optimum with u <= b_g <= min(cap_g, B); status "optimal" or "error"
+        (HiGHS's model status is checked on every run; one retry on a freshly built model)."""
+        a = np.asarray(alpha, dtype=float)
+        c = np.asarray(beta, dtype=float)
+        qq = np.asarray(q, dtype=float)
+        m = len(a)
+        hi = np.minimum(np.asarray(cap, dtype=float), float(B))
+        idx = np.arange(m + 1, dtype=np.int32)
+        inf = self._hs.kHighsInf
+        status = "not run"
+        for attempt in range(2):
+            h, a_now = self._model(m, fresh=attempt > 0)
+            for g in np.flatnonzero(a_now != a):
+                h.changeCoeff(int(g), int(g), float(a[g]))
+            a_now[:] = a
+            h.changeColsCost(m + 1, idx, np.r_[qq, float(W)])
+            h.changeColsBounds(m, idx[:m], np.full(m, float(u)), hi)
+            h.changeRowsBounds(m + 1, idx, np.r_[np.full(m, -inf), float(B)], np.r_[-c, float(B)])
+            h.run()
+            ms = h.getModelStatus()
+            if ms == self._hs.HighsModelStatus.kOptimal:
+                b = np.asarray(h.getSolution().col_value[:m])
+                z = float(np.max(a * b + c))
+                return LPSolution(tuple(float(x) for x in b), z, float(W) * z + float(qq @ b), "optimal")
+            status = h.modelStatusToString(ms)
+        return LPSolution((), float("nan"), float("nan"), "error", f"HiGHS model status: {status}")
+
+
+_local = threading.local()
+
+
+def default_lp() -> ShareLP:
+    """This thread's persistent ShareLP (created on first use)."""
+    lp = getattr(_local, "lp", None)
+    if lp is None:
+        lp = _local.lp = ShareLP()
+    return lp
+
+
+def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[int], B: int, u: int,
+                 W: float, q: Sequence[float], *, lp: Optional[ShareLP] = None,
+                 lp_bound: bool = True) -> ShareResult:
+    """Exact integer shares (samples) of one structure; see the module docstring.
+
+    alpha s/sample (> 0), beta s, cap samples (rounded down to a multiple of u), B and u
+    samples (B a multiple of u), W >= 0 per second, q per sample. `lp` is the ShareLP to use
+    for the bound when q is not constant (default: this thread's); lp_bound=False skips that
+    LP (lp_value is then nan). Status "infeasible" says why; "error" means bad input or a
+    HiGHS failure and carries no plan.
+    """
+    a = np.asarray(alpha, dtype=float)
+    c = np.asarray(beta, dtype=float)
+    qq = np.asarray(q, dtype=float)
+    m = len(a)
+    if m == 0 or len(c) != m or len(qq) != m or len(cap) != m:
+        return _fail("error", f"need m >= 1 groups with matching lengths (alpha {len(a)}, "
+                              f"beta {len(c)}, cap {len(cap)}, q {len(qq)})")
+    if u <= 0 or B <= 0 or B % u:
+        return _fail("error", f"batch B={B} must be a positive multiple of the micro-batch u={u}")
+    if not (np.all(np.isfinite(a)) and np.all(a > 0) and np.all(np.isfinite(c)) and np.all(np.isfinite(qq))):
+        return _fail("error", "alpha must be finite and > 0; beta and q finite")
+    if not (np.isfinite(W) and W >= 0):
+        return _fail("error", f"W={W} must be finite and >= 0")
+    N = B // u
+    capn = np.minimum(np.asarray(cap, dtype=np.int64) // u, N)
+    if m > N:
+        return _fail("infeasible", f"{m} groups need at least m*u={m * u} samples but B={B}")
+    if np.any(capn < 1):
+        bad = [int(g) for g in np.flatnonzero(capn < 1)]
+        return _fail("infeasible", f"groups {bad} cannot hold one micro-batch of u={u} (cap < u)")
+    if int(capn.sum()) < N:
+        return _fail("infeasible", f"sum of caps {int(capn.sum()) * u} < B={B}")
+    au = a * u
+    b_lp, z_lp = water_fill(a, c, float(B), lo=float(u), cap=(capn * u).astype(float))
+    start = np.clip(np.floor((z_lp - c) / au - _TOL_N).astype(np.int64), 1, capn)
+    n = greedy_shares(a, c, capn * u, B, u, start=start) // u
+    const_q = bool(np.all(qq == qq[0]))
+    if const_q:
+        lp_value = float(W) * z_lp + float(qq[0]) * B
+    else:
+        n = _exact_with_costs(au, c, capn, N, float(W), qq * u, n)
+        lp_value = float("nan")
+        if lp_bound:
+            sol = (lp or default_lp()).solve(a, c, capn * u, B, u, W, qq)
+            if sol.status != "optimal":
+                return _fail("error", f"share LP failed: {sol.message}")
+            lp_value = sol.value
+    b = n * u
+    z = float(np.max(a * b + c))
+    return ShareResult(tuple(int(x) for x in b), z, float(W) * z + float(qq @ b), lp_value, "optimal")
