@@ -32,16 +32,31 @@ SCHEDULES = ("gpipe", "1f1b")
 
 
 @dataclass(frozen=True)
+class Op:
+    """One operation of the simulated iteration, in seconds from its start. kind: "F" / "B"
+    (a stage's forward / backward of micro-batch `micro_batch`, `where` = stage, 0-based) or
+    "sendF" / "sendB" (its activations / gradients over link `where`, stage where -> where+1)."""
+
+    kind: str
+    where: int
+    micro_batch: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class SimResult:
     """makespan: seconds from the first forward to the last backward; stage_busy: compute
     seconds per stage; link_busy: transfer seconds per link (both directions); peak_stash:
-    per stage, most micro-batches stashed at once; sizes: micro-batch sizes (samples)."""
+    per stage, most micro-batches stashed at once; sizes: micro-batch sizes (samples);
+    ops: every operation with its start and end, in the order they started."""
 
     makespan: float
     stage_busy: tuple[float, ...]
     link_busy: tuple[float, ...]
     peak_stash: tuple[int, ...]
     sizes: tuple[int, ...]
+    ops: tuple[Op, ...] = ()
 
 
 def micro_batches(b: int, u: int) -> list[int]:
@@ -81,6 +96,7 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
     stash, peak = [0] * k, [0] * k
     stage_busy, link_busy = [0.0] * k, [0.0] * (k - 1)
     events: list[tuple[float, int, str, int, int]] = []  # (time, seq, kind, where, mb)
+    ops: list[Op] = []
     seq = 0
 
     def push(t: float, kind: str, where: int, m: int) -> None:
@@ -103,12 +119,14 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
                         stash[j] += 1
                         peak[j] = max(peak[j], stash[j])
                     push(now + dur, "done" + op, j, m)
+                    ops.append(Op(op, j, m, now, now + dur))
         for i in range(k - 1):
             if link_free[i] and link_queue[i]:
                 _, _, direction, m = heapq.heappop(link_queue[i])
                 link_free[i] = False
                 link_busy[i] += sizes[m] * lam[i]
                 push(now + sizes[m] * lam[i], "sent" + direction, i, m)
+                ops.append(Op("send" + direction, i, m, now, now + sizes[m] * lam[i]))
 
     now = 0.0
     dispatch(now)
@@ -133,4 +151,4 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
         dispatch(now)
     if any(x != 2 * n for x in nxt):
         raise RuntimeError(f"deadlock: stages stopped after {nxt} of {2 * n} operations")
-    return SimResult(now, tuple(stage_busy), tuple(link_busy), tuple(peak), tuple(sizes))
+    return SimResult(now, tuple(stage_busy), tuple(link_busy), tuple(peak), tuple(sizes), tuple(ops))
