@@ -1,0 +1,135 @@
+"""Compiled kernels of the contiguous-cut dynamic programs (numba).
+
+One ordered group of k devices over L layers; stage j holds layers a..c-1 (0 <= a < c <= L),
+stage 0 starts at 0, stage k-1 ends at L, every stage non-empty. With S_j(a, c) =
+S[j, c] - S[j, a] the cost of stage j and B[j, c] the cost of the boundary after stage j when it
+ends at layer c, the recurrence over stages is
+
+    D_0(c)  = S_0(0, c)
+    D_j(c)  = min_{j <= a < c, stage j fits on [a, c)}  (D_{j-1}(a) (+) B[j-1, a]) (+) S_j(a, c)
+    value   = D_{k-1}(L)
+
+where (+) is max (min-max: the bottleneck) or + (min-sum: total work). A stage fits when
+c <= maxend[j, a] (the memory rule is monotone in the end layer for a fixed start, so one
+integer per (stage, start) describes it; `maxend_prefix` builds it for the rule
+k_opt * P + s_j * H <= M_j). Optional side constraints bound every stage value
+CS[m, j, c] - CS[m, j, a] and every boundary value CB[m, j, a] by lims[m] (strictly when
+strict[m]). Boundaries whose link cost `lam` is not finite are never cuts.
+
+The recurrence costs O(k L^2) scalar steps, with no temporaries; ties go to the first
+minimising start (the smallest a), as a full argmin over starts would pick, so the cuts equal
+those of the vectorised numpy DP in `subproblems.cuts`, float for float (same operations in
+the same order).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+INF = np.inf
+
+
+@njit(cache=True)
+def _combine(x: float, y: float, minsum: bool) -> float:
+    return x + y if minsum else max(x, y)
+
+
+@njit(cache=True)
+def _stage_ok(j: int, a: int, c: int, CS: np.ndarray, lims: np.ndarray, strict: np.ndarray) -> bool:
+    for m in range(CS.shape[0]):
+        v = CS[m, j, c] - CS[m, j, a]
+        if strict[m]:
+            if not v < lims[m]:
+                return False
+        elif not v <= lims[m]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _bound_ok(j: int, a: int, CB: np.ndarray, lims: np.ndarray, strict: np.ndarray) -> bool:
+    for m in range(CB.shape[0]):
+        v = CB[m, j, a]
+        if strict[m]:
+            if not v < lims[m]:
+                return False
+        elif not v <= lims[m]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
+           CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, minsum: bool
+           ) -> tuple[float, np.ndarray]:
+    """The recurrence of the module docstring. S (k, L+1) stage prefix; lam, B (k-1, L+1);
+    maxend (k, L+1) int64; CS (m, k, L+1), CB (m, k-1, L+1), lims (m,), strict (m,) bool.
+    Returns (value, cuts (k,) int64); value inf and cuts all -1 when no cut set is valid."""
+    k, L1 = S.shape
+    L = L1 - 1
+    cuts = np.full(k, -1, dtype=np.int64)
+    if k == 0 or k > L:
+        return INF, cuts
+    if k == 1:
+        if maxend[0, 0] >= L and _stage_ok(0, 0, L, CS, lims, strict):
+            cuts[0] = L
+            return S[0, L] - S[0, 0], cuts
+        return INF, cuts
+    w = L - k + 1
+    D = np.full((k, L1), INF)
+    arg = np.full((k, L1), -1, dtype=np.int64)
+    for c in range(1, w + 1):                     # stage 0 ends at c
+        if c <= maxend[0, 0] and _stage_ok(0, 0, c, CS, lims, strict):
+            D[0, c] = S[0, c] - S[0, 0]
+    prev = np.full(L1, INF)
+    for j in range(1, k):
+        for a in range(j, j + w):                 # stage j starts at a = end of stage j-1
+            p = INF
+            if D[j - 1, a] < INF and np.isfinite(lam[j - 1, a]) and _bound_ok(j - 1, a, CB, lims, strict):
+                p = _combine(D[j - 1, a], B[j - 1, a], minsum)
+            prev[a] = p
+        c_lo, c_hi = (L, L) if j == k - 1 else (j + 1, j + w)
+        for c in range(c_lo, c_hi + 1):
+            best, besta = INF, -1
+            for a in range(j, min(c, j + w)):
+                if prev[a] == INF or c > maxend[j, a]:
+                    continue
+                if not _stage_ok(j, a, c, CS, lims, strict):
+                    continue
+                v = _combine(prev[a], S[j, c] - S[j, a], minsum)
+                if v < best:
+                    best, besta = v, a
+            D[j, c], arg[j, c] = best, besta
+    val = D[k - 1, L]
+    if not val < INF:
+        return INF, cuts
+    c = L
+    for j in range(k - 1, -1, -1):
+        cuts[j] = c
+        if j > 0:
+            c = arg[j, c]
+    return val, cuts
+
+
+@njit(cache=True)
+def maxend_prefix(pp: np.ndarray, sp: np.ndarray, kopt: float, live: np.ndarray, mem: np.ndarray
+                  ) -> np.ndarray:
+    """(k, L+1) int64: the last end layer c such that stage j starting at a fits,
+    kopt * (pp[c] - pp[a]) + live[j] * (sp[c] - sp[a]) <= mem[j]; a itself when no non-empty
+    stage fits, so that no c > a passes. pp, sp: prefix sums of parameter bytes and of stashed
+    bytes per sample; live[j]: samples stashed on stage j. Binary search: O(k L log L)."""
+    k = mem.shape[0]
+    L = pp.shape[0] - 1
+    out = np.empty((k, L + 1), dtype=np.int64)
+    for j in range(k):
+        for a in range(L + 1):
+            lo, hi = a, L                         # the largest c in [a, L] that fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                need = kopt * (pp[mid] - pp[a]) + live[j] * (sp[mid] - sp[a])
+                if need <= mem[j]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[j, a] = lo
+    return out

@@ -1,0 +1,100 @@
+"""The compiled cut DP against brute force over every cut set (small L)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from solver.subproblems.dp_kernel import cut_dp, maxend_prefix
+
+INF = float("inf")
+
+
+def _brute(S, lam, B, pp, sp, kopt, live, mem, minsum, lim=None):
+    """The best value over every cut set, and one cut set that attains it (by enumeration)."""
+    k, L1 = S.shape
+    L = L1 - 1
+    best, arg = INF, None
+    for inner in itertools.combinations(range(1, L), k - 1):
+        cuts = (*inner, L)
+        starts = (0, *inner)
+        vals, ok = [], True
+        for j, (a, c) in enumerate(zip(starts, cuts)):
+            if kopt * (pp[c] - pp[a]) + live[j] * (sp[c] - sp[a]) > mem[j]:
+                ok = False
+                break
+            v = S[j, c] - S[j, a]
+            if lim is not None and not v <= lim:
+                ok = False
+                break
+            vals.append(v)
+            if j < k - 1:
+                if not np.isfinite(lam[j, c]):
+                    ok = False
+                    break
+                vals.append(B[j, c])
+        if not ok:
+            continue
+        tot = sum(vals) if minsum else max(vals)
+        if tot < best:
+            best, arg = tot, cuts
+    return best, arg
+
+
+@st.composite
+def problems(draw):
+    k = draw(st.integers(1, 4))
+    L = draw(st.integers(k, 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    f = rng.uniform(0.1, 2.0, size=(k, L))
+    S = np.concatenate([np.zeros((k, 1)), np.cumsum(f, axis=1)], axis=1)
+    lam = np.full((k - 1, L + 1), INF)
+    lam[:, 1:L] = rng.uniform(0.0, 3.0, size=(k - 1, L - 1))
+    p = rng.uniform(0.0, 1.0, size=L)
+    h = rng.uniform(0.0, 1.0, size=L)
+    pp = np.concatenate([[0.0], np.cumsum(p)])
+    sp = np.concatenate([[0.0], np.cumsum(h)])
+    live = rng.integers(1, 4, size=k).astype(float)
+    mem = rng.uniform(0.3, 1.2, size=k) * (4 * pp[-1] + live.max() * sp[-1]) / max(k - 0.5, 1)
+    return S, lam, pp, sp, 4.0, live, mem, draw(st.booleans())
+
+
+@given(problems())
+def test_cut_dp_equals_brute_force(prob) -> None:
+    S, lam, pp, sp, kopt, live, mem, minsum = prob
+    k = S.shape[0]
+    me = maxend_prefix(pp, sp, kopt, live, mem)
+    none3, none2 = np.zeros((0, k, S.shape[1])), np.zeros((0, k - 1, S.shape[1]))
+    val, cuts = cut_dp(S, lam, lam, me, none3, none2, np.zeros(0), np.zeros(0, dtype=np.bool_), minsum)
+    bval, bcuts = _brute(S, lam, lam, pp, sp, kopt, live, mem, minsum)
+    if bcuts is None:
+        assert val == INF and list(cuts) == [-1] * k
+        return
+    assert np.isclose(val, bval, rtol=1e-12, atol=0.0)
+    starts = (0, *cuts[:-1])
+    recomputed = [S[j, c] - S[j, a] for j, (a, c) in enumerate(zip(starts, cuts))] + \
+                 [lam[j, c] for j, c in enumerate(cuts[:-1])]
+    assert np.isclose(sum(recomputed) if minsum else max(recomputed), val, rtol=1e-12)
+    assert cuts[-1] == S.shape[1] - 1 and all(a < c for a, c in zip(starts, cuts))
+
+
+@given(problems(), st.floats(0.5, 4.0))
+def test_side_constraint_is_respected(prob, lim) -> None:
+    S, lam, pp, sp, kopt, live, mem, _ = prob
+    k, L1 = S.shape
+    me = maxend_prefix(pp, sp, kopt, live, mem)
+    CS = S[None].copy()
+    CB = np.zeros((1, k - 1, L1))
+    val, cuts = cut_dp(S, lam, lam, me, CS, CB, np.array([lim]), np.array([False]), True)
+    bval, _ = _brute(S, lam, lam, pp, sp, kopt, live, mem, True, lim=lim)
+    assert (val == INF) == (bval == INF)
+    if val < INF:
+        assert np.isclose(val, bval, rtol=1e-12)
+
+
+def test_maxend_is_the_last_fitting_end() -> None:
+    pp = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    sp = np.zeros(5)
+    me = maxend_prefix(pp, sp, 1.0, np.array([1.0]), np.array([2.0]))
+    assert list(me[0]) == [2, 3, 4, 4, 4]
