@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-DEFAULT_INSTANCE = Path(__file__).resolve().parents[2] / "instances" / "default.toml"
+from ..io.data import default_instance
+
+DEFAULT_INSTANCE = default_instance()
+"""The packaged default instance (solver/data/instances; the checkout's instances/ links to it)."""
 
 
 def _progress(label: str):

@@ -17,8 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InstanceError
+from . import ranges as R
+from .data import models_dir
+from .text import read_text
 
-HARDWARE_CSV = Path(__file__).resolve().parents[2] / "models" / "hardware.csv"
+HARDWARE_CSV = models_dir() / "hardware.csv"
+"""The packaged hardware table (solver/data/models/hardware.csv; the checkout's models/ links to it)."""
 IDLE_FRACTION = 0.3
 """Assumed idle power as a fraction of TDP (documented assumption, used in the table)."""
 
@@ -31,6 +35,8 @@ ALIASES = {
 }
 
 _NUMERIC = ("fp32_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour")
+_RANGES = {"fp32_tflops": R.PEAK_TFLOPS, "memory_gb": R.MEMORY_GB, "busy_w": R.POWER_W, "idle_w": R.POWER_W,
+           "price_per_hour": R.PRICE_PER_HOUR}
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ def _parse_row(path: Path, lineno: int, row: dict[str, str]) -> GpuSpec:
             raise InstanceError(f"{path}: row {lineno}: column {col!r}: not a number: {cell!r}") from None
         if not math.isfinite(v) or v < 0 or (v == 0 and col != "price_per_hour"):
             raise InstanceError(f"{path}: row {lineno}: column {col!r}: must be positive: {cell!r}")
+        problem = _RANGES[col].problem(v)
+        if problem:
+            raise InstanceError(f"{path}: row {lineno}: column {col!r}: {problem} (got {cell!r})")
         values[col] = v
     kind = (row.get("kind") or "").strip()
     if not kind:
@@ -72,10 +81,7 @@ def _parse_row(path: Path, lineno: int, row: dict[str, str]) -> GpuSpec:
 @lru_cache(maxsize=8)
 def _load_cached(path: str) -> tuple[GpuSpec, ...]:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise InstanceError(f"{p}: cannot read hardware table: {e.strerror}") from None
+    text = read_text(p, "hardware table")
     reader = csv.DictReader(text.splitlines())
     missing = [c for c in ("kind", *_NUMERIC) if c not in (reader.fieldnames or [])]
     if missing:

@@ -44,6 +44,12 @@ Format (units in the key names; paths are relative to the instance file):
                                       # speed_factor and price_per_hour columns may be omitted
     links = "default_links.csv"       # columns slot, a, b, gbps; every listed pair in every slot
 
+`name` (and the file's stem when `name` is absent) becomes a folder of the results
+(results/<name>/...), so it must be one plain path component: letters, digits and `._+-`,
+starting with a letter or digit (so never "..", "/" or "\\"). Every number must lie in its
+documented physical range (solver.io.ranges), e.g. price_per_hour 0..1e4 USD per hour.
+Files must be UTF-8 text.
+
 Every problem raises one InstanceError naming the file, the field and the value; nothing is
 returned half-loaded.
 """
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -59,7 +66,10 @@ import numpy as np
 
 from ..errors import InstanceError
 from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
+from . import ranges as R
+from .data import packaged_models
 from .hardware import GpuSpec, hardware_spec, load_hardware
+from .text import read_text
 from .workloads import MODELS_DIR, read_workload_csv
 
 __all__ = ["Instance", "load_instance", "save_instance", "write_instance"]
@@ -74,6 +84,8 @@ _DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "
 _LINK = {"a", "b", "gbps", "latency_ms"}
 _BUDGET = {"name", "kind", "limit", "device"}
 _TRACES = {"devices", "links"}
+NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+"""An instance name: one plain path component (it names the results folder)."""
 
 
 class _File:
@@ -122,7 +134,9 @@ class _File:
         return v.strip()
 
     def number(self, table: dict, key: str, field: str, default: float | None = None, *, minimum: float = 0.0,
-               strict: bool = False, maximum: float = math.inf, integer: bool = False) -> float:
+               strict: bool = False, maximum: float = math.inf, integer: bool = False,
+               rng: R.Range | None = None) -> float:
+        """table[key] as a number; with `rng`, it must lie in that documented range."""
         if key not in table:
             if default is None:
                 raise self.error(field, "missing required field")
@@ -132,6 +146,10 @@ class _File:
             raise self.error(field, "must be a finite number", v)
         if integer and not float(v).is_integer():
             raise self.error(field, "must be an integer", v)
+        if rng is not None:
+            problem = rng.problem(float(v))
+            if problem:
+                raise self.error(field, problem, v)
         if v < minimum or (strict and v == minimum) or v > maximum:
             lo = f"> {minimum:g}" if strict else f">= {minimum:g}"
             hi = "" if maximum == math.inf else f" and <= {maximum:g}"
@@ -140,13 +158,9 @@ class _File:
 
 
 def _read_toml(path: Path) -> dict:
+    text = read_text(path, "instance file")
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise InstanceError(f"{path}: instance file not found") from None
-    except OSError as e:
-        raise InstanceError(f"{path}: cannot read instance file: {e.strerror}") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InstanceError(f"{path}: TOML syntax error: {e}") from None
 
@@ -156,19 +170,19 @@ def _resolve_model(f: _File, model: str) -> Path:
     for cand in (base / model, base / f"{model}.csv", MODELS_DIR / f"{model}.csv", MODELS_DIR / model):
         if cand.is_file():
             return cand
-    raise f.error("workload.model", f"unknown model file: neither {base / model} nor {MODELS_DIR / (model + '.csv')} "
-                  "exists", model)
+    raise f.error("workload.model", f"unknown model: no file {base / model} or {base / (model + '.csv')}, and no "
+                  f"packaged layer table of that name (packaged: {', '.join(packaged_models())})", model)
 
 
 def _workload(f: _File, doc: dict) -> Workload:
     w = f.table(doc, "workload", _WORKLOAD, required=True)
     model = f.string(w, "model", "workload.model")
-    batch = int(f.number(w, "batch", "workload.batch", minimum=1, integer=True))
-    micro = int(f.number(w, "micro_batch", "workload.micro_batch", minimum=1, integer=True))
+    batch = int(f.number(w, "batch", "workload.batch", integer=True, rng=R.SAMPLES))
+    micro = int(f.number(w, "micro_batch", "workload.micro_batch", integer=True, rng=R.SAMPLES))
     if batch % micro:
         raise f.error("workload.batch", f"batch {batch} is not a multiple of micro_batch {micro}", batch)
-    opt = f.number(w, "optimizer_factor", "workload.optimizer_factor", 4.0, strict=True)
-    input_bytes = f.number(w, "input_bytes", "workload.input_bytes") if "input_bytes" in w else None
+    opt = f.number(w, "optimizer_factor", "workload.optimizer_factor", 4.0, rng=R.OPTIMIZER_FACTOR)
+    input_bytes = f.number(w, "input_bytes", "workload.input_bytes", rng=R.INPUT_BYTES) if "input_bytes" in w else None
     return read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
 
 
@@ -189,14 +203,14 @@ def _devices(f: _File, doc: dict) -> tuple[tuple[Device, ...], np.ndarray, list[
             spec: GpuSpec = hardware_spec(kind, table)
         except KeyError:
             raise f.error(f"{at}.kind", f"unknown hardware kind; known: {', '.join(sorted(table))}", kind) from None
-        peak = f.number(d, "peak_tflops", f"{at}.peak_tflops", spec.peak_flops / 1e12, strict=True) * 1e12
-        mem = f.number(d, "memory_gb", f"{at}.memory_gb", spec.memory_bytes / 1e9, strict=True) * 1e9
-        busy = f.number(d, "busy_w", f"{at}.busy_w", spec.busy_w)
-        idle = f.number(d, "idle_w", f"{at}.idle_w", spec.idle_w)
+        peak = f.number(d, "peak_tflops", f"{at}.peak_tflops", spec.peak_flops / 1e12, rng=R.PEAK_TFLOPS) * 1e12
+        mem = f.number(d, "memory_gb", f"{at}.memory_gb", spec.memory_bytes / 1e9, rng=R.MEMORY_GB) * 1e9
+        busy = f.number(d, "busy_w", f"{at}.busy_w", spec.busy_w, rng=R.POWER_W)
+        idle = f.number(d, "idle_w", f"{at}.idle_w", spec.idle_w, rng=R.POWER_W)
         if idle > busy:
             raise f.error(f"{at}.idle_w", f"idle power exceeds busy power {busy:g} W", idle)
-        price = f.number(d, "price_per_hour", f"{at}.price_per_hour", spec.price_per_hour)
-        eff.append(f.number(d, "efficiency", f"{at}.efficiency", DEFAULT_EFFICIENCY, strict=True, maximum=1.0))
+        price = f.number(d, "price_per_hour", f"{at}.price_per_hour", spec.price_per_hour, rng=R.PRICE_PER_HOUR)
+        eff.append(f.number(d, "efficiency", f"{at}.efficiency", DEFAULT_EFFICIENCY, rng=R.EFFICIENCY))
         servers.append(f.string(d, "server", f"{at}.server", f"__{name}"))
         devices.append(Device(name, spec.kind, peak, mem, busy, idle, price / 3600.0))
     return tuple(devices), np.array(eff, dtype=float), servers
@@ -205,7 +219,8 @@ def _devices(f: _File, doc: dict) -> tuple[tuple[Device, ...], np.ndarray, list[
 def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]]."""
     net = f.table(doc, "network", set(NETWORK_DEFAULTS))
-    v = {k: f.number(net, k, f"network.{k}", dflt, strict=k.endswith("gbps")) for k, dflt in NETWORK_DEFAULTS.items()}
+    v = {k: f.number(net, k, f"network.{k}", dflt, rng=R.GBPS if k.endswith("gbps") else R.LATENCY_MS)
+         for k, dflt in NETWORK_DEFAULTS.items()}
     same = np.array([[a == b for b in servers] for a in servers])
     bw = np.where(same, v["intra_server_gbps"], v["inter_server_gbps"]) * GBIT
     lat = np.where(same, v["intra_server_latency_ms"], v["inter_server_latency_ms"]) / 1000.0
@@ -218,9 +233,9 @@ def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple
         if "gbps" not in link and "latency_ms" not in link:
             raise f.error(at, "missing required field: gbps or latency_ms")
         if "gbps" in link:
-            bw[i, j] = bw[j, i] = f.number(link, "gbps", f"{at}.gbps", strict=True) * GBIT
+            bw[i, j] = bw[j, i] = f.number(link, "gbps", f"{at}.gbps", rng=R.GBPS) * GBIT
         if "latency_ms" in link:
-            lat[i, j] = lat[j, i] = f.number(link, "latency_ms", f"{at}.latency_ms") / 1000.0
+            lat[i, j] = lat[j, i] = f.number(link, "latency_ms", f"{at}.latency_ms", rng=R.LATENCY_MS) / 1000.0
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(lat, 0.0)
     return bw, lat
@@ -244,7 +259,7 @@ def _budgets(f: _File, doc: dict, names: list[str]) -> tuple[Budget, ...]:
         if name in seen:
             raise f.error(f"{at}.name", "duplicate budget name", name)
         seen.add(name)
-        limit = f.number(b, "limit", f"{at}.limit", strict=True)
+        limit = f.number(b, "limit", f"{at}.limit", rng=R.BUDGET_LIMIT[kind])
         device = None
         if kind == "device_energy":
             device = names[_device_ref(f, b, "device", f"{at}.device", {n: i for i, n in enumerate(names)})]
@@ -259,10 +274,9 @@ class _Csv:
 
     def __init__(self, f: _File, field: str, name: str, required: tuple[str, ...], optional: tuple[str, ...]):
         self.path = (f.path.parent / name)
-        try:
-            text = self.path.read_text()
-        except OSError:
-            raise f.error(field, f"trace file not found: {self.path}", name) from None
+        if not self.path.is_file():
+            raise f.error(field, f"trace file not found: {self.path}", name)
+        text = read_text(self.path, "trace file")
         reader = csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
         header = [h.strip() for h in next(reader, [])]
         for col in required:
@@ -282,7 +296,8 @@ class _Csv:
         got = "" if value is None else f" (got {value!r})"
         return InstanceError(f"{self.path}: row {lineno}: column {col!r}: {problem}{got}")
 
-    def number(self, lineno: int, row: dict, col: str, *, strict: bool = False) -> float:
+    def number(self, lineno: int, row: dict, col: str, *, strict: bool = False,
+               rng: R.Range | None = None) -> float:
         cell = row[col]
         try:
             v = float(cell)
@@ -290,6 +305,9 @@ class _Csv:
             raise self.error(lineno, col, "not a number", cell) from None
         if not math.isfinite(v) or v < 0 or (strict and v == 0):
             raise self.error(lineno, col, "must be > 0" if strict else "must be >= 0", cell)
+        problem = rng.problem(v) if rng is not None else None
+        if problem:
+            raise self.error(lineno, col, problem, cell)
         return v
 
     def slot(self, lineno: int, row: dict, num_slots: int) -> int:
@@ -328,9 +346,9 @@ def _device_trace(f: _File, name: str, devices: tuple[Device, ...], S: int
                 raise t.error(lineno, "available", "must be 0 or 1", row["available"])
             avail[s, i] = a == 1.0
         if "speed_factor" in row:
-            factor[s, i] = t.number(lineno, row, "speed_factor", strict=True)
+            factor[s, i] = t.number(lineno, row, "speed_factor", rng=R.SPEED_FACTOR)
         if "price_per_hour" in row:
-            price[s, i] = t.number(lineno, row, "price_per_hour") / 3600.0
+            price[s, i] = t.number(lineno, row, "price_per_hour", rng=R.PRICE_PER_HOUR) / 3600.0
     if not seen.all():
         s, i = map(int, np.argwhere(~seen)[0])
         raise f.error("traces.devices", f"{t.path}: {int((~seen).sum())} missing slot x device rows, "
@@ -352,7 +370,7 @@ def _link_trace(f: _File, name: str, devices: tuple[Device, ...], bw: np.ndarray
         if s in seen.setdefault(pair, set()):
             raise t.error(lineno, "slot", f"duplicate row for link {row['a']}-{row['b']}", row["slot"])
         seen[pair].add(s)
-        out[s, i, j] = out[s, j, i] = t.number(lineno, row, "gbps", strict=True) * GBIT
+        out[s, i, j] = out[s, j, i] = t.number(lineno, row, "gbps", rng=R.GBPS) * GBIT
     for (i, j), slots in seen.items():
         if len(slots) != S:
             missing = min(set(range(S)) - slots)
@@ -368,7 +386,11 @@ def load_instance(path: str | Path) -> Instance:
     doc = _read_toml(path)
     f.known_keys(doc, _TOP, "")
     name = f.string(doc, "name", "name", path.stem)
-    S = int(f.number(doc, "num_slots", "num_slots", minimum=1, integer=True))
+    if not NAME_RULE.fullmatch(name):
+        field = "name" if "name" in doc else "name (from the file name; set name = \"...\" in the file)"
+        raise f.error(field, "must be one plain path component: letters, digits and ._+-, starting with a "
+                      "letter or digit (it names the results folder)", name)
+    S = int(f.number(doc, "num_slots", "num_slots", integer=True, rng=R.SLOTS))
     workload = _workload(f, doc)
     devices, eff, servers = _devices(f, doc)
     names = [d.name for d in devices]

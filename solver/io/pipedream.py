@@ -28,6 +28,7 @@ from pathlib import Path
 from ..errors import InstanceError
 from ..model import Layer, Workload
 from .hardware import hardware_spec
+from .text import read_text
 from .workloads import write_workload_csv
 
 DEFAULT_KIND = "V100-SXM2-16GB"
@@ -70,10 +71,7 @@ def _float(path: Path, lineno: int, field: str, text: str) -> float:
 def parse_profile(path: str | Path) -> ProfileGraph:
     """Parse a graph.txt; Input nodes get zero forward time. InstanceError on a bad line or edge."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InstanceError(f"{path}: cannot read profile: {e.strerror}") from None
+    text = read_text(path, "profile")
     nodes: dict[str, ProfileNode] = {}
     edges: list[tuple[str, str]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):

@@ -39,8 +39,12 @@ from typing import Callable, Sequence
 
 from ..errors import InstanceError
 from ..model import Layer, Workload
+from . import ranges as R
+from .data import models_dir
+from .text import read_text
 
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+MODELS_DIR = models_dir()
+"""The packaged layer tables (solver/data/models; the checkout's models/ links to them)."""
 FP32 = 4
 INT64 = 8
 BASE_COLUMNS = ("name", "fwd_flops", "bwd_flops", "out_bytes", "stash_bytes", "param_bytes")
@@ -255,6 +259,14 @@ def write_workload_csv(workload: Workload, path: str | Path, comment: str | None
     return path
 
 
+def _column_range(col: str) -> R.Range:
+    if col.endswith("_flops"):
+        return R.LAYER_FLOPS
+    if col.endswith("_bytes") and col != "input_bytes":
+        return R.LAYER_BYTES
+    return R.INPUT_BYTES if col == "input_bytes" else R.LAYER_SECONDS
+
+
 def _number(path: Path, lineno: int, col: str, cell: str) -> float:
     try:
         v = float(cell)
@@ -262,6 +274,9 @@ def _number(path: Path, lineno: int, col: str, cell: str) -> float:
         raise InstanceError(f"{path}: row {lineno}: column {col!r}: not a number: {cell!r}") from None
     if not math.isfinite(v) or v < 0:
         raise InstanceError(f"{path}: row {lineno}: column {col!r}: must be finite and >= 0: {cell!r}")
+    problem = _column_range(col).problem(v)
+    if problem:
+        raise InstanceError(f"{path}: row {lineno}: column {col!r}: {problem} (got {cell!r})")
     return v
 
 
@@ -272,10 +287,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     input_bytes (bytes per input sample) defaults to the file's `# input_bytes:` line, else 0.
     Raises InstanceError naming file, row, column and value on any malformed cell."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InstanceError(f"{path}: cannot read layer table: {e.strerror}") from None
+    text = read_text(path, "layer table")
     if batch < 1 or micro_batch < 1 or batch % micro_batch:
         raise InstanceError(f"{path}: batch {batch} must be a positive multiple of micro_batch {micro_batch}")
     lines = text.splitlines()
