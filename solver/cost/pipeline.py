@@ -1,8 +1,11 @@
-"""Pipeline time of one ordered, cut group: stage times and the exact GPipe form.
+"""Pipeline time of one ordered, cut group: stage times, the exact GPipe form, the 1F1B bound.
 
 Its time for a share of b samples (a multiple of the micro-batch u) under a synchronous GPipe
-schedule is exactly T_g(b) = alpha_g * b + beta_g (seconds); `cost.simulator` is the event
-simulator this is tested against.
+schedule is exactly T_g(b) = alpha_g * b + beta_g (seconds). 1F1B has no such exact form; the
+planner uses the upper bound u (C + (n - 1)(max F + max G + 2 max lam)), C = sum F + sum G +
+2 sum lam, n = b / u, which is again alpha * b + beta (`one_f_one_b_coeffs`). Recomputation
+adds each stage's forward to its backward. `cost.simulator` is the event simulator all of
+this is tested against (docs/MODEL.md).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..model.memory import share_cap
+from ..model.memory import SCHEDULES, share_cap
 from ..model.state import SlotState
 
 
@@ -40,6 +43,25 @@ def gpipe_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple
     return alpha, beta
 
 
+def one_f_one_b_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple[float, float]:
+    """(alpha seconds/sample, beta seconds) of the 1F1B upper bound alpha*b + beta:
+    alpha = max F + max G + 2 max lam, beta = u (sum F + sum G + 2 sum lam) - u alpha."""
+    lmax = float(lam.max()) if len(lam) else 0.0
+    alpha = float(F.max()) + float(G.max()) + 2.0 * lmax
+    beta = u * (float(F.sum()) + float(G.sum()) + 2.0 * float(lam.sum())) - u * alpha
+    return alpha, beta
+
+
+def schedule_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int, schedule: str = "gpipe",
+                    recompute: bool = False) -> tuple[float, float]:
+    """(alpha, beta) of a schedule: GPipe's exact form or 1F1B's upper bound; recomputation
+    runs the forward again in the backward (G + F)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+    Gr = G + F if recompute else G
+    return (gpipe_coeffs if schedule == "gpipe" else one_f_one_b_coeffs)(F, Gr, lam, u)
+
+
 @dataclass(frozen=True)
 class GroupCoeffs:
     """Numbers of one ordered, cut group in one slot.
@@ -47,7 +69,9 @@ class GroupCoeffs:
     alpha: seconds per sample; beta: seconds of fill and drain; cap: largest share
     (samples, a multiple of u) that fits in memory, 0 if not even one micro-batch fits,
     or a huge number when memory does not bind; busy_j_per_sample: per stage, joules
-    per sample above idle ((Pbusy - P0) * (F_j + G_j)).
+    per sample above idle ((Pbusy - P0) * (F_j + G_j), plus F_j again under recomputation);
+    schedule, recompute: as in the plan's Group (`exact` is False where alpha * b + beta is
+    the 1F1B upper bound rather than the exact time).
     """
 
     devices: tuple[int, ...]
@@ -59,14 +83,23 @@ class GroupCoeffs:
     bwd: np.ndarray
     lam: np.ndarray
     busy_j_per_sample: np.ndarray
+    schedule: str = "gpipe"
+    recompute: bool = False
+
+    @property
+    def exact(self) -> bool:
+        return self.schedule == "gpipe" or len(self.devices) == 1
 
     def time(self, share: int) -> float:
         return self.alpha * share + self.beta
 
 
-def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> GroupCoeffs:
+def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
+                 schedule: str = "gpipe", recompute: bool = False) -> GroupCoeffs:
     F, G, lam = stage_times(state, devices, cuts)
-    alpha, beta = gpipe_coeffs(F, G, lam, state.workload.micro_batch)
+    alpha, beta = schedule_coeffs(F, G, lam, state.workload.micro_batch, schedule, recompute)
     extra_w = state.extra_power_w[np.asarray(devices, dtype=int)]
+    busy = F + G + F if recompute else F + G
     return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), alpha, beta,
-                       share_cap(state, devices, cuts), F, G, lam, extra_w * (F + G))
+                       share_cap(state, devices, cuts, schedule, recompute), F, G, lam, extra_w * busy,
+                       schedule, bool(recompute))

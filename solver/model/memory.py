@@ -1,9 +1,20 @@
 """The memory constraint: bytes each stage's device holds, and the largest share that fits.
 
-A stage holds k_opt * P_j bytes of parameters, gradients and optimizer state, plus stashed
-activations: share * H_j under GPipe with two or more stages, one micro-batch u * H_j for a
-one-stage group. `Plan.validate` and the solver's share caps both use these functions, with
-the same relative slack MEM_RTOL, so that they always agree.
+Stage j (0-based) of a group of k stages, with n = share / u micro-batches in flight, holds
+k_opt * P_j bytes of parameters, gradients and optimizer state plus activations:
+
+    live_j = share                   GPipe with k >= 2 (every micro-batch is stashed)
+             u                       a one-stage group (gradient accumulation), any schedule
+             u * min(k - j, n)       1F1B (Megatron's non-interleaved order)
+    act_j  = live_j * H_j                          without recomputation
+             live_j * I_j + u * H_j                with recomputation (the stage input of each
+                                                   stashed micro-batch, and one micro-batch's
+                                                   recomputed activations during its backward)
+
+H_j: bytes per sample the stage's layers save for their backward pass; I_j: bytes per sample
+of the stage's input tensor (the previous layer's output, or the workload's input). The event
+simulator (`cost.simulator`) reaches exactly these peaks. `Plan.validate` and the solver's share
+caps both use these functions, with the same relative slack MEM_RTOL, so that they always agree.
 """
 from __future__ import annotations
 
@@ -15,6 +26,7 @@ from .state import SlotState
 
 NO_CAP = 1 << 60
 
+SCHEDULES = ("gpipe", "1f1b")
 
 MEM_RTOL = 1e-12
 """Relative slack on device memory, shared by share_cap and Plan.validate so that they agree."""
@@ -27,36 +39,71 @@ def stage_params_and_stash(state: SlotState, cuts: Sequence[int]) -> tuple[np.nd
     return state.param_prefix[c] - state.param_prefix[start], state.stash_prefix[c] - state.stash_prefix[start]
 
 
-def memory_use(state: SlotState, devices: Sequence[int], cuts: Sequence[int], share: int) -> np.ndarray:
-    """Bytes each stage's device holds: k_opt * P_j plus stashed activations
-    (share * H_j under GPipe with >= 2 stages; one micro-batch for a one-stage group)."""
+def stage_input_bytes(state: SlotState, cuts: Sequence[int]) -> np.ndarray:
+    """Per stage: bytes per sample of its input tensor I_j (o_0 = the workload's input bytes)."""
+    c = np.asarray(cuts, dtype=int)
+    wl = state.workload
+    return np.concatenate([[wl.input_bytes], wl.out_bytes[c[:-1] - 1]]) if len(c) else np.zeros(0)
+
+
+def _check_schedule(schedule: str) -> None:
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+
+
+def live_samples(k: int, share: int, u: int, schedule: str = "gpipe") -> np.ndarray:
+    """(k,) samples whose activations stage j keeps at its peak (see the module doc)."""
+    _check_schedule(schedule)
+    if k == 1:
+        return np.array([u], dtype=float)
+    if schedule == "gpipe":
+        return np.full(k, float(share))
+    n = -(-share // u)
+    return u * np.minimum(k - np.arange(k), n).astype(float)
+
+
+def memory_use(state: SlotState, devices: Sequence[int], cuts: Sequence[int], share: int,
+               schedule: str = "gpipe", recompute: bool = False) -> np.ndarray:
+    """Bytes each stage's device holds: k_opt * P_j plus its peak activations (module doc)."""
     P, H = stage_params_and_stash(state, cuts)
     wl = state.workload
-    live = wl.micro_batch if len(devices) == 1 else share
+    live = live_samples(len(devices), share, wl.micro_batch, schedule)
+    if recompute:
+        return wl.opt_factor * P + live * stage_input_bytes(state, cuts) + wl.micro_batch * H
     return wl.opt_factor * P + live * H
 
 
-def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> int:
+def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
+              schedule: str = "gpipe", recompute: bool = False) -> int:
     """Largest share (multiple of u) within every stage's memory (as Plan.validate checks it,
-    up to MEM_RTOL); 0 when none fits."""
+    up to MEM_RTOL); 0 when none fits, NO_CAP when memory does not bind."""
+    _check_schedule(schedule)
     wl = state.workload
     u = wl.micro_batch
+    k = len(devices)
     P, H = stage_params_and_stash(state, cuts)
     M = state.memory_bytes[np.asarray(devices, dtype=int)] * (1 + MEM_RTOL)
     free = M - wl.opt_factor * P
+    X = H
+    if recompute:
+        free = free - u * H
+        X = stage_input_bytes(state, cuts)
     if np.any(free < 0):
         return 0
-    if len(devices) == 1:
-        return NO_CAP if free[0] >= u * H[0] else 0
+    if k == 1:
+        return NO_CAP if free[0] >= u * X[0] else 0
     with np.errstate(divide="ignore"):
-        per = np.where(H > 0, free / np.where(H > 0, H, 1.0), np.inf)
+        per = np.where(X > 0, free / np.where(X > 0, X, 1.0), np.inf)
+    if schedule == "1f1b":
+        # stage j holds u * min(k - j, n): no cap once k - j micro-batches fit
+        per = np.where(per >= u * (k - np.arange(k)), np.inf, per)
     b = float(per.min())
     if not np.isfinite(b):
         return NO_CAP
     cap = int(np.floor(b / u)) * u
 
     def fits(share: int) -> bool:
-        return bool(np.all(memory_use(state, devices, cuts, share) <= M))
+        return bool(np.all(memory_use(state, devices, cuts, share, schedule, recompute) <= M))
 
     if cap > 0 and not fits(cap):        # b / u rounded up across an integer
         cap -= u

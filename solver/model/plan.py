@@ -3,14 +3,15 @@
 Group g runs a pipeline over `devices` (device indices of the slot state, in
 pipeline order); stage j holds layers cuts[j-1] .. cuts[j]-1 (0-based, with an
 implicit cuts[-1] = 0), so `cuts` is strictly increasing and ends at L. The
-group trains on `share` samples of the global batch per iteration.
+group trains on `share` samples of the global batch per iteration, under its pipeline
+`schedule` ("gpipe" or "1f1b"), recomputing its forward in the backward when `recompute`.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from .memory import MEM_RTOL, memory_use
+from .memory import MEM_RTOL, SCHEDULES, memory_use
 from .state import SlotState
 
 
@@ -27,9 +28,15 @@ class Violation:
 
 @dataclass(frozen=True)
 class Group:
+    """One pipeline: devices in stage order, cut points, share (samples), schedule
+    ("gpipe" | "1f1b") and recompute (keep only each micro-batch's stage input and run the
+    forward again in the backward)."""
+
     devices: tuple[int, ...]
     cuts: tuple[int, ...]
     share: int
+    schedule: str = "gpipe"
+    recompute: bool = False
 
     @property
     def num_stages(self) -> int:
@@ -95,14 +102,17 @@ class Plan:
                 v.append(Violation("share_positive", f"{where} share {g.share} < one micro-batch ({u})"))
             if g.share % u != 0:
                 v.append(Violation("share_multiple", f"{where} share {g.share} is not a multiple of u={u}"))
+            if g.schedule not in SCHEDULES:
+                v.append(Violation("schedule", f"{where} schedule: expected one of {SCHEDULES}, got {g.schedule!r}"))
         total = sum(g.share for g in self.groups)
         if total != B:
             v.append(Violation("shares_sum", f"shares sum to {total}, batch is {B}"))
-        if any(x.constraint in ("known_device", "cuts_match_stages", "stage_nonempty", "layers_covered")
-               for x in v):
+        if any(x.constraint in ("known_device", "cuts_match_stages", "stage_nonempty", "layers_covered",
+                                "schedule") for x in v):
             return v
         for gi, g in enumerate(self.groups):
-            for d, used in zip(g.devices, memory_use(state, g.devices, g.cuts, g.share)):
+            for d, used in zip(g.devices, memory_use(state, g.devices, g.cuts, g.share,
+                                                          g.schedule, g.recompute)):
                 cap = state.devices[d].memory_bytes
                 if used > cap * (1 + MEM_RTOL):
                     v.append(Violation("memory", f"group {gi} device {state.devices[d].name} needs "
@@ -114,7 +124,9 @@ class Plan:
         lines = []
         for gi, g in enumerate(self.groups):
             stages = ", ".join(f"{state.devices[d].name}[{a}:{b}]" for d, a, b in g.stages())
-            lines.append(f"group {gi}: share {g.share:>5} | {stages}")
+            how = "" if (g.schedule, g.recompute) == ("gpipe", False) else \
+                f" ({g.schedule}{', recompute' if g.recompute else ''})"
+            lines.append(f"group {gi}: share {g.share:>5} | {stages}{how}")
         return "\n".join(lines)
 
     def summary(self, state: SlotState) -> str:
@@ -123,19 +135,35 @@ class Plan:
             f"{g.share}:" + ">".join(f"{state.devices[d].name}" for d in g.devices) for g in self.groups)
 
 
+def _group_dict(g: Group) -> dict:
+    d = {"devices": [int(x) for x in g.devices], "cuts": [int(c) for c in g.cuts], "share": int(g.share)}
+    if g.schedule != "gpipe":
+        d["schedule"] = g.schedule
+    if g.recompute:
+        d["recompute"] = True
+    return d
+
+
 def plan_to_dict(plan: Plan) -> dict:
-    """{"groups": [{"devices": [...], "cuts": [...], "share": b}, ...]} (device indices)."""
-    return {"groups": [{"devices": [int(d) for d in g.devices], "cuts": [int(c) for c in g.cuts],
-                        "share": int(g.share)} for g in plan.groups]}
+    """{"groups": [{"devices": [...], "cuts": [...], "share": b}, ...]} (device indices);
+    "schedule" and "recompute" appear only where they differ from "gpipe" and false."""
+    return {"groups": [_group_dict(g) for g in plan.groups]}
 
 
 def plan_from_dict(d: dict) -> Plan:
     """Inverse of plan_to_dict; ValueError on a malformed dict."""
     try:
         return Plan(tuple(Group(tuple(int(x) for x in g["devices"]), tuple(int(x) for x in g["cuts"]),
-                                int(g["share"])) for g in d["groups"]))
+                                int(g["share"]), str(g.get("schedule", "gpipe")),
+                                _flag(g.get("recompute", False))) for g in d["groups"]))
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed plan JSON: {e!r} in {d!r}") from e
+
+
+def _flag(x: object) -> bool:
+    if not isinstance(x, bool):
+        raise ValueError(f"malformed plan JSON: recompute: expected true or false, got {x!r}")
+    return x
 
 
 def plan_to_json(plan: Plan | None) -> str:
