@@ -1,22 +1,65 @@
-"""The dynpar command line: every subcommand works, --help everywhere, errors are one line."""
+"""The dynpar command line: every subcommand works, --help everywhere, bad input gives one line
+and exit status 2, real traces with empty or impossible slots run to the end."""
 from __future__ import annotations
 
+import csv
+import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import solver
+from solver.cli import commands
 from solver.cli.commands import build_parser, main
+from solver.cli.output import print_slots, progress
+from solver.io.instance import load_instance
+from solver.model import plan_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = str(REPO / "instances" / "default.toml")
+GRAPH = ("node1 -- Input -- forward_compute_time=0.0, backward_compute_time=0.0, activation_size=300.0, "
+         "parameter_size=0.0\n"
+         "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=120.0, "
+         "parameter_size=16.0\n"
+         "\tnode1 -- node2\n")
+"""A two-node PipeDream graph.txt (a folder named vgg16 gives its minibatch, 128)."""
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "solver", *args], cwd=REPO, capture_output=True,
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "solver", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300)
+
+
+def one_error_line(p: subprocess.CompletedProcess, needle: str) -> str:
+    lines = [line for line in p.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("dynpar: error:") and needle in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+    return lines[0]
+
+
+def default_copy(tmp_path: Path, unavailable_at_0: tuple[str, ...] = (), toml_edit=lambda s: s) -> Path:
+    """The default instance copied to tmp_path, with devices made unavailable in slot 0."""
+    src = Path(DEFAULT).resolve().parent
+    for name in ("default_links.csv",):
+        shutil.copy(src / name, tmp_path / name)
+    rows = list(csv.DictReader((src / "default_devices.csv").open()))
+    with (tmp_path / "default_devices.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            if r["slot"] == "0" and r["device"] in unavailable_at_0:
+                r["available"] = "0"
+            w.writerow(r)
+    path = tmp_path / "default.toml"
+    path.write_text(toml_edit((src / "default.toml").read_text()))
+    return path
+
+
+ALL_DEVICES = ("v100-0", "v100-1", "t4-0", "t4-1", "k80-0", "k80-1")
 
 
 @pytest.mark.parametrize("cmd", [[], ["run"], ["solve"], ["compare"], ["bench"], ["import-profile"]])
@@ -27,20 +70,107 @@ def test_help_everywhere(cmd, capsys):
     assert "usage: dynpar" in capsys.readouterr().out
 
 
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["--version"])
+    assert e.value.code == 0
+    from importlib.metadata import version
+    assert capsys.readouterr().out.strip() == f"dynpar {version('dynpar')}"
+
+
 def test_run_writes_results(tmp_path, capsys):
     assert main(["run", DEFAULT, "--slots", "3", "--out", str(tmp_path), "--no-plots"]) == 0
     out = capsys.readouterr().out
-    assert "plan of slot 0" in out and "summary:" in out
+    assert "plan of slot 0" in out and "summary" in out
     folder = tmp_path / "default" / "ours"
     summary = json.loads((folder / "summary.json").read_text())
-    assert summary["slots"] == 3
+    assert summary["slots"] == 3 and summary["infeasible_slots"] == 0
     assert len((folder / "slots.csv").read_text().strip().splitlines()) == 4
+
+
+def test_money_and_energy_columns_carry_units(tmp_path, capsys):
+    assert main(["run", DEFAULT, "--slots", "2", "--out", str(tmp_path), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    folder = tmp_path / "default" / "ours"
+    header = (folder / "slots.csv").read_text().splitlines()[0].split(",")
+    for col in ("cost_money_usd", "cost_energy_j", "batch_time_s", "solve_time_s"):
+        assert col in header and col in printed
+    assert "cost_money" not in [h for h in header if not h.endswith(("_usd", "_j"))]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert "avg_cost_money_usd" in summary and "avg_cost_energy_j" in summary and "avg_batch_time_s" in summary
+    assert main(["compare", DEFAULT, "--slots", "2", "--policies", "even-dp", "--out", str(tmp_path),
+                 "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    header = (tmp_path / "default" / "compare.csv").read_text().splitlines()[0].split(",")
+    assert {"avg_money_usd", "avg_energy_j", "money_limit_usd"} <= set(header)
+    assert "avg_money_usd" in printed
+
+
+def test_slot0_with_no_device_runs_on_and_says_so(tmp_path, capsys):
+    path = default_copy(tmp_path, unavailable_at_0=ALL_DEVICES)
+    assert main(["run", str(path), "--slots", "3", "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 3 slot(s) had no feasible plan" in out and "no device is available" in out
+    assert "plan of slot 1" in out
+    folder = tmp_path / "r" / "default" / "ours"
+    rows = list(csv.DictReader((folder / "slots.csv").open()))
+    assert [r["status"] for r in rows][0] == "infeasible" and len(rows) == 3
+    assert all(r["status"] in ("feasible", "optimal") for r in rows[1:])
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["infeasible_slots"] == 1 and summary["executed_slots"] == 2
+
+
+def test_slot0_where_no_plan_fits_memory(tmp_path, capsys):
+    """Slot 0 has only k80-0, whose memory (overridden to 1 GB) cannot hold VGG-16's 2.2 GB of
+    parameters and optimizer state; later slots are normal."""
+    def small_k80(text: str) -> str:
+        return text.replace('name = "k80-0"\nkind = "K80"', 'name = "k80-0"\nkind = "K80"\nmemory_gb = 1.0')
+    path = default_copy(tmp_path, unavailable_at_0=tuple(d for d in ALL_DEVICES if d != "k80-0"),
+                        toml_edit=small_k80)
+    assert load_instance(path).devices[4].memory_bytes == 1e9
+    assert main(["run", str(path), "--slots", "2", "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 slot(s) had no feasible plan" in out and "hold the model" in out
+    rows = list(csv.DictReader((tmp_path / "r" / "default" / "ours" / "slots.csv").open()))
+    assert [r["status"] for r in rows] == ["infeasible", rows[1]["status"]] and rows[1]["status"] != "infeasible"
+
+
+def test_run_with_no_feasible_slot_writes_files_and_exits_1(tmp_path, capsys):
+    path = default_copy(tmp_path, unavailable_at_0=ALL_DEVICES)
+    assert main(["run", str(path), "--slots", "1", "--out", str(tmp_path / "r"), "--no-plots"]) == 1
+    captured = capsys.readouterr()
+    assert "no slot had a feasible plan" in captured.err
+    folder = tmp_path / "r" / "default" / "ours"
+    assert (folder / "slots.csv").is_file()
+    assert json.loads((folder / "summary.json").read_text())["executed_slots"] == 0
 
 
 def test_solve_prints_plan(capsys):
     assert main(["solve", DEFAULT, "--slot", "2"]) == 0
     out = capsys.readouterr().out
-    assert "group 0" in out and "predicted batch time" in out
+    assert "group 0" in out and "predicted batch time" in out and "USD per iteration" in out
+
+
+def test_solve_json(capsys):
+    assert main(["solve", DEFAULT, "--slot", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    inst = load_instance(DEFAULT)
+    state = inst.state(2)
+    plan = plan_from_dict(doc["plan"])
+    assert plan.validate(state) == []
+    ev = solver.evaluate(plan, state)
+    assert doc["batch_time_s"] == pytest.approx(ev.batch_time, rel=1e-12)
+    assert doc["status"] in ("feasible", "optimal") and doc["slot"] == 2 and doc["instance"] == "default"
+    assert doc["costs"]["money"]["unit"] == "USD per iteration" and doc["costs"]["energy"]["unit"] == "J per iteration"
+    assert doc["costs"]["money"]["value"] == pytest.approx(ev.costs[0], rel=1e-9)
+    assert len(doc["group_times_s"]) == len(plan.groups) and doc["sync_time_s"] >= 0
+
+
+def test_solve_json_of_an_empty_slot(tmp_path, capsys):
+    path = default_copy(tmp_path, unavailable_at_0=ALL_DEVICES)
+    assert main(["solve", str(path), "--slot", "0", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "infeasible" and doc["plan"] is None and "no device" in doc["message"]
 
 
 def test_compare_subset(tmp_path, capsys):
@@ -50,23 +180,60 @@ def test_compare_subset(tmp_path, capsys):
     assert "ours" in table and "even-dp" in table
 
 
+def test_compare_rejects_a_bad_policy_before_running(tmp_path, monkeypatch, capsys):
+    import solver.online.compare as compare
+    ran = []
+    monkeypatch.setattr(compare, "policy_row", lambda *a, **k: ran.append(a) or {})
+    assert main(["compare", DEFAULT, "--policies", "ours,bogus", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "bogus" in err and "--policies" in err and ran == [] and not (tmp_path / "default").exists()
+
+
 def test_import_profile(tmp_path, shared_data, capsys):
     out = tmp_path / "vgg.csv"
     assert main(["import-profile", str(shared_data / "profiles/pipedream/vgg16/graph.txt"), "-o", str(out)]) == 0
     assert out.is_file() and "layers" in capsys.readouterr().out
 
 
+def test_import_profile_out_and_force(tmp_path, monkeypatch, capsys):
+    graph = tmp_path / "vgg16" / "graph.txt"
+    graph.parent.mkdir()
+    graph.write_text(GRAPH)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["import-profile", str(graph)]) == 0
+    out = capsys.readouterr().out
+    assert (work / "vgg16.csv").is_file() and "no --out given" in out and str(work / "vgg16.csv") in out
+    before = (work / "vgg16.csv").read_text()
+    (work / "vgg16.csv").write_text("mine\n")
+    assert main(["import-profile", str(graph)]) == 2
+    assert "--force" in capsys.readouterr().err and (work / "vgg16.csv").read_text() == "mine\n"
+    assert main(["import-profile", str(graph), "--force"]) == 0
+    assert (work / "vgg16.csv").read_text() == before and "vgg16.csv" in capsys.readouterr().out
+    target = tmp_path / "tables" / "b.csv"
+    assert main(["import-profile", str(graph), "--out", str(target), "--minibatch", "4"]) == 0
+    assert target.is_file() and "no --out given" not in capsys.readouterr().out
+    assert sorted(p.name for p in target.parent.iterdir()) == ["b.csv"]
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "no/such/file.toml"], "no/such/file.toml"),
     (["solve", DEFAULT, "--slot", "999"], "999"),
     (["solve", DEFAULT, "--slot", "0", "--queues", "1,2,3"], "queue"),
+    (["solve", DEFAULT, "--slot", "0", "--queues", "a,b"], "--queues"),
+    (["run", DEFAULT, "--slots", "0"], "--slots"),
+    (["run", DEFAULT, "--slots", "21"], "has 20 slots"),
+    (["compare", DEFAULT, "--slots", "500"], "--slots"),
+    (["run", DEFAULT, "--policy", "bogus"], "bogus"),
+    (["run", DEFAULT, "--V", "-1"], "--V"),
+    (["run", DEFAULT, "--V", "nan"], "--V"),
+    (["frobnicate"], "frobnicate"),
 ])
-def test_errors_are_one_line(args, needle):
+def test_errors_are_one_line_exit_2(args, needle):
     p = run_cli(*args)
-    assert p.returncode != 0
-    lines = [l for l in p.stderr.strip().splitlines() if l]
-    assert len(lines) == 1 and lines[0].startswith("dynpar: error:") and needle in lines[0], p.stderr
-    assert "Traceback" not in p.stderr
+    assert p.returncode == 2, p.stderr
+    one_error_line(p, needle)
 
 
 def test_bad_instance_exits_2(tmp_path):
@@ -74,3 +241,86 @@ def test_bad_instance_exits_2(tmp_path):
     bad.write_text(Path(DEFAULT).read_text().replace("batch = 192", "batch = 190"))
     p = run_cli("solve", str(bad), "--slot", "0")
     assert p.returncode == 2 and "batch" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_non_utf8_instance_names_the_file(tmp_path):
+    bad = tmp_path / "latin.toml"
+    bad.write_bytes(Path(DEFAULT).read_bytes().replace(b'description = "', b'description = "caf\xe9 '))
+    p = run_cli("run", str(bad))
+    assert p.returncode == 2
+    line = one_error_line(p, str(bad))
+    assert "UTF-8" in line
+
+
+def test_name_cannot_leave_the_results_folder(tmp_path):
+    path = default_copy(tmp_path, toml_edit=lambda s: s.replace('name = "default"', 'name = "../../x"'))
+    p = run_cli("run", str(path), "--slots", "1", "--out", str(tmp_path / "r"), "--no-plots")
+    assert p.returncode == 2
+    one_error_line(p, "name")
+    assert not (tmp_path / "r").exists() and not (tmp_path.parent / "x").exists()
+
+
+def test_progress_on_a_pipe():
+    """Not a terminal: a line every 5% of the slots, one every 10 s when slots are slow, one at the end."""
+    clock = iter(range(0, 10_000, 1)).__next__       # one second per call
+    buf = io.StringIO()
+    report = progress("run", stream=buf, clock=clock)
+    for done in range(1, 101):
+        report(done, 100)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 20 and lines[-1].startswith("run: 100/100 slots (100%)")
+    slow = iter(range(0, 100_000, 11)).__next__       # 11 s per slot
+    buf = io.StringIO()
+    report = progress("run", stream=buf, clock=slow)
+    for done in range(1, 6):
+        report(done, 1000)
+    assert len(buf.getvalue().splitlines()) == 5
+
+
+def test_run_progress_goes_to_stderr_off_a_terminal(tmp_path):
+    p = run_cli("run", DEFAULT, "--slots", "2", "--out", str(tmp_path), "--no-plots")
+    assert p.returncode == 0, p.stderr
+    assert "2/2 slots (100%)" in p.stderr and "slots (" not in p.stdout
+
+
+def test_long_tables_are_summarised_never_cut(tmp_path, capsys):
+    import pandas as pd
+    df = pd.DataFrame({"slot": range(100), "plan": ["a" * 30] * 100, "batch_time_s": [1.0 + i for i in range(100)],
+                       "status": ["feasible"] * 99 + ["infeasible"]})
+    print_slots(df, list(df.columns), tmp_path / "slots.csv")
+    out = capsys.readouterr().out
+    assert "..." not in out and str(tmp_path / "slots.csv") in out and "100 slots" in out
+    assert "feasible 99" in out and "infeasible 1" in out and "100" in out
+    print_slots(df.head(40), list(df.columns), tmp_path / "slots.csv")
+    out = capsys.readouterr().out
+    assert "..." not in out and len(out.strip().splitlines()) == 41
+
+
+def hide_matplotlib(monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # `import matplotlib` raises ImportError
+
+
+def test_run_and_compare_without_matplotlib(tmp_path, monkeypatch, capsys):
+    hide_matplotlib(monkeypatch)
+    assert main(["run", DEFAULT, "--slots", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if "plots skipped" in line]
+    assert len(notes) == 1 and "dynpar[plot]" in notes[0]
+    folder = tmp_path / "default" / "ours"
+    assert sorted(p.name for p in folder.iterdir()) == ["slots.csv", "summary.json"]
+    assert main(["compare", DEFAULT, "--slots", "1", "--policies", "even-dp", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert sum("plots skipped" in line for line in out.splitlines()) == 1
+    assert (tmp_path / "default" / "compare.csv").is_file()
+    assert not list((tmp_path / "default").glob("*.png"))
+
+
+def test_bench_outside_a_checkout_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(solver, "__file__", str(tmp_path / "site-packages" / "solver" / "__init__.py"))
+    assert commands._checkout() is None
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkout" in err[0]

@@ -1,57 +1,56 @@
 """The `dynpar` command line: a thin layer over the library (no logic of its own).
 
-    dynpar run [INSTANCE] [--V 10] [--policy ours] [--out results]
-    dynpar solve INSTANCE --slot T [--V 10] [--queues 0,0]
-    dynpar compare [INSTANCE] [--V 10]
-    dynpar bench [--quick]
-    dynpar import-profile PATH [-o layers.csv]
+    dynpar run [INSTANCE] [--V 1] [--policy ours] [--out results] [--slots N]
+    dynpar solve INSTANCE --slot T [--V 1] [--queues 0,0] [--exact] [--json]
+    dynpar compare [INSTANCE] [--V 1] [--policies a,b] [--out results] [--slots N]
+    dynpar bench [--quick] [--out DIR]
+    dynpar import-profile PATH [--out layers.csv] [--force]
 
 Errors print one line on stderr and exit with status 2 (bad input) or 1 (no plan).
 """
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
 from ..io.data import default_instance
+from ..io.pipedream import DEFAULT_KIND
+from ..online.policies import POLICY_NAMES
+from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, plots_skipped, plotting_available, print_slots,
+                     progress, slot_columns, summary_keys, table_text, with_units, write_atomic)
 
 DEFAULT_INSTANCE = default_instance()
 """The packaged default instance (solver/data/instances; the checkout's instances/ links to it)."""
 
 
-def _progress(label: str):
-    """A stderr progress bar callback: progress(done, total)."""
-    start = time.perf_counter()
-    tty = sys.stderr.isatty()
-
-    def report(done: int, total: int) -> None:
-        width = 30
-        filled = int(width * done / max(total, 1))
-        rate = done / max(time.perf_counter() - start, 1e-9)
-        line = f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} slots ({rate:.1f}/s)"
-        if tty or done == total:
-            sys.stderr.write(line + ("\n" if done == total else ""))
-            sys.stderr.flush()
-
-    return report
-
-
 def _load(path: str | None, slots: int | None = None):
+    """The instance at `path` (default: the packaged one), cut to its first `slots` slots."""
     from ..io.instance import load_instance
     inst = load_instance(path or DEFAULT_INSTANCE)
-    return inst.head(slots) if slots else inst
+    if slots is None:
+        return inst
+    if not 1 <= slots <= inst.num_slots:
+        raise UsageError(f"--slots: must be 1..{inst.num_slots} (instance {inst.name!r} has {inst.num_slots} "
+                         f"slots), got {slots}")
+    return inst.head(slots)
 
 
-def _print_table(df, columns: Sequence[str] | None = None, max_rows: int = 60) -> None:
-    import pandas as pd
-    view = df if columns is None else df[[c for c in columns if c in df.columns]]
-    with pd.option_context("display.max_rows", max_rows, "display.width", 200,
-                           "display.max_columns", 30, "display.float_format", "{:.4g}".format):
-        print(view.to_string(index=False) if len(view) <= max_rows else view)
+def _plots_wanted(args: argparse.Namespace) -> bool:
+    """--no-plots not given and matplotlib present; says so in one line when it is absent."""
+    if args.no_plots:
+        return False
+    if not plotting_available():
+        print(plots_skipped())
+        return False
+    return True
+
+
+def _slot_reason(t: int, message: str) -> str:
+    message = message or "no reason given"
+    return message if message.startswith(f"slot {t}") else f"slot {t}: {message}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -60,47 +59,95 @@ def cmd_run(args: argparse.Namespace) -> int:
     inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name / args.policy
     out.mkdir(parents=True, exist_ok=True)
-    df = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
-                    state_path=out / "controller_state.json" if args.resumable else None,
-                    progress=_progress(f"{inst.name} {args.policy} V={args.V:g}"))
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
-          f"u={inst.workload.micro_batch}), policy {args.policy}, V={args.V:g}")
-    planned = df[df["plan_json"].notna()] if "plan_json" in df.columns else df.iloc[:0]
+          f"u={inst.workload.micro_batch}), policy {args.policy}, V={args.V:g}", flush=True)
+    df = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
+                    state_path=out / "controller_state.json" if args.resumable else None,
+                    progress=progress(f"{inst.name} {args.policy} V={args.V:g}"))
+    planned = df[df["plan_json"] != "null"] if "plan_json" in df.columns else df.iloc[:0]
     if len(planned):
         t = int(planned["slot"].iloc[0])
         print(f"\nplan of slot {t} (device[first layer:end layer] per stage, in pipeline order):")
         print(plan_from_json(planned["plan_json"].iloc[0]).describe(inst.state(t)))
-    cols = ["slot", "plan", "batch_time", "migration_time", *[c for c in df.columns if c.startswith("cost_")],
-            *[c for c in df.columns if c.startswith("queue_") and c.endswith("_after")], "solve_time", "status"]
-    print()
-    _print_table(df, cols)
+    units = slot_columns(inst.budgets)
+    table = with_units(df, units)
     summary = summarise(df, inst)
-    print("\nsummary:")
-    print(json.dumps(summary, indent=2, default=float))
-    df.to_csv(out / "slots.csv", index=False)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    written = [out / "slots.csv", out / "summary.json"]
-    if not args.no_plots:
+    summary = {summary_keys(inst.budgets).get(k, k): v for k, v in summary.items()}
+    written = [write_atomic(out / "slots.csv", table.to_csv(index=False)),
+               write_atomic(out / "summary.json", dumps(summary) + "\n")]
+    cols = ["slot", "plan", "batch_time_s", "migration_time_s", *[units[f"cost_{b.name}"] for b in inst.budgets],
+            *[f"queue_{b.name}_after" for b in inst.budgets], "solve_time_s", "status"]
+    print()
+    print_slots(table, cols, out / "slots.csv")
+    print("\nsummary (times in s; money in USD and energy in J per iteration; queues in budgets):")
+    print(dumps(summary))
+    skipped = df[df["plan_json"] == "null"] if "plan_json" in df.columns else df.iloc[:0]
+    if len(skipped):
+        shown = "; ".join(_slot_reason(int(r.slot), r.message) for r in skipped.head(5).itertuples())
+        more = f"; and {len(skipped) - 5} more (status column of slots.csv)" if len(skipped) > 5 else ""
+        print(f"\n{len(skipped)} of {len(df)} slot(s) had no feasible plan and were skipped (no cost charged, "
+              f"queues unchanged): {shown}{more}")
+    if _plots_wanted(args):
         from .plots import plot_run
         written += plot_run(df, inst, out)
     print("\nwrote " + ", ".join(str(p) for p in written))
+    if not len(planned):
+        print("dynpar: no slot had a feasible plan", file=sys.stderr)
+        return 1
     return 0
+
+
+def _queues(text: str, inst) -> tuple[float, ...]:
+    if not text:
+        return (0.0,) * len(inst.budgets)
+    try:
+        q = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"--queues: expected comma-separated numbers, got {text!r}") from None
+    if len(q) != len(inst.budgets):
+        names = ", ".join(b.name for b in inst.budgets)
+        raise UsageError(f"--queues: expected {len(inst.budgets)} queue value(s) ({names}), got {len(q)}: {text!r}")
+    return q
+
+
+def _solve_json(inst, slot: int, V: float, queues: Sequence[float], res) -> dict:
+    """The plan (solver.model.plan_to_dict) and its figures, units in the key names."""
+    from ..model import plan_to_dict
+    ev = res.evaluation
+    return {
+        "instance": inst.name, "slot": slot, "V": V, "queues": list(queues),
+        "status": str(res.status), "message": res.message,
+        "plan": plan_to_dict(res.plan) if res.plan is not None else None,
+        "batch_time_s": res.batch_time if res.plan is not None else None,
+        "costs": {b.name: {"value": c, "unit": UNIT_WORDS[b.kind]} for b, c in zip(inst.budgets, res.costs)}
+        if res.plan is not None else None,
+        "objective": res.objective if res.plan is not None else None,
+        "group_times_s": list(ev.group_times) if ev is not None else None,
+        "sync_time_s": ev.sync_time if ev is not None else None,
+        "solve_time_s": res.solve_time, "candidates": res.candidates,
+    }
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
     from ..solve import SolveOptions, solve_slot
     inst = _load(args.instance)
+    if not 0 <= args.slot < inst.num_slots:
+        raise UsageError(f"--slot: must be 0..{inst.num_slots - 1} (instance {inst.name!r} has {inst.num_slots} "
+                         f"slots), got {args.slot}")
     state = inst.state(args.slot)
-    queues = tuple(float(x) for x in args.queues.split(",")) if args.queues else (0.0,) * len(inst.budgets)
+    queues = _queues(args.queues, inst)
     res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact))
+    if args.json:
+        print(dumps(_solve_json(inst, args.slot, args.V, queues, res)))
+        return 0 if res.plan is not None else 1
     print(f"slot {args.slot} of {inst.name}: status {res.status} ({res.message}); "
           f"{res.candidates} candidates in {res.solve_time * 1e3:.1f} ms")
     if res.plan is None:
         return 1
     print(res.plan.describe(state))
     print(f"predicted batch time {res.batch_time:.6g} s"
-          + "".join(f", {b.name} {c:.6g}" for b, c in zip(inst.budgets, res.costs))
+          + "".join(f", {b.name} {c:.6g} {UNIT_WORDS[b.kind]}" for b, c in zip(inst.budgets, res.costs))
           + f", objective {res.objective:.6g}")
     for gi, (g, t) in enumerate(zip(res.plan.groups, res.evaluation.group_times)):
         print(f"  group {gi}: {g.num_stages} stage(s), share {g.share}, time {t:.6g} s")
@@ -108,25 +155,51 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policies(text: str) -> list[str] | None:
+    """--policies checked against the known names before anything runs (None: all)."""
+    if not text:
+        return None
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in names if p not in POLICY_NAMES]
+    if bad or not names:
+        raise UsageError(f"--policies: unknown policy {', '.join(map(repr, bad)) or repr(text)}; "
+                         f"known: {', '.join(POLICY_NAMES)}")
+    return names
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..online.compare import compare_policies
+    policies = _policies(args.policies)
     inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name
     out.mkdir(parents=True, exist_ok=True)
-    table = compare_policies(inst, V=args.V, policies=args.policies.split(",") if args.policies else None,
-                             progress=lambda label: _progress(label))
-    _print_table(table)
-    table.to_csv(out / "compare.csv", index=False)
-    written = [out / "compare.csv"]
-    if not args.no_plots:
+    table = compare_policies(inst, V=args.V, policies=policies, progress=lambda label: progress(label))
+    shown = with_units(table, compare_columns(inst.budgets))
+    print(table_text(shown))
+    written = [write_atomic(out / "compare.csv", shown.to_csv(index=False))]
+    if _plots_wanted(args):
         from .plots import plot_compare
         written += plot_compare(table, inst, out)
     print("\nwrote " + ", ".join(str(p) for p in written))
     return 0
 
 
+def _checkout() -> Path | None:
+    """A checkout of the repository with benchmarks/: the current folder, or the one this
+    package was installed from in editable mode; None for an installed wheel."""
+    import solver
+    for root in (Path.cwd(), Path(solver.__file__).resolve().parent.parent):
+        if (root / "benchmarks" / "run_all.py").is_file():
+            return root
+    return None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    root = _checkout()
+    if root is None:
+        raise UsageError("bench: the benchmarks are not part of the installed package; run `dynpar bench` from "
+                         "the root of a checkout of the repository (it has benchmarks/run_all.py)")
+    sys.path.insert(0, str(root))
     from benchmarks.run_all import main as bench_main
     argv = (["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
     return bench_main(argv)
@@ -135,67 +208,134 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_import_profile(args: argparse.Namespace) -> int:
     from ..io.pipedream import import_profile
     from ..io.workloads import write_workload_csv
-    wl = import_profile(args.path)
-    out = Path(args.output or f"{Path(args.path).parent.name or 'profile'}.csv")
-    write_workload_csv(wl, out)
+    wl = import_profile(args.path, kind=args.kind, minibatch=args.minibatch)
+    default = args.out is None
+    out = Path(args.out) if not default else Path.cwd() / f"{Path(args.path).resolve().parent.name or 'profile'}.csv"
+    if out.is_dir():
+        raise UsageError(f"--out: {out} is a folder; give the path of the CSV file to write")
+    if out.exists() and not args.force:
+        raise UsageError(f"--out: {out} exists; pass --force to overwrite it, or choose another --out")
+    tmp = out.with_name(f".{out.name}.partial")
+    write_workload_csv(wl, tmp)
+    tmp.replace(out)
     print(f"{wl.name}: {wl.num_layers} layers, {wl.total_flops:.4g} FLOP per sample, "
-          f"{wl.param_bytes.sum():.4g} parameter bytes -> {out}")
+          f"{wl.param_bytes.sum():.4g} parameter bytes -> {out}"
+          + (" (no --out given: named after the profile's folder, in the current folder)" if default else ""))
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"dynpar {version('dynpar')}"
+    except PackageNotFoundError:
+        return "dynpar (version unknown: the package is not installed; pip install .)"
+
+
+def _v_weight(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line: `dynpar: error: ...`, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"dynpar: error: {self.prog}: {message}\n")
+
+
+V_HELP = ("drift-plus-penalty weight: seconds of batch time against budgets' worth of cost "
+          "(default 1; larger = faster, less budget care)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dynpar", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="dynpar", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     r = sub.add_parser("run", help="online controller over an instance; per-slot table, CSV/JSON, plots")
-    r.add_argument("instance", nargs="?", help=f"instance TOML (default: {DEFAULT_INSTANCE.name})")
-    r.add_argument("--V", type=float, default=1.0, help="drift-plus-penalty weight: seconds of batch time against budgets' worth of cost (default 1)")
-    r.add_argument("--policy", default="ours", help="ours | even-dp | lb-bsp | gpipe | dapple | pipedream | "
-                                                    "hetpipe | frozen | shares-only | cuts-only | v-inf | v-zero")
-    r.add_argument("--out", default="results", help="output folder (default results/)")
-    r.add_argument("--slots", type=int, help="only the first SLOTS slots")
+    r.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
+    r.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP)
+    r.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
+                   help=f"{' | '.join(POLICY_NAMES)} (default ours)")
+    r.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/<policy>/ "
+                                                    "(default results)")
+    r.add_argument("--slots", type=int, help="only the first SLOTS slots, 1..the instance's slot count "
+                                             "(default all)")
     r.add_argument("--no-replan", action="store_true", help="ignore re-planning cost (the article's setting)")
-    r.add_argument("--resumable", action="store_true", help="save controller state each slot; resume if present")
-    r.add_argument("--no-plots", action="store_true")
+    r.add_argument("--resumable", action="store_true",
+                   help="save the controller state to controller_state.json after each slot; resume from it "
+                        "when present")
+    r.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     r.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("solve", help="one slot's plan, shown readably")
+    s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
     s.add_argument("instance")
     s.add_argument("--slot", type=int, required=True, help="0-based slot index")
-    s.add_argument("--V", type=float, default=1.0)
-    s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order")
+    s.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP)
+    s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order "
+                                                "(default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
+    s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
     s.set_defaults(func=cmd_solve)
 
     c = sub.add_parser("compare", help="every policy side by side (table + plot)")
-    c.add_argument("instance", nargs="?")
-    c.add_argument("--V", type=float, default=1.0)
-    c.add_argument("--policies", default="", help="comma-separated subset (default: all)")
-    c.add_argument("--out", default="results")
-    c.add_argument("--slots", type=int, help="only the first SLOTS slots")
-    c.add_argument("--no-plots", action="store_true")
+    c.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
+    c.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP)
+    c.add_argument("--policies", default="", help="comma-separated subset of the policies (default all)")
+    c.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/ (default results)")
+    c.add_argument("--slots", type=int, help="only the first SLOTS slots (default all)")
+    c.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     c.set_defaults(func=cmd_compare)
 
-    b = sub.add_parser("bench", help="benchmark suite: quality vs oracle, V sweep, online vs offline, scaling")
+    b = sub.add_parser("bench", help="benchmark suite (needs a checkout): quality vs oracle, V sweep, "
+                                     "online vs offline, scaling")
     b.add_argument("--quick", action="store_true", help="small subset (minutes)")
     b.add_argument("--out", default="", help="output folder (default results/bench)")
     b.set_defaults(func=cmd_bench)
 
     i = sub.add_parser("import-profile", help="PipeDream graph.txt -> layer table CSV")
-    i.add_argument("path")
-    i.add_argument("-o", "--output", help="output CSV (default <folder name>.csv)")
+    i.add_argument("path", help="a PipeDream profile (graph.txt)")
+    i.add_argument("-o", "--out", "--output", dest="out",
+                   help="output CSV (default: <profile folder name>.csv in the current folder)")
+    i.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    i.add_argument("--minibatch", type=_positive_int, help="the profiled minibatch (default: inferred from the graph or "
+                                                 "the profile's folder name)")
+    i.add_argument("--kind", default=DEFAULT_KIND, help="hardware kind the profile was measured on, a row "
+                                                        f"of the hardware table (default {DEFAULT_KIND})")
     i.set_defaults(func=cmd_import_profile)
+
+    from .train import add_parsers as add_train_parsers
+    add_train_parsers(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..errors import DynparError
+    from ..errors import DynparError, InstanceError
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except (UsageError, InstanceError) as e:
+        print(f"dynpar: error: {e}", file=sys.stderr)
+        return 2
     except DynparError as e:
         print(f"dynpar: error: {e}", file=sys.stderr)
-        return 2 if type(e).__name__ == "InstanceError" else 1
+        return 1
     except (FileNotFoundError, IsADirectoryError, ValueError, IndexError) as e:
         print(f"dynpar: error: {e}", file=sys.stderr)
         return 2

@@ -156,7 +156,7 @@ def profiled_minibatch(graph: ProfileGraph, path: Path) -> int:
                 return int(mb)
     known = KNOWN_MINIBATCH.get(path.parent.name)
     if known is None:
-        raise InstanceError(f"{path}: cannot infer the profiled minibatch; pass minibatch=")
+        raise InstanceError(f"{path}: cannot infer the profiled minibatch; pass minibatch= (dynpar import-profile --minibatch N)")
     return known
 
 
