@@ -155,6 +155,30 @@ BAD = {
     "num_slots_zero": (sub("num_slots = 3", "num_slots = 0"), None, None, ["num_slots", "0"]),
     "negative_memory_override": (sub('kind = "T4"', 'kind = "T4"\nmemory_gb = -16'), None, None,
                                  ["devices[1].memory_gb", "-16"]),
+    # names that would leave results/ (the name is a folder of the results)
+    "name_dotdot": (sub('name = "tiny"', 'name = "../../x"'), None, None, ["name", "../../x", "path component"]),
+    "name_slash": (sub('name = "tiny"', 'name = "a/b"'), None, None, ["name", "a/b"]),
+    "name_absolute": (sub('name = "tiny"', 'name = "/etc"'), None, None, ["name", "/etc"]),
+    "name_dot": (sub('name = "tiny"', 'name = ".."'), None, None, ["name", ".."]),
+    # absurd magnitudes: outside the documented physical ranges of solver.io.ranges
+    "price_1e300": (sub('kind = "T4"', 'kind = "T4"\nprice_per_hour = 1e300'), None, None,
+                    ["devices[1].price_per_hour", "1e+300", "USD per hour"]),
+    "trace_price_1e300": (None, GOOD_DEVICES.replace("1,0.9,1.5", "1,0.9,1e300", 1), None,
+                          ["price_per_hour", "1e300", "USD per hour"]),
+    "memory_1e9_gb": (sub('kind = "T4"', 'kind = "T4"\nmemory_gb = 1e9'), None, None,
+                      ["devices[1].memory_gb", "1000000000.0", "GB"]),
+    "tflops_1e9": (sub('kind = "T4"', 'kind = "T4"\npeak_tflops = 1e9'), None, None,
+                   ["devices[1].peak_tflops", "TFLOP/s"]),
+    "power_1e7_w": (sub('kind = "T4"', 'kind = "T4"\nbusy_w = 1e7'), None, None, ["devices[1].busy_w", " W"]),
+    "bandwidth_1e9_gbps": (sub("gbps = 5.0", "gbps = 1e9"), None, None, ["links[0].gbps", "Gbit/s"]),
+    "trace_bandwidth_1e9": (None, None, GOOD_LINKS.replace("0,gpu0,gpu1,4", "0,gpu0,gpu1,1e9"),
+                            ["gbps", "1e9", "Gbit/s"]),
+    "latency_1e9_ms": (sub("inter_server_gbps = 10.0", "inter_server_gbps = 10.0\ninter_server_latency_ms = 1e9"),
+                       None, None, ["network.inter_server_latency_ms", "ms"]),
+    "batch_1e9": (sub("batch = 16", "batch = 1000000000"), None, None, ["workload.batch", "1000000000", "samples"]),
+    "speed_factor_1e6": (None, GOOD_DEVICES.replace("1,0.9,1.5", "1,1e6,1.5", 1), None, ["speed_factor", "1e6"]),
+    "money_limit_1e300": (sub("limit = 0.01", "limit = 1e300"), None, None, ["budgets[0].limit", "USD per iteration"]),
+    "num_slots_1e9": (sub("num_slots = 3", "num_slots = 1000000000"), None, None, ["num_slots", "1000000000"]),
 }
 
 
@@ -168,6 +192,98 @@ def test_bad_instance_gives_one_clear_error(tmp_path, case):
     for s in expected:
         assert s in msg, f"{s!r} not in {msg!r}"
     assert info.value.__cause__ is None or isinstance(info.value.__cause__, InstanceError)
+
+
+def test_name_defaults_to_a_safe_stem_and_rejects_an_unsafe_one(tmp_path):
+    toml = GOOD_TOML.replace('name = "tiny"\n', "")
+    write_case(tmp_path, toml)
+    (tmp_path / "case.toml").rename(tmp_path / "my case.toml")
+    with pytest.raises(InstanceError) as info:
+        load_instance(tmp_path / "my case.toml")
+    assert "from the file name" in str(info.value) and "my case" in str(info.value)
+    (tmp_path / "my case.toml").rename(tmp_path / "my_case-2.toml")
+    assert load_instance(tmp_path / "my_case-2.toml").name == "my_case-2"
+
+
+@pytest.mark.parametrize("path", INSTANCES, ids=lambda p: p.name)
+def test_shipped_instances_lie_inside_the_documented_ranges(path):
+    """Cross-check of the ranges against every shipped instance, on the loaded values."""
+    from solver.io import ranges as R
+    inst = load_instance(path)
+    assert R.SLOTS.problem(inst.num_slots) is None and R.SAMPLES.problem(inst.workload.batch) is None
+    for d in inst.devices:
+        assert R.PEAK_TFLOPS.problem(d.peak_flops / 1e12) is None and R.MEMORY_GB.problem(d.memory_bytes / 1e9) is None
+        assert R.POWER_W.problem(d.busy_power_w) is None and R.POWER_W.problem(d.idle_power_w) is None
+    assert all(R.PRICE_PER_HOUR.problem(p) is None for p in (inst.price * 3600).ravel())
+    off = ~np.eye(inst.n, dtype=bool)
+    assert all(R.GBPS.problem(g) is None for g in (inst.bandwidth[:, off] * 8 / 1e9).ravel())
+    assert all(R.LATENCY_MS.problem(x) is None for x in (inst.latency * 1000).ravel())
+    assert all(R.BUDGET_LIMIT[b.kind].problem(b.limit) is None for b in inst.budgets)
+
+
+def test_range_problem_text():
+    from solver.io.ranges import PRICE_PER_HOUR, Range
+    assert PRICE_PER_HOUR.problem(3.06) is None and PRICE_PER_HOUR.problem(0.0) is None
+    assert PRICE_PER_HOUR.problem(1e300) == "must be >= 0 and <= 10000 USD per hour"
+    assert Range(0, 1, lo_open=True).problem(0.0) == "must be > 0 and <= 1"
+    assert Range(0, 1).problem(float("nan")) is not None
+
+
+@pytest.mark.parametrize("which", ["toml", "devices", "links", "model"])
+def test_non_utf8_files_are_named(tmp_path, which):
+    toml = GOOD_TOML if which != "model" else sub('model = "mlp"', 'model = "net.csv"')
+    path = write_case(tmp_path, toml)
+    target = {"toml": path, "devices": tmp_path / "devs.csv", "links": tmp_path / "links.csv",
+              "model": tmp_path / "net.csv"}[which]
+    if which == "model":
+        target.write_bytes(b"# caf\xe9\nname,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\na,1,2,3,4,5\n")
+    else:
+        target.write_bytes(target.read_bytes().replace(b"\n", b"\n# \xff\xfe\n", 1))
+    with pytest.raises(InstanceError) as info:
+        load_instance(path)
+    assert str(target) in str(info.value) and "not UTF-8" in str(info.value)
+
+
+def test_non_utf8_hardware_table_and_profile_are_named(tmp_path):
+    from solver.io.hardware import load_hardware
+    from solver.io.pipedream import parse_profile
+    for path, read in ((tmp_path / "hw.csv", load_hardware), (tmp_path / "graph.txt", parse_profile)):
+        path.write_bytes(b"kind,\xe9\n")
+        with pytest.raises(InstanceError) as info:
+            read(path)
+        assert str(path) in str(info.value) and "not UTF-8" in str(info.value)
+
+
+def test_absurd_layer_table_figure_is_rejected(tmp_path):
+    (tmp_path / "net.csv").write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\n"
+                                      "a,1e30,2,3,4,5\n")
+    with pytest.raises(InstanceError) as info:
+        load_instance(write_case(tmp_path, sub('model = "mlp"', 'model = "net.csv"')))
+    assert all(s in str(info.value) for s in ("net.csv", "fwd_flops", "1e30", "FLOP per sample"))
+
+
+def test_packaged_data_is_the_only_copy():
+    """The layer tables, the hardware table and the default instance live in solver/data; the
+    checkout's models/ and instances/ hold links to those files, not copies."""
+    from solver.io.data import default_instance, models_dir, packaged_models
+    repo = Path(__file__).resolve().parents[1]
+    assert models_dir() == repo / "solver" / "data" / "models"
+    assert set(packaged_models()) >= {"vgg16", "resnet50", "bert_base", "gpt2_small", "mlp"}
+    packaged = [*models_dir().glob("*.csv"), *default_instance().parent.iterdir()]
+    for f in packaged:
+        if f.suffix not in (".csv", ".toml"):
+            continue
+        top = repo / ("models" if f.parent.name == "models" else "instances") / f.name
+        assert top.is_symlink() and top.resolve() == f.resolve(), top
+
+
+def test_packaged_model_name_from_any_folder(tmp_path):
+    """`model = "vgg16"` in a user's instance outside the checkout names the packaged table."""
+    path = write_case(tmp_path, sub('model = "mlp"', 'model = "vgg16"'))
+    assert load_instance(path).workload.num_layers == 16
+    with pytest.raises(InstanceError) as info:
+        load_instance(write_case(tmp_path, sub('model = "mlp"', 'model = "vgg17"')))
+    assert "vgg17" in str(info.value) and "packaged: " in str(info.value) and "vgg16" in str(info.value)
 
 
 def test_missing_file(tmp_path):
