@@ -35,14 +35,18 @@ def _tag(micro: int, backward: bool) -> int:
 def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Tensor | None,
                   y: torch.Tensor | None, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                   micro_batch: int, batch: int, in_shape: Sequence[int], in_dtype: torch.dtype,
-                  device: torch.device, pad: Pad | None = None) -> None:
-    """Accumulate this stage's gradients for one iteration, already scaled by share / batch.
+                  device: torch.device, pad: Pad | None = None, repeat: int = 1) -> tuple[float, float]:
+    """Accumulate this stage's gradients for one iteration, already scaled by share / batch;
+    return the stage's forward and backward compute seconds (receive waits excluded).
 
     x, y: the group's own samples (share rows; x needed by the first stage, y by the last).
     in_shape / in_dtype: per-sample shape and dtype of this stage's input (what the
     previous stage sends); device: where received tensors go. loss_fn must return the mean over its micro-batch: each
     micro-batch's loss is scaled by size / share, so the group's gradient is that of its
     mean loss, and the share / batch factor makes the SUM all-reduce a full-batch mean.
+    repeat r > 1 emulates a device r times slower with real work: each micro-batch's
+    forward runs r - 1 more times without grad, and its backward r - 1 more times through
+    torch.autograd.grad (results dropped), so gradients are unchanged.
     """
     mods = [layers[i] for i in role.layers]
     sizes = micro_sizes(role.share, micro_batch)
@@ -50,6 +54,8 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     first, last = role.prev is None, role.next is None
     sends: list[dist.Work] = []
     stash: list[tuple[torch.Tensor, torch.Tensor]] = []
+    params = [p for mod in mods for p in mod.parameters() if p.requires_grad]
+    fwd_s = bwd_s = 0.0
     start = 0
     for m, s in enumerate(sizes):
         if first:
@@ -64,6 +70,15 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
             out = mod(out)
         if last:
             out = loss_fn(out, y[start:start + s]) * (s / role.share)
+        if repeat > 1:
+            with torch.no_grad():
+                for _ in range(repeat - 1):
+                    o = inp
+                    for mod in mods:
+                        o = mod(o)
+                    if last:
+                        loss_fn(o, y[start:start + s])
+        fwd_s += time.perf_counter() - t0
         _sleep_until(t0 + s * pad.fwd_s)
         if not last:
             sends.append(dist.isend(out.detach().contiguous(), dst=role.next, tag=_tag(m, False)))
@@ -72,13 +87,17 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     for m in reversed(range(len(sizes))):
         inp, out = stash[m]
         if last:
-            t0 = time.perf_counter()
-            out.backward()
+            grad = None
         else:
             grad = torch.empty_like(out)
             dist.recv(grad, src=role.next, tag=_tag(m, True))
-            t0 = time.perf_counter()
-            out.backward(grad)
+        t0 = time.perf_counter()
+        wrt = params + ([inp] if inp.requires_grad else [])
+        for _ in range(repeat - 1):
+            if wrt:
+                torch.autograd.grad(out, wrt, grad, retain_graph=True)
+        out.backward(grad)
+        bwd_s += time.perf_counter() - t0
         _sleep_until(t0 + sizes[m] * pad.bwd_s)
         if not first:
             sends.append(dist.isend(inp.grad.contiguous(), dst=role.prev, tag=_tag(m, True)))
@@ -90,6 +109,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         for p in mod.parameters():
             if p.grad is not None:
                 p.grad.mul_(scale)
+    return fwd_s, bwd_s
 
 
 def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],

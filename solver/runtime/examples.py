@@ -1,0 +1,53 @@
+"""Small training jobs for `dynpar train --model solver.runtime.examples:NAME` (tests, README).
+
+Each factory returns a TrainSpec whose data is a map-style dataset (any global batch).
+Deterministic: the same parameters and samples in every process.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from .spec import TrainSpec
+
+
+def _teacher(n: int, d_in: int, d_out: int, dtype: torch.dtype, seed: int = 1) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d_in, generator=g, dtype=dtype)
+    w = torch.randn(d_in, d_out, generator=g, dtype=dtype)
+    return TensorDataset(x, torch.tanh(x @ w))
+
+
+def mlp64() -> TrainSpec:
+    """A 7-block float64 MLP (8-32-32-16-4, Tanh between), SGD with momentum 0.9, lr 0.05,
+    mean-squared error on 256 teacher samples."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(),
+                          nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 4)).double()
+    return TrainSpec(model, nn.MSELoss(), functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+                     _teacher(256, 8, 4, torch.float64))
+
+
+def mlp64_adam() -> TrainSpec:
+    """mlp64 with Adam (lr 1e-2)."""
+    spec = mlp64()
+    return TrainSpec(spec.model, spec.loss, functools.partial(torch.optim.Adam, lr=1e-2), spec.data)
+
+
+def wide() -> TrainSpec:
+    """A float32 MLP with real compute per block: DYNPAR_WIDE_BLOCKS (default 6) blocks of
+    Linear(W, W) + Tanh with W = DYNPAR_WIDE_WIDTH (default 256), then Linear(W, 10); SGD."""
+    blocks = int(os.environ.get("DYNPAR_WIDE_BLOCKS", "6"))
+    w = int(os.environ.get("DYNPAR_WIDE_WIDTH", "256"))
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Sequential(nn.Linear(w, w), nn.Tanh()) for _ in range(blocks)]
+    model = nn.Sequential(*layers, nn.Linear(w, 10))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1024, w, generator=g)
+    y = torch.randint(0, 10, (1024,), generator=g)
+    return TrainSpec(model, nn.CrossEntropyLoss(), functools.partial(torch.optim.SGD, lr=0.01),
+                     TensorDataset(x, y))

@@ -1,0 +1,141 @@
+"""What a training job is made of (`TrainSpec`), loaded from a `MODULE:FACTORY` string, and
+the checks that refuse model semantics the runtime would get silently wrong.
+
+The factory is called with no argument in every process and returns a TrainSpec (or the
+tuple (model, loss, make_optimizer, data)):
+- model: an nn.Sequential, or a module with a `pipeline_blocks()` method returning the
+  blocks in execution order (each block's output is the next block's only input);
+- loss: callable (output, target) -> mean loss over the micro-batch;
+- make_optimizer: callable (iterable of parameters) -> torch.optim.Optimizer, element-wise
+  (SGD, momentum, Adam: the runtime keeps one optimizer per block);
+- data: an object with `get(i) -> (x, y)` giving global batch i (TensorBatches), or a
+  map-style dataset (`__len__`, `__getitem__(j) -> (x_j, y_j)`); batch i is then the samples
+  (i*B .. i*B+B-1) mod len, and each process reads only the rows of its own group.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import DynparError
+
+
+class SpecError(DynparError, ValueError):
+    """The factory, the model or the data cannot be trained correctly by the runtime."""
+
+
+@dataclass
+class TrainSpec:
+    """model, loss, make_optimizer, data: see the module docstring."""
+
+    model: nn.Module
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+    data: Any
+
+
+def load_factory(ref: str) -> TrainSpec:
+    """Import `MODULE:FACTORY`, call it and return its TrainSpec (SpecError naming the part)."""
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name or not attr:
+        raise SpecError(f"--model: expected MODULE:FACTORY, got {ref!r}")
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise SpecError(f"--model: cannot import module {mod_name!r}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise SpecError(f"--model: module {mod_name!r} has no callable {attr!r}")
+    out = fn()
+    if isinstance(out, TrainSpec):
+        return out
+    if isinstance(out, tuple) and len(out) == 4:
+        return TrainSpec(*out)
+    raise SpecError(f"--model: {ref} returned {type(out).__name__}; expected a TrainSpec or "
+                    "(model, loss, make_optimizer, data)")
+
+
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The pipeline blocks of `model`, deep-copied (the caller's model is never touched)."""
+    if isinstance(model, nn.Sequential):
+        blocks = list(model)
+    elif callable(getattr(model, "pipeline_blocks", None)):
+        blocks = list(model.pipeline_blocks())
+    else:
+        raise SpecError(f"model: expected an nn.Sequential or a module with pipeline_blocks(), "
+                        f"got {type(model).__name__}")
+    if not blocks:
+        raise SpecError("model: no pipeline block")
+    check_semantics(blocks)
+    return copy.deepcopy(blocks)  # one deepcopy of the list keeps sharing visible, then gone
+
+
+def check_semantics(blocks: Sequence[nn.Module]) -> None:
+    """Refuse what the runtime would train wrong: parameters shared by two blocks (tied
+    weights), batch normalisation (statistics per group, not per global batch) and dropout
+    with p > 0 (its masks would depend on the plan's micro-batches and processes)."""
+    owner: dict[int, str] = {}
+    tied: list[str] = []
+    for i, b in enumerate(blocks):
+        for name, p in b.named_parameters(remove_duplicate=False):
+            where = f"block {i} {name}"
+            if id(p) in owner and not owner[id(p)].startswith(f"block {i} "):
+                tied.append(f"{owner[id(p)]} = {where}")
+            owner.setdefault(id(p), where)
+    if tied:
+        raise SpecError("model: parameters shared across pipeline blocks are not supported "
+                        f"(their gradients would not be summed): {'; '.join(tied)}")
+    bn = [f"block {i} {n or type(m).__name__}" for i, b in enumerate(blocks)
+          for n, m in b.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if bn:
+        raise SpecError("model: BatchNorm is not supported (its statistics would be per group, "
+                        f"not per global batch); use LayerNorm or GroupNorm: {', '.join(bn)}")
+    drop = [f"block {i} {n or type(m).__name__}" for i, b in enumerate(blocks) for n, m in b.named_modules()
+            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+    if drop:
+        raise SpecError("model: Dropout is not supported yet (its masks would depend on the plan): "
+                        + ", ".join(drop))
+
+
+class Batches:
+    """Uniform access to global batch i, or only some of its rows, whatever the data is."""
+
+    def __init__(self, data: Any, batch: int) -> None:
+        self.data, self.batch = data, int(batch)
+        self._get = callable(getattr(data, "get", None))
+        if not self._get and not (hasattr(data, "__len__") and hasattr(data, "__getitem__")):
+            raise SpecError(f"data: expected get(i) or a map-style dataset, got {type(data).__name__}")
+        if self._get and getattr(data, "batch", batch) != batch:
+            raise SpecError(f"data: batches of {data.batch} samples, the instance's batch is {batch}")
+
+    def rows(self, i: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows start..stop-1 of global batch i (inputs, targets)."""
+        if self._get:
+            x, y = self.data.get(i)
+            return x[start:stop], y[start:stop]
+        n = len(self.data)
+        items = [self.data[(i * self.batch + j) % n] for j in range(start, stop)]
+        return torch.stack([a for a, _ in items]), torch.stack([torch.as_tensor(b) for _, b in items])
+
+    def example(self) -> torch.Tensor:
+        """One input sample (a batch of one), for shapes."""
+        return self.rows(0, 0, 1)[0]
+
+
+def input_shapes(blocks: Sequence[nn.Module], example: torch.Tensor
+                 ) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Per block, the per-sample shape and dtype of its input: a one-sample forward pass
+    on private copies in eval mode (no dropout draw, no statistic of the caller's touched)."""
+    out = []
+    x = example[:1]
+    with torch.no_grad():
+        for b in blocks:
+            out.append((tuple(x.shape[1:]), x.dtype))
+            m = copy.deepcopy(b).eval()
+            x = m(x)
+    return out

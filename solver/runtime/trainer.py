@@ -1,0 +1,354 @@
+"""The training loop of `dynpar train`: one process per device, the online controller on rank 0.
+
+Every slot (`iterations_per_slot` iterations) rank 0 observes the slot's state (the
+instance's trace, limited to the devices present in this job, with the speed factors the
+estimator drew from the last measurements: runtime.estimator), lets the policy plan it with
+the previous plan (migration charged, solver.online.charge_plan), and broadcasts the plan;
+every rank migrates blocks and optimizer state to the new holders (runtime.replan) and
+trains the slot's iterations (GPipe per group over isend/recv, gradients all-reduced across
+groups: every iteration equals single-process full-batch training). At the slot's end the
+ranks report their measured stage compute and iteration seconds to rank 0, whose queues
+advance by the measured costs (the cost model's linear costs at the measured batch time:
+cost.costs.cost_coeffs). Checkpoints (runtime.ckpt) every `checkpoint_every` iterations
+and after each re-plan; a restarted job resumes from the newest one and re-plans for the
+devices then present.
+
+Ranks and devices: rank r runs the instance's device `devices[r]` (an index), given by
+the launcher (spawned) or resolved from the device map (torchrun, runtime.binding).
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import os
+import signal
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..cost import cost_coeffs, group_coeffs
+from ..model import Group, Instance, Plan, plan_from_dict, plan_to_dict
+from ..online.charge import charge_plan
+from ..online.controller import _row, rows_frame
+from ..online.policies import make_policy
+from ..online.queues import initial_queues, update_queues
+from ..online.summary import summarise
+from . import ckpt
+from .estimator import observed_state, predicted_compute, update_factors
+from .layout import buckets, layer_holders, roles
+from .pipeline import allreduce_grads, pipeline_step
+from .replan import LayerState, migrate, new_layer
+from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training job.
+
+    model: the MODULE:FACTORY reference (runtime.spec); steps: iterations in all;
+    checkpoint_dir: folder of checkpoints (runtime.ckpt), also where slots.csv and
+    summary.json go unless `out`; iterations_per_slot: iterations between controller
+    decisions; checkpoint_every: iterations between checkpoints (0: only after re-plans);
+    V: the controller's penalty weight; policy: a solver.online policy name; repeat: device
+    name -> r, its stage compute is done r times (emulated slow device, real work);
+    kill: (device name, step) drill: that device's process kills itself with SIGKILL just
+    before iteration `step`; timeout_s: collective timeout (seconds)."""
+
+    model: str
+    steps: int
+    checkpoint_dir: str
+    iterations_per_slot: int = 10
+    checkpoint_every: int = 0
+    V: float = 1.0
+    policy: str = "ours"
+    out: str | None = None
+    repeat: dict[str, int] = field(default_factory=dict)
+    kill: tuple[str, int] | None = None
+    timeout_s: float = 60.0
+
+    def identity(self, instance: Instance) -> dict[str, Any]:
+        """What a checkpoint must agree with to be resumed by this job."""
+        wl = instance.workload
+        return {"instance": instance.name, "model": self.model, "layers": wl.num_layers, "batch": wl.batch,
+                "micro_batch": wl.micro_batch, "iterations_per_slot": self.iterations_per_slot,
+                "policy": self.policy, "V": float(self.V)}
+
+
+def unsupported(plan: Plan) -> list[str]:
+    """The plan features this runtime cannot execute (schedules other than GPipe,
+    recomputation, tensor parallelism), one line each."""
+    out = []
+    for gi, g in enumerate(plan.groups):
+        sched = getattr(g, "schedule", "gpipe")
+        if sched != "gpipe":
+            out.append(f"group {gi}: schedule {sched!r} (the runtime executes 'gpipe' only)")
+        if getattr(g, "recompute", False):
+            out.append(f"group {gi}: recompute (activation recomputation is not implemented)")
+        tp = getattr(g, "tp", None) or getattr(g, "tensor_parallel", None)
+        if tp not in (None, 1, ()) and tp:
+            out.append(f"group {gi}: tensor parallelism {tp!r} (not implemented)")
+    return out
+
+
+def to_ranks(plan: Plan, rank_of: dict[int, int]) -> Plan:
+    """The plan with device indices replaced by the ranks running them."""
+    return Plan(tuple(Group(tuple(rank_of[d] for d in g.devices), g.cuts, g.share) for g in plan.groups))
+
+
+class Controller:
+    """Rank 0's online controller: queues, previous plan, speed estimates and rows."""
+
+    def __init__(self, instance: Instance, cfg: TrainConfig, present: np.ndarray,
+                 saved: dict[str, Any] | None) -> None:
+        self.inst, self.cfg, self.present = instance, cfg, present
+        self.policy = make_policy(cfg.policy, replan=True, iterations_per_slot=cfg.iterations_per_slot)
+        self.limits = [b.limit for b in instance.budgets]
+        s = saved or {}
+        self.queues = tuple(s.get("queues", initial_queues(len(self.limits))))
+        prev = s.get("previous_plan")
+        self.previous: Plan | None = plan_from_dict(prev) if prev else None
+        self.factors = {int(k): float(v) for k, v in s.get("factors", {}).items()}
+        self.rows: list[dict] = list(s.get("rows", []))
+        self.restarts = int(s.get("restarts", 0)) + (1 if saved else 0)
+        if s.get("policy_state"):
+            self.policy.load_state_dict(s["policy_state"])
+        self.pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"queues": list(self.queues), "factors": {str(k): v for k, v in self.factors.items()},
+                "previous_plan": plan_to_dict(self.previous) if self.previous else None,
+                "rows": self.rows, "restarts": self.restarts, "policy_state": self.policy.state_dict()}
+
+    def decide(self, t: int) -> Plan:
+        state = observed_state(self.inst.state(t), self.present, self.factors)
+        d = self.policy.decide(state, self.queues, self.cfg.V, self.previous)
+        if d.plan is None:
+            raise RuntimeError(f"slot {t}: policy {self.cfg.policy} found no feasible plan on devices "
+                               f"{list(state.available_indices)} ({d.message or 'no reason given'})")
+        bad = unsupported(d.plan)
+        if bad:
+            raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
+        ch = charge_plan(d.plan, state, self.previous, replan=True,
+                         iterations_per_slot=self.cfg.iterations_per_slot)
+        self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan}
+        return d.plan
+
+    def finish(self, measured: dict[str, Any]) -> dict:
+        """Close the pending slot with what the ranks measured; return its row."""
+        p = self.pending
+        state, ch, plan = p["state"], p["charge"], p["plan"]
+        n_it = self.cfg.iterations_per_slot
+        t_meas = measured["batch_time"]
+        charged = t_meas + measured["migration_s"] / n_it
+        co = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
+        costs = tuple(float(c) for c in co.costs(charged, plan.shares))
+        Qn = update_queues(self.queues, costs, self.limits)
+        row = _row(p["t"], self.policy.name, self.cfg.V, state, p["decision"], ch, self.queues, Qn,
+                   ch.objective(self.queues, self.cfg.V))
+        for k, b in enumerate(state.budgets):
+            row[f"predicted_cost_{b.name}"] = row[f"cost_{b.name}"]
+            row[f"cost_{b.name}"] = costs[k]
+        pred = predicted_compute(plan, state)
+        row.update({"measured_batch_time": t_meas, "measured_migration_time": measured["migration_s"],
+                    "measured_iterations": measured["iterations"], "restarts": self.restarts,
+                    "predicted_compute": json.dumps({str(d): v for d, v in pred.items()}),
+                    "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
+                    "devices_present": int(self.present.sum())})
+        self.factors = update_factors(self.factors, plan, state, measured["compute"])
+        self.queues, self.previous = Qn, plan
+        self.rows.append(row)
+        self.pending = None
+        return row
+
+
+def _median(xs: Sequence[float]) -> float:
+    xs = list(xs[1:]) if len(xs) > 1 else list(xs)
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _log(row: dict, instance: Instance) -> str:
+    q = " ".join(f"Q_{b.name}={row[f'queue_{b.name}_after']:.3g}" for b in instance.budgets)
+    c = " ".join(f"{b.name}={row[f'cost_{b.name}']:.3g}" for b in instance.budgets)
+    return (f"slot {row['slot']}: {row['plan']} | predicted {row['batch_time']:.4g} s, measured "
+            f"{row['measured_batch_time']:.4g} s/iter, migration {row['measured_migration_time']:.3g} s | "
+            f"costs {c} | {q}")
+
+
+def train_worker(rank: int, world: int, init: str, instance: Instance, cfg: TrainConfig,
+                 devices: Sequence[int] | str) -> None:
+    """One process's whole job. devices: the instance device index of each rank, or (under
+    torchrun) this process's own device index as resolved by runtime.binding, as a str
+    name; the ranks then all-gather their devices."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=cfg.timeout_s))
+    try:
+        if isinstance(devices, str):
+            devices = gather_devices(instance, devices, world)
+        _train(rank, instance, cfg, list(devices))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def gather_devices(instance: Instance, mine: str, world: int) -> list[int]:
+    """Every rank's device index (collective); one device run by two ranks is an error."""
+    names = [None] * world
+    dist.all_gather_object(names, mine)
+    index = {d.name: i for i, d in enumerate(instance.devices)}
+    seen: dict[str, int] = {}
+    for r, n in enumerate(names):
+        if n not in index:
+            raise SpecError(f"device map: rank {r} binds to {n!r}, not a device of {instance.name!r}")
+        if n in seen:
+            raise SpecError(f"device map: ranks {seen[n]} and {r} both bind to device {n!r}")
+        seen[n] = r
+    return [index[n] for n in names]
+
+
+def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int]) -> None:
+    wl = inst.workload
+    spec = load_factory(cfg.model)
+    blocks = blocks_of(spec.model)
+    L, B = len(blocks), wl.batch
+    if L != wl.num_layers:
+        raise SpecError(f"model: {L} pipeline blocks, the instance's workload {wl.name!r} has {wl.num_layers} layers")
+    data = Batches(spec.data, B)
+    shapes = input_shapes(blocks, data.example())
+    templates = [copy.deepcopy(b).to("meta") for b in blocks]
+    has_params = [any(True for _ in b.parameters()) for b in blocks]
+    rank_of = {d: r for r, d in enumerate(devices)}
+    me = inst.devices[devices[rank]].name
+    repeat = int(cfg.repeat.get(me, 1))
+    present = np.zeros(inst.n, dtype=bool)
+    present[devices] = True
+    ident = cfg.identity(inst)
+
+    found = ckpt.latest(cfg.checkpoint_dir)
+    meta = ckpt.read_meta(found) if found else None
+    if meta is not None and meta["identity"] != ident:
+        diff = {k: (meta["identity"].get(k), v) for k, v in ident.items() if meta["identity"].get(k) != v}
+        raise SpecError(f"checkpoint {found} belongs to another job (checkpoint, this job): {diff}")
+    step = int(meta["step"]) if meta else 0
+    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None) if rank == 0 else None
+    if cfg.steps > inst.num_slots * cfg.iterations_per_slot:
+        raise SpecError(f"--steps: expected <= num_slots * iterations_per_slot = "
+                        f"{inst.num_slots * cfg.iterations_per_slot}, got {cfg.steps}")
+
+    held: dict[int, LayerState] = {}
+    holders: list[tuple[int, ...]] | None = None
+    groups: dict[tuple[int, ...], Any] = {}
+    fresh = True
+    out = Path(cfg.out or cfg.checkpoint_dir)
+    while step < cfg.steps:
+        t = step // cfg.iterations_per_slot
+        slot_end = min((t + 1) * cfg.iterations_per_slot, cfg.steps)
+        box = [ctl.decide(t) if ctl else None]
+        dist.broadcast_object_list(box, src=0)
+        plan = box[0]
+        rplan = to_ranks(plan, rank_of)
+        new = layer_holders(rplan, L)
+        if fresh:
+            dist.barrier()  # every rank started: the restore time excludes start-up
+        t0 = time.perf_counter()
+        if fresh:
+            mine = [i for i in range(L) if rank in new[i]]
+            held = (ckpt.load_blocks(found, mine, templates, spec.make_optimizer, torch.device("cpu")) if found
+                    else {i: new_layer(blocks[i], torch.device("cpu"), spec.make_optimizer) for i in mine})
+        else:
+            held = migrate(rank, held, holders, new, templates, spec.make_optimizer, torch.device("cpu"))
+        replanned = holders is not None and new != holders
+        holders = new
+        dist.barrier()
+        mig = time.perf_counter() - t0
+        bucket_groups = []
+        for key, layers in buckets(rplan, L, has_params).items():
+            if key not in groups:  # every rank creates every subgroup, in the same order
+                groups[key] = dist.new_group(list(key))
+            bucket_groups.append((key, layers, groups[key]))
+        role = roles(rplan).get(rank)
+        if replanned or fresh:
+            _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
+        fresh = False
+        elapsed, compute = [], []
+        while step < slot_end:
+            if cfg.kill and cfg.kill == (me, step):
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.barrier()
+            s0 = time.perf_counter()
+            c = 0.0
+            if role is not None:
+                rows = (role.offset, role.offset + role.share)
+                x, y = data.rows(step, *rows)
+                f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
+                                     x if role.prev is None else None, y if role.next is None else None,
+                                     spec.loss, wl.micro_batch, B, shapes[role.first][0],
+                                     shapes[role.first][1], torch.device("cpu"), None, repeat)
+                c = f + b
+                allreduce_grads(rank, {i: held[i].module for i in role.layers}, bucket_groups)
+                for i in role.layers:
+                    if held[i].opt is not None:
+                        held[i].opt.step()
+                        held[i].opt.zero_grad(set_to_none=True)
+            elapsed.append(time.perf_counter() - s0)
+            compute.append(c)
+            step += 1
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
+        report = [None] * dist.get_world_size()
+        dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig))
+        if ctl:
+            it = np.max(np.array([r[2] for r in report]), axis=0)
+            measured = {"batch_time": _median(list(it)), "migration_s": max(r[4] for r in report),
+                        "iterations": len(it),
+                        "compute": {r[0]: _median(r[3]) for r in report if r[1]}}
+            print(_log(ctl.finish(measured), inst), flush=True)
+            _write_results(ctl, inst, out)
+    _checkpoint(cfg, step, rank, held, holders, ctl, ident, None)
+    if rank == 0:
+        _write_results(ctl, inst, out)
+
+
+def _checkpoint(cfg: TrainConfig, step: int, rank: int, held: dict[int, LayerState],
+                holders: list[tuple[int, ...]], ctl: Controller | None, ident: dict, plan: Plan | None) -> None:
+    """Save at `step`. The controller's state is the one before deciding slot step //
+    iterations_per_slot, with the running plan as the previous plan (what a resumed job
+    migrates from)."""
+    meta = None
+    if ctl is not None:
+        state = ctl.state_dict()
+        if plan is not None:
+            state["previous_plan"] = plan_to_dict(plan)
+        meta = {"identity": ident, "controller": state, "seed_state": {"step": step}, "config": asdict(cfg)}
+    ckpt.save(cfg.checkpoint_dir, step, rank, held, holders, meta)
+
+
+def _write_results(ctl: Controller, inst: Instance, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    df = rows_frame(ctl.rows)
+    df.to_csv(out / "slots.csv", index=False)
+    summary = summarise(df, inst)
+    if len(df):
+        summary["avg_measured_batch_time"] = float(df["measured_batch_time"].mean())
+        summary["restarts"] = int(ctl.restarts)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+
+
+def final_state(checkpoint_dir: str | os.PathLike, num_blocks: int) -> dict[str, torch.Tensor]:
+    """The trained parameters and buffers of the newest checkpoint, keyed like the
+    nn.Sequential of the blocks ('<block>.<name>')."""
+    path = ckpt.latest(checkpoint_dir)
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
+    out = {}
+    for i in range(num_blocks):
+        st = torch.load(path / f"block-{i:04d}.pt", weights_only=True)
+        out.update({f"{i}.{k}": v for k, v in st["module"].items()})
+    return out

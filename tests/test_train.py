@@ -1,0 +1,158 @@
+"""`dynpar train`: the controller in the loop, checkpoints, a worker killed with SIGKILL and
+the job resumed on the devices left ends with the parameters of an unbroken run (float64);
+device binding, model-semantics refusals and the speed estimator."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from solver.cli import main  # noqa: E402
+from solver.io.instance import load_instance  # noqa: E402
+from solver.io.workloads import write_workload_csv  # noqa: E402
+from solver.model import Group, Plan  # noqa: E402
+from solver.runtime.binding import my_device, parse_map  # noqa: E402
+from solver.runtime.estimator import observed_state, predicted_compute, update_factors  # noqa: E402
+from solver.runtime.examples import mlp64  # noqa: E402
+from solver.runtime.profiler import profile_module  # noqa: E402
+from solver.runtime.spec import SpecError, blocks_of  # noqa: E402
+from solver.runtime.trainer import final_state, unsupported  # noqa: E402
+
+pytestmark = pytest.mark.torch
+MODEL = "solver.runtime.examples:mlp64"
+B, U, STEPS, PER_SLOT = 32, 4, 12, 4
+
+
+def write_instance(folder: Path) -> Path:
+    """4 CPU processes as devices (kind T4, 2 GFLOP/s), 3 slots, a money budget, the mlp64 layer table."""
+    spec = mlp64()
+    x = torch.stack([spec.data[i][0] for i in range(8)])
+    wl = profile_module(copy.deepcopy(spec.model), x, "cpu", B, U, repeats=1)
+    write_workload_csv(wl, folder / "mlp64.csv")
+    devs = "\n".join(f'[[devices]]\nname = "p{i}"\nkind = "T4"\nserver = "s0"\npeak_tflops = 0.004\n'
+                     for i in range(4))
+    (folder / "cpu4.toml").write_text(
+        f'name = "cpu4"\nnum_slots = 3\n\n[workload]\nmodel = "mlp64.csv"\nbatch = {B}\nmicro_batch = {U}\n\n'
+        f'{devs}\n[[budgets]]\nkind = "money"\nlimit = 1e-6\n')
+    return folder / "cpu4.toml"
+
+
+def reference(steps: int) -> dict[str, torch.Tensor]:
+    """Single-process full-batch training of mlp64: what every run must end with."""
+    spec = mlp64()
+    m = copy.deepcopy(spec.model)
+    opt = spec.make_optimizer(m.parameters())
+    n = len(spec.data)
+    for i in range(steps):
+        rows = [spec.data[(i * B + j) % n] for j in range(B)]
+        x, y = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        opt.zero_grad()
+        spec.loss(m(x), y).backward()
+        opt.step()
+    return m.state_dict()
+
+
+def train(inst: Path, ckpt: Path, *extra: str) -> int:
+    return main(["train", str(inst), "--model", MODEL, "--steps", str(STEPS), "--checkpoint-dir", str(ckpt),
+                 "--iterations-per-slot", str(PER_SLOT), "--checkpoint-every", "2", *extra])
+
+
+def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
+    inst = write_instance(tmp_path)
+    assert train(inst, tmp_path / "a") == 0
+    assert train(inst, tmp_path / "b", "--kill-at", "p1:7") == 1
+    err = capsys.readouterr().err
+    assert "p1 died (signal 9)" in err and "run the same command" in err
+    assert json.loads((tmp_path / "b" / "lost.json").read_text()) == ["p1"]
+    assert train(inst, tmp_path / "b", "--kill-at", "p1:7") == 0
+
+    ref = reference(STEPS)
+    a, b = final_state(tmp_path / "a", 7), final_state(tmp_path / "b", 7)
+    assert set(a) == set(b) == set(ref)
+    for k, v in ref.items():
+        torch.testing.assert_close(a[k], v, rtol=0, atol=1e-12, msg=k)
+        torch.testing.assert_close(b[k], v, rtol=0, atol=1e-12, msg=k)
+
+    rows_a = pd.read_csv(tmp_path / "a" / "slots.csv")
+    rows_b = pd.read_csv(tmp_path / "b" / "slots.csv")
+    assert list(rows_a["slot"]) == list(rows_b["slot"]) == [0, 1, 2]
+    assert (rows_a["restarts"] == 0).all()
+    # slot 1 was interrupted at step 7 (checkpoint at 6): resumed, re-planned without p1
+    assert list(rows_b["restarts"]) == [0, 1, 1]
+    assert list(rows_b["devices_present"]) == [4, 3, 3]
+    for js in rows_b["plan_json"][1:]:
+        assert 1 not in [d for g in json.loads(js)["groups"] for d in g["devices"]]
+    assert rows_b["measured_iterations"].tolist() == [4, 2, 4]
+    assert (rows_a["measured_batch_time"] > 0).all() and (rows_a["batch_time"] > 0).all()
+    # queues advance by the measured costs: Q' = max(Q + c / limit - 1, 0)
+    q = 0.0
+    for _, r in rows_a.iterrows():
+        assert r["queue_money_before"] == pytest.approx(q)
+        q = max(q + r["cost_money"] / 1e-6 - 1.0, 0.0)
+        assert r["queue_money_after"] == pytest.approx(q)
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["slots"] == 3 and summary["restarts"] == 1
+
+
+def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:
+    inst = load_instance(write_instance(tmp_path))
+    st = inst.state(0)
+    plan = Plan((Group((0, 1), (3, 7), 20), Group((2,), (7,), 12)))
+    pred = predicted_compute(plan, st)
+    measured = {0: 3 * pred[0], 1: pred[1] / 2}
+    f = update_factors({}, plan, st, measured)
+    assert f == pytest.approx({0: 1 / 3, 1: 2.0})
+    st2 = observed_state(st, np.array([True, True, True, False]), f)
+    again = predicted_compute(plan, st2)
+    assert again[0] == pytest.approx(measured[0]) and again[1] == pytest.approx(measured[1])
+    assert again[2] == pytest.approx(pred[2])
+    assert st2.available_indices == (0, 1, 2)
+
+
+def test_device_binding_by_node_and_local_rank(tmp_path: Path) -> None:
+    inst = load_instance(write_instance(tmp_path))
+    m = parse_map("n0:0=p2,n0:1=p0,n1:0=p3,n1:1=p1")
+    assert my_device(inst, m, "n1", 0, single_node=False) == "p3"
+    assert my_device(inst, m, "n0", 1, single_node=False) == "p0"
+    assert my_device(inst, {}, "any", 2, single_node=True) == "p2"
+    with pytest.raises(SpecError, match="several nodes needs a map"):
+        my_device(inst, {}, "n0", 0, single_node=False)
+    with pytest.raises(SpecError, match="no entry for n2:0"):
+        my_device(inst, m, "n2", 0, single_node=False)
+    with pytest.raises(SpecError, match="no device 'gpu9'"):
+        my_device(inst, parse_map("0=gpu9"), "n0", 0, single_node=True)
+    with pytest.raises(SpecError, match="appears twice"):
+        parse_map("0=p0,0=p1")
+
+
+def test_semantics_refused_and_caller_model_untouched() -> None:
+    emb = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    with pytest.raises(SpecError, match=r"block 0 weight = block 1 weight"):
+        blocks_of(nn.Sequential(emb, head))
+    with pytest.raises(SpecError, match="BatchNorm"):
+        blocks_of(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)))
+    with pytest.raises(SpecError, match="Dropout"):
+        blocks_of(nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.1)))
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    blocks = blocks_of(model)
+    with torch.no_grad():
+        blocks[0].weight.add_(1.0)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_unsupported_plan_features_named() -> None:
+    p = Plan((Group((0, 1), (3, 7), 16, "1f1b"), Group((2,), (7,), 16, "gpipe", True)))
+    bad = unsupported(p)
+    assert len(bad) == 2 and "schedule '1f1b'" in bad[0] and "group 1: recompute" in bad[1]
+    assert unsupported(Plan((Group((0,), (7,), 32),))) == []
