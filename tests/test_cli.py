@@ -324,3 +324,40 @@ def test_bench_outside_a_checkout_says_so(tmp_path, monkeypatch, capsys):
     assert main(["bench", "--quick"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkout" in err[0]
+
+
+def readme_flags() -> dict[tuple[str, str], str]:
+    """(command, flag) -> the default cell of the README's flag table."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Command line"):]
+    section = section[:section.index("\n## ", 3)]
+    out = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[1].startswith("`"):
+            continue
+        for cmd in cells[0].split(", "):
+            for flag in cells[1].split(", "):
+                out[(cmd, flag.strip("`"))] = cells[2].strip("`")
+    return out
+
+
+def test_readme_documents_every_flag_with_its_default():
+    import argparse
+    documented = readme_flags()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for cmd, p in sub.choices.items():
+        for action in p._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            flags = action.option_strings or [action.dest.upper()]
+            for flag in flags:
+                if flag == "--output":
+                    continue                              # an old alias of --out
+                assert (cmd, flag) in documented, f"README lacks `{flag}` of dynpar {cmd}"
+                default = action.default
+                if action.required or default in (None, False, "") or isinstance(default, bool):
+                    continue
+                shown = f"{default:g}" if isinstance(default, float) else str(default)
+                assert documented[(cmd, flag)].startswith(shown), (cmd, flag, documented[(cmd, flag)], shown)
