@@ -89,8 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{len(skipped)} of {len(df)} slot(s) had no feasible plan and were skipped (no cost charged, "
               f"queues unchanged): {shown}{more}")
     if _plots_wanted(args):
-        from .plots import plot_run
-        written += plot_run(df, inst, out)
+        from .plots import plot_device_map, plot_run
+        written += plot_run(df, inst, out) + plot_device_map(df, inst, out)
     print("\nwrote " + ", ".join(str(p) for p in written))
     if not len(planned):
         print("dynpar: no slot had a feasible plan", file=sys.stderr)
@@ -129,6 +129,18 @@ def _solve_json(inst, slot: int, V: float, queues: Sequence[float], res) -> dict
     }
 
 
+def _solve_plot(args: argparse.Namespace, inst, state, res) -> Path | None:
+    """--plot [PATH]: the slot's pipeline timeline (default results/<instance>/timeline_slot<T>.png)."""
+    if args.plot is None or res.plan is None:
+        return None
+    if not plotting_available():
+        print(plots_skipped(), file=sys.stderr)
+        return None
+    from .plots import plot_timeline
+    path = Path(args.plot) if args.plot else Path("results") / inst.name / f"timeline_slot{args.slot}.png"
+    return plot_timeline(res.plan, state, path, title=f"{inst.name}, slot {args.slot} ({res.status})")
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from ..solve import SolveOptions, solve_slot
     inst = _load(args.instance)
@@ -138,6 +150,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
     res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact))
+    plot = _solve_plot(args, inst, state, res)
+    if plot and args.json:
+        print(f"wrote {plot}", file=sys.stderr)
     if args.json:
         print(dumps(_solve_json(inst, args.slot, args.V, queues, res)))
         return 0 if res.plan is not None else 1
@@ -152,6 +167,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     for gi, (g, t) in enumerate(zip(res.plan.groups, res.evaluation.group_times)):
         print(f"  group {gi}: {g.num_stages} stage(s), share {g.share}, time {t:.6g} s")
     print(f"  gradient sync {res.evaluation.sync_time:.6g} s")
+    if plot:
+        print(f"wrote {plot}")
     return 0
 
 
@@ -292,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "(default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
+    s.add_argument("--plot", nargs="?", const="", default=None, metavar="PATH",
+                   help="write the slot's pipeline timeline PNG (event simulator) to PATH "
+                        "(default results/<instance>/timeline_slot<T>.png)")
     s.set_defaults(func=cmd_solve)
 
     c = sub.add_parser("compare", help="every policy side by side (table + plot)")
