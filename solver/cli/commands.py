@@ -55,16 +55,24 @@ def _slot_reason(t: int, message: str) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..model import plan_from_json
-    from ..online import run_online, summarise
+    from ..online import run_online
     inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name / args.policy
+    v_text = "default rule" if args.V is None else f"{args.V:g}"
     out.mkdir(parents=True, exist_ok=True)
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
-          f"u={inst.workload.micro_batch}), policy {args.policy}, V={args.V:g}", flush=True)
-    df = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
-                    state_path=out / "controller_state.json" if args.resumable else None,
-                    progress=progress(f"{inst.name} {args.policy} V={args.V:g}"))
+          f"u={inst.workload.micro_batch}), policy {args.policy}, V={v_text}, budget tolerance "
+          f"{'off' if args.budget_tolerance is None else f'{100 * args.budget_tolerance:g}%'}", flush=True)
+    run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
+                     state_path=out / "controller_state.json" if args.resumable else None,
+                     progress=progress(f"{inst.name} {args.policy} V={v_text}"),
+                     budget_tolerance=args.budget_tolerance)
+    df = run.rows
+    for note in run.notes:
+        print(f"note: {note}", flush=True)
+    if run.V is not None:
+        print(f"V in force: {run.V.describe()}")
     planned = df[df["plan_json"] != "null"] if "plan_json" in df.columns else df.iloc[:0]
     if len(planned):
         t = int(planned["slot"].iloc[0])
@@ -72,12 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(plan_from_json(planned["plan_json"].iloc[0]).describe(inst.state(t)))
     units = slot_columns(inst.budgets)
     table = with_units(df, units)
-    summary = summarise(df, inst)
+    summary = run.summary
     summary = {summary_keys(inst.budgets).get(k, k): v for k, v in summary.items()}
     written = [write_atomic(out / "slots.csv", table.to_csv(index=False)),
                write_atomic(out / "summary.json", dumps(summary) + "\n")]
     cols = ["slot", "plan", "batch_time_s", "migration_time_s", *[units[f"cost_{b.name}"] for b in inst.budgets],
-            *[f"queue_{b.name}_after" for b in inst.budgets], "solve_time_s", "status"]
+            *[f"queue_{b.name}_after" for b in inst.budgets],
+            *[c for b in inst.budgets for c in (f"over_{b.name}_pct", f"bound_{b.name}_pct")], "V",
+            "solve_time_s", "status"]
     print()
     print_slots(table, cols, out / "slots.csv")
     print("\nsummary (times in s; money in USD and energy in J per iteration; queues in budgets):")
@@ -193,6 +203,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare_policies(inst, V=args.V, policies=policies, progress=lambda label: progress(label))
     shown = with_units(table, compare_columns(inst.budgets))
     print(table_text(shown))
+    from ..online.gain import within_budget_note
+    from .plots.common import policy_label
+    print("\n" + within_budget_note(table, label=policy_label))
     written = [write_atomic(out / "compare.csv", shown.to_csv(index=False))]
     if _plots_wanted(args):
         from .plots import plot_compare
@@ -249,6 +262,18 @@ def _version() -> str:
         return "dynpar (version unknown: the package is not installed; pip install .)"
 
 
+def _tolerance(text: str) -> float | None:
+    if text.strip().lower() in ("off", "none"):
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) or 'off', got {text!r}") from None
+    if not (0 <= v < 1):
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) or 'off', got {text!r}")
+    return v
+
+
 def _v_weight(text: str) -> float:
     try:
         v = float(text)
@@ -287,7 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="online controller over an instance; per-slot table, CSV/JSON, plots")
     r.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
-    r.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP)
+    r.add_argument("--V", type=_v_weight, default=None, help=V_HELP + "; default: the scale-free rule "
+                   "V = tolerance x slots / fastest batch time (docs/BUDGETS.md)")
+    r.add_argument("--budget-tolerance", type=_tolerance, default=0.01, metavar="FRACTION",
+                   help="keep every budget within (1 + FRACTION) of its limit over the run (default 0.01 = 1%%; "
+                        "'off': the plain drift-plus-penalty controller)")
     r.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
                    help=f"{' | '.join(POLICY_NAMES)} (default ours)")
     r.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/<policy>/ "

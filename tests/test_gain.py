@@ -1,0 +1,46 @@
+"""Gain within budget compares only with baselines that meet every budget, and says which
+policies it left out."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from solver.online.gain import add_gain_within_budget, meets_budgets, within_budget_note
+
+
+def table() -> pd.DataFrame:
+    return pd.DataFrame({
+        "policy": ["ours", "even-dp", "lb-bsp", "dapple", "v-inf"],
+        "avg_batch_time_s": [1.0, 0.5, 2.0, 4.0, 0.4],
+        "money_overshoot_pct": [0.5, 240.0, -10.0, -20.0, 80.0],
+        "energy_overshoot_pct": [-3.0, 10.0, 1.0, -5.0, 2.0],
+    })
+
+
+def test_gain_only_against_baselines_within_budget():
+    t = add_gain_within_budget(table())
+    assert list(t.meets_budgets) == [True, False, True, True, False]
+    g = dict(zip(t.policy, t.gain_within_budget_pct))
+    assert g["ours"] == pytest.approx(50.0)          # against LB-BSP (2 s), not the overshooting even DP
+    assert g["lb-bsp"] == pytest.approx(50.0)        # against the other baseline within budget, DAPPLE
+    assert g["dapple"] == pytest.approx(-100.0)
+    assert math.isnan(g["even-dp"]) and math.isnan(g["v-inf"])
+
+
+def test_note_names_the_reference_and_the_excluded():
+    note = within_budget_note(table())
+    assert "lb-bsp (2 s)" in note
+    assert "even-dp (money +240%)" in note and "v-inf (money +80%)" in note
+    assert "ours" not in note.split("excluded")[1]
+
+
+def test_per_instance_and_no_baseline_within_budget():
+    a, b = table().assign(instance="a"), table().assign(instance="b")
+    b.loc[b.policy.isin(["lb-bsp", "dapple"]), "money_overshoot_pct"] = 50.0
+    t = add_gain_within_budget(pd.concat([a, b], ignore_index=True))
+    assert t[t.instance == "a"].gain_within_budget_pct.notna().sum() == 3
+    assert t[t.instance == "b"].gain_within_budget_pct.isna().all()
+    assert "no baseline meets" in within_budget_note(b)
+    assert meets_budgets(pd.DataFrame({"policy": ["ours"], "avg_batch_time_s": [1.0]})).all()
