@@ -38,11 +38,14 @@ from solver.online.policies import POLICY_NAMES  # noqa: E402
 from solver.io.synthetic import KINDS, random_instance  # noqa: E402
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def _plots_on() -> bool:
+    """matplotlib present (the `plot` extra); without it the CSVs are still written."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log("plots skipped: matplotlib is not installed (pip install 'dynpar[plot]')")
+        return False
+    return True
 
 
 def log(msg: str) -> None:
@@ -116,21 +119,9 @@ def v_sweep(insts: Sequence[Instance], Vs: Sequence[float], out: Path) -> pd.Dat
             log(f"  V sweep {inst.name} V={V:g}: {rows[-1]['avg_batch_time_s']:.4g} s ({time.perf_counter() - t0:.1f} s)")
     table = pd.DataFrame(rows)
     table.to_csv(out / "v_sweep.csv", index=False)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, g in table.groupby("instance", sort=False):
-        axes[0].plot(g["V"], g["avg_batch_time_s"], marker="o", label=name)
-        inst = next(i for i in insts if i.name == name)
-        for b in inst.budgets:
-            axes[1].plot(g["V"], g[f"avg_{b.name}"] / b.limit, marker=".", label=f"{name} {b.name}")
-    axes[0].set(xscale="log", xlabel="V", ylabel="average batch time (s)", title="batch time vs V")
-    axes[1].axhline(1.0, color="k", ls="--", lw=1)
-    axes[1].set(xscale="log", xlabel="V", ylabel="average cost / limit", title="budget use vs V")
-    for a in axes:
-        a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "v_sweep.png", dpi=110)
-    plt.close(fig)
+    if _plots_on():
+        from benchmarks.plots import plot_v_sweep
+        plot_v_sweep(table, out / "v_sweep.png")
     return table
 
 
@@ -159,6 +150,9 @@ def online_vs_offline(seeds: Sequence[int], Vs: Sequence[float], out: Path, slot
             log(f"  offline {inst.name} V={V:g}: online/offline at equal use {r['ratio_at_use']:.4f}")
     table = pd.DataFrame(rows)
     table.to_csv(out / "online_vs_offline.csv", index=False)
+    if _plots_on():
+        from benchmarks.plots import plot_online_vs_offline
+        plot_online_vs_offline(table, out / "online_vs_offline.png")
     return table
 
 
@@ -186,26 +180,10 @@ def policies_side_by_side(insts: Sequence[Instance], Vs: dict, out: Path) -> pd.
         base = float(g.loc[g.policy == "even-dp", "avg_batch_time_s"].iloc[0])
         table.loc[g.index, "vs_even_dp_pct"] = 100 * (g["avg_batch_time_s"] / base - 1)
     table.to_csv(out / "policies.csv", index=False)
-    plt = _plt()
-    names = list(dict.fromkeys(table.instance))
-    fig, axes = plt.subplots(len(names), 2, figsize=(11, 3.6 * len(names)), squeeze=False)
-    for (a, b), name in zip(axes, names):
-        g = table[table.instance == name]
-        inst = next(i for i in insts if i.name == name)
-        a.barh(g["policy"], g["avg_batch_time_s"], color=["C3" if p == "ours" else "C0" for p in g["policy"]])
-        a.invert_yaxis()
-        a.set(xlabel="average batch time (s)", title=name)
-        w = 0.8 / max(len(inst.budgets), 1)
-        for k, bud in enumerate(inst.budgets):
-            b.barh(np.arange(len(g)) + k * w, g[f"avg_{bud.name}"] / bud.limit, height=w, label=bud.name)
-        b.axvline(1.0, color="k", ls="--", lw=1)
-        b.set_yticks(range(len(g)), g["policy"])
-        b.invert_yaxis()
-        b.set(xlabel="average cost / limit")
-        b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "policies.png", dpi=110)
-    plt.close(fig)
+    if _plots_on():
+        from benchmarks.plots import instance_label
+        from solver.cli.plots import plot_compare_grid
+        plot_compare_grid(table.assign(instance=table.instance.map(instance_label)), out / "policies.png")
     return table
 
 
@@ -226,19 +204,9 @@ def long_run(slots: int, Vs: Sequence[float], out: Path) -> pd.DataFrame:
     rec = float(ok["V"].max()) if len(ok) else float(table["V"].min())
     table["recommended"] = table["V"] == rec
     table.to_csv(out / "long_run.csv", index=False)
-    plt = _plt()
-    df = frames[rec]
-    fig, axes = plt.subplots(len(inst.budgets), 1, figsize=(8, 2.6 * len(inst.budgets)), squeeze=False)
-    for a, b in zip(axes[:, 0], inst.budgets):
-        a.plot(df["slot"], df[f"cost_{b.name}"].expanding().mean() / b.limit, label="running avg / limit")
-        a.axhline(1.0, color="k", ls="--", lw=1)
-        a.axhline(1.01, color="C3", ls=":", lw=1, label="+1%")
-        a.set(ylabel=b.name)
-        a.legend(fontsize=7)
-    axes[-1, 0].set_xlabel(f"slot (V = {rec:g})")
-    fig.tight_layout()
-    fig.savefig(out / "long_run.png", dpi=110)
-    plt.close(fig)
+    if _plots_on():
+        from benchmarks.plots import plot_long_run
+        plot_long_run(frames[rec], inst.budgets, rec, out / "long_run.png")
     return table
 
 

@@ -20,15 +20,36 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-OVERSHOOT_TOL_PCT = 1.0          # a policy "meets" a budget when it overshoots by at most this
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from solver.cli.plots.common import policy_label  # noqa: E402
+from solver.online.gain import MEET_TOLERANCE_PCT, add_gain_within_budget, within_budget_note  # noqa: E402
+
+OVERSHOOT_TOL_PCT = MEET_TOLERANCE_PCT   # a policy "meets" a budget when it overshoots by at most this
 CONSUMED: set[str] = set()       # CSV names a section used (the rest go to "Other tables")
 
 
+def plots_on() -> bool:
+    """matplotlib present (the `plot` extra): the report then embeds PNGs, else says so."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    from solver.cli.plots.common import pyplot
+    return pyplot()
+
+
+def figure(path: Path) -> str:
+    """The Markdown link of a PNG written next to REPORT.md."""
+    return f"![{path.name}]({path.name})\n"
+
+
+NO_PLOTS = "_Plots skipped: matplotlib is not installed (pip install 'dynpar[plot]')._\n"
 
 
 def fmt(v) -> str:
@@ -73,10 +94,9 @@ def not_run(what: str, files: str) -> str:
 
 
 def save(fig, out: Path, name: str) -> str:
+    from solver.cli.plots.common import save as save_png
     fig.tight_layout()
-    fig.savefig(out / name, dpi=110)
-    _plt().close(fig)
-    return f"![{name}]({name})\n"
+    return figure(save_png(fig, out / name))
 
 
 # ---------------------------------------------------------------- sections
@@ -99,8 +119,7 @@ def section_compare(out: Path) -> str:
     if df is None:
         return text + not_run("run_all's policy comparison", "compare_all.csv")
     budgets = budget_names(df)
-    over = [f"{b}_overshoot_pct" for b in budgets]
-    df["meets_budgets"] = (df[over].fillna(-np.inf) <= OVERSHOOT_TOL_PCT).all(axis=1)
+    df = add_gain_within_budget(df, OVERSHOOT_TOL_PCT)
     for b in budgets:
         df[f"{b}_use_pct"] = 100.0 * df[f"avg_{b}"] / df[f"{b}_limit"]
     text += (f"From `{name}`: every policy run online over the same slots, charged the same costs. "
@@ -109,7 +128,9 @@ def section_compare(out: Path) -> str:
              "that meet the budgets (equal budget use); budget-blind baselines that overshoot are shown "
              "for reference. In the summary, `ours` is the fastest run of our controller (at the comparison's V "
              "or one of the extra V, labelled ours@V=...) that meets the budgets, else the run at the "
-             "comparison's V. Over few slots a budget can be overshot by O(V/slots) (guarantee (a)).\n\n")
+             "comparison's V. Over few slots a budget can be overshot by O(V/slots) (guarantee (a)). "
+             "`gain_within_budget_pct` = 100 (1 - T / T_ref), T_ref the fastest baseline that meets every "
+             "budget (positive = faster; empty where the row itself overshoots).\n\n")
     rows = []
     for inst, g in df.groupby("instance", sort=False):
         mine = g[g.policy.str.startswith("ours")]
@@ -140,39 +161,21 @@ def section_compare(out: Path) -> str:
         text += f"\nMedian change of ours against even DP over the instances: {med:+.1f}% batch time.\n"
     text += "\n" + plot_compare(df, out) + "\n### Per instance\n\n"
     cols = ["policy", "avg_batch_time_s", "vs_even_dp_pct", *[f"{b}_use_pct" for b in budgets], "meets_budgets",
-            "infeasible_slots"]
+            "gain_within_budget_pct", "infeasible_slots"]
     for inst, g in df.groupby("instance", sort=False):
         keep = [c for c in cols if c in g.columns and g[c].notna().any()]
         text += f"**{inst}** ({g.devices.iloc[0]} devices, {g.slots.iloc[0]} slots, {g.workload.iloc[0]})\n\n"
-        text += md_table(g[keep]) + "\n"
+        shown = g[keep].assign(policy=[policy_label(p, v) for p, v in zip(g.policy, g.V)])
+        text += md_table(shown) + "\n" + within_budget_note(g, OVERSHOOT_TOL_PCT, label=policy_label) + ".\n\n"
     return text
 
 
 def plot_compare(df: pd.DataFrame, out: Path) -> str:
-    """Batch time of each policy relative to even DP per instance; hollow bars overshoot a budget."""
-    plt = _plt()
-    insts = list(dict.fromkeys(df.instance))
-    policies = list(dict.fromkeys(df.policy))
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(insts) + 3), 4.5))
-    width = 0.8 / max(len(policies), 1)
-    cmap = plt.get_cmap("tab20")
-    for k, pol in enumerate(policies):
-        for i, inst in enumerate(insts):
-            g = df[(df.instance == inst)]
-            row, even = g[g.policy == pol], g[g.policy == "even-dp"]
-            if row.empty or even.empty or not even.avg_batch_time_s.iloc[0] > 0:
-                continue
-            y = row.avg_batch_time_s.iloc[0] / even.avg_batch_time_s.iloc[0]
-            meets = bool(row.meets_budgets.iloc[0])
-            ax.bar(i + (k - len(policies) / 2) * width, y, width, color=cmap(k) if meets else "none",
-                   edgecolor=cmap(k), hatch=None if meets else "//", label=pol if i == 0 else None)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(range(len(insts)), insts, rotation=30, ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("avg batch time / even DP's")
-    ax.set_title("Batch time per policy (hatched = overshoots a budget by > 1%)")
-    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return save(fig, out, "compare_batch_time.png")
+    """Per instance, average batch time against budget use, one point per policy."""
+    if not plots_on():
+        return NO_PLOTS
+    from solver.cli.plots import plot_compare_grid
+    return figure(plot_compare_grid(df, out / "compare_batch_time.png"))
 
 
 def section_v(out: Path) -> str:
@@ -181,23 +184,16 @@ def section_v(out: Path) -> str:
     if df is None:
         return text + not_run("bench_online", "v_sweep.csv")
     budgets = budget_names(df)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for inst, g in df.groupby("instance", sort=False):
-        g = g.sort_values("V")
-        axes[0].plot(g.V, g.avg_batch_time_s, marker="o", label=inst)
-        for b in budgets:
-            if g[f"avg_{b}"].notna().any():
-                axes[1].plot(g.V, g[f"avg_{b}"] / g[f"{b}_limit"], marker=".", label=f"{inst} {b}")
-    axes[0].set(xscale="log", xlabel="V", ylabel="average batch time (s)", title="batch time vs V")
-    axes[1].axhline(1.0, color="k", ls="--", lw=1)
-    axes[1].set(xscale="log", xlabel="V", ylabel="average cost / limit", title="budget use vs V")
-    for a in axes:
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=7)
+    if plots_on():
+        from benchmarks.plots import plot_v_sweep
+        from solver.cli.plots import plot_v_tradeoff
+        figs = (figure(plot_v_sweep(df, out / "v_sweep.png")) + "\nThe same runs as a frontier: batch time "
+                "against the worst budget use, each point one V.\n\n" + figure(plot_v_tradeoff(df, out / "v_tradeoff.png")))
+    else:
+        figs = NO_PLOTS
     cols = ["instance", "V", "avg_batch_time_s", *[c for b in budgets for c in (f"avg_{b}", f"{b}_overshoot_pct")]]
     return (text + f"From `{name}` (bench_online): the online controller at each V. Larger V buys batch time "
-            "with budget (O(1/V) penalty gap, O(V) backlog).\n\n" + save(fig, out, "v_tradeoff.png") + "\n"
+            "with budget (O(1/V) penalty gap, O(V) backlog).\n\n" + figs + "\n"
             + md_table(df[[c for c in cols if c in df.columns]]))
 
 
@@ -210,17 +206,11 @@ def section_offline(out: Path) -> str:
              "over each slot's candidates), at the online run's own budget use and at the limits.\n\n")
     ratios = [c for c in df.columns if c.startswith("ratio")]
     if ratios:
-        plt = _plt()
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        x = np.arange(len(df))
-        for k, c in enumerate(ratios):
-            ax.bar(x + k * 0.8 / len(ratios), df[c], 0.8 / len(ratios), label=c)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(1.1, color="r", ls="--", lw=0.8, label="+10%")
-        ax.set_xticks(x, df.instance, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("online / offline")
-        ax.legend(fontsize=7)
-        text += save(fig, out, "online_vs_offline.png") + "\n"
+        if plots_on() and "V" in df:
+            from benchmarks.plots import plot_online_vs_offline
+            text += figure(plot_online_vs_offline(df, out / "online_vs_offline.png")) + "\n"
+        elif not plots_on():
+            text += NO_PLOTS
         text += "".join(f"- {c}: median {df[c].median():.4g}, max {df[c].max():.4g}\n" for c in ratios) + "\n"
     return text + md_table(df)
 
@@ -251,12 +241,16 @@ def section_speed(out: Path) -> str:
         _col(df, "time_s", "seconds", "median_s", "mean_s")
     if tcol is None or (n is None and L is None):
         return text + f"From `{name}` (columns not recognised for a fit):\n\n" + md_table(df)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    draw = plots_on()
+    if draw:
+        fig, axes = _plt().subplots(1, 2, figsize=(11, 4))
+    else:
+        axes = [None, None]
     fits = []
     for ax, var, other in ((axes[0], n, L), (axes[1], L, n)):
         if var is None:
-            ax.set_visible(False)
+            if ax is not None:
+                ax.set_visible(False)
             continue
         groups = df.groupby(other) if other is not None else [("all", df)]
         for key, g in groups:
@@ -265,8 +259,13 @@ def section_speed(out: Path) -> str:
                 continue
             b = loglog_fit(g[var].to_numpy(float), g[tcol].to_numpy(float))
             fits.append({"vary": var, "fixed": f"{other}={key}" if other else "", "points": len(g), "exponent": b})
-            ax.plot(g[var], g[tcol], marker="o", label=f"{other}={key}: ~{var}^{b:.2f}" if other else f"~{var}^{b:.2f}")
-        ax.set(xscale="log", yscale="log", xlabel=var, ylabel=f"{tcol} (s)", title=f"solve time vs {var}")
+            if ax is not None:
+                ax.plot(g[var], g[tcol], marker="o",
+                        label=f"{other}={key}: ~{var}^{b:.2f}" if other else f"~{var}^{b:.2f}")
+        if ax is None:
+            continue
+        unit = "devices" if var == n else "layers"
+        ax.set(xscale="log", yscale="log", xlabel=f"{var} ({unit})", ylabel=f"{tcol} (s)", title=f"solve time vs {var}")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     both = [c for c in (n, L) if c is not None]
@@ -278,7 +277,7 @@ def section_speed(out: Path) -> str:
             fits.append({"vary": f"{n} and {L} jointly", "fixed": "", "points": int(ok.sum()),
                          "exponent": f"{n}^{coef[1]:.2f} * {L}^{coef[2]:.2f}"})
     text += (f"From `{name}`: growth exponents b of time ~ a x^b, least squares on log-log (per fixed value "
-             "of the other size, and jointly).\n\n" + save(fig, out, "solve_time.png") + "\n")
+             "of the other size, and jointly).\n\n" + (save(fig, out, "solve_time.png") if draw else NO_PLOTS) + "\n")
     return text + md_table(pd.DataFrame(fits)) + "\n" + md_table(df, 40)
 
 
@@ -299,11 +298,14 @@ def section_quality(out: Path) -> str:
                            "within 1%": f"{100.0 * (pct <= 1.0).mean():.1f}%" if len(pct) else "",
                            "never worse than a baseline": bool(df["beats_baselines"].all())
                            if "beats_baselines" in df else ""}])
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(pct, bins=30)
-    ax.set(xlabel="gap of the search to the oracle (%)", ylabel="cases", title="search vs oracle")
-    text += f"From `{name}`.\n\n" + md_table(stats) + "\n" + save(fig, out, "quality_gap.png") + "\n"
+    if plots_on():
+        fig, ax = _plt().subplots(figsize=(6, 3.5))
+        ax.hist(pct, bins=30)
+        ax.set(xlabel="gap of the search to the oracle (%)", ylabel="slots (count)", title="search vs oracle")
+        png = save(fig, out, "quality_gap.png")
+    else:
+        png = NO_PLOTS
+    text += f"From `{name}`.\n\n" + md_table(stats) + "\n" + png + "\n"
     return text + md_table(df, 30)
 
 

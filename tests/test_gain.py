@@ -42,5 +42,12 @@ def test_per_instance_and_no_baseline_within_budget():
     t = add_gain_within_budget(pd.concat([a, b], ignore_index=True))
     assert t[t.instance == "a"].gain_within_budget_pct.notna().sum() == 3
     assert t[t.instance == "b"].gain_within_budget_pct.isna().all()
-    assert "no baseline meets" in within_budget_note(b)
+    assert "none given, as no baseline meets" in within_budget_note(b)
     assert meets_budgets(pd.DataFrame({"policy": ["ours"], "avg_batch_time_s": [1.0]})).all()
+
+
+def test_a_budget_the_instance_lacks_is_met_a_missing_figure_is_not():
+    t = pd.DataFrame({"policy": ["ours", "even-dp", "lb-bsp"], "avg_batch_time_s": [1.0, 2.0, 3.0],
+                      "money_limit": [1.0, 1.0, 1.0], "money_overshoot_pct": [0.0, 0.0, float("nan")],
+                      "energy_limit": [float("nan")] * 3, "energy_overshoot_pct": [float("nan")] * 3})
+    assert list(meets_budgets(t)) == [True, True, False]

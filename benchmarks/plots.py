@@ -1,0 +1,89 @@
+"""The benchmarks' own charts (bench_online, make_report): V sweep, long run, online against
+offline. The per-policy comparison and the V frontier are solver.cli.plots'. Every axis has
+its unit; synthetic instances are named by what they are."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from solver.cli.plots.common import integer_ticks, pyplot, save
+
+V_AXIS = "V (s of batch time per budget's worth of cost)"
+
+
+def instance_label(name: str) -> str:
+    """"random-7" -> "synthetic, seed 7"; "hetero-7" -> "K80/T4/V100/A100, seed 7"; else the name."""
+    m = re.fullmatch(r"(random|hetero)-(\d+)", str(name))
+    if not m:
+        return str(name)
+    return f"{'synthetic' if m.group(1) == 'random' else 'K80/T4/V100/A100'}, seed {m.group(2)}"
+
+
+def plot_v_sweep(table: pd.DataFrame, path: Path) -> Path:
+    """Average batch time (s) and each budget's use (average cost / limit, %) against V, one
+    line per instance (rows: instance, V, avg_batch_time_s, avg_<b>, <b>_limit)."""
+    plt = pyplot()
+    budgets = [c[: -len("_limit")] for c in table.columns if c.endswith("_limit")]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for k, (name, g) in enumerate(table.groupby("instance", sort=False)):
+        g = g.sort_values("V")
+        axes[0].plot(g.V, g.avg_batch_time_s, marker="o", color=f"C{k}", label=instance_label(name))
+        for b, ls in zip(budgets, ("-", "--", ":", "-.")):
+            if g[f"avg_{b}"].notna().any():
+                axes[1].plot(g.V, 100 * g[f"avg_{b}"] / g[f"{b}_limit"], marker=".", ls=ls, color=f"C{k}",
+                             label=f"{instance_label(name)}: {b}")
+    axes[0].set(xscale="log", xlabel=V_AXIS, ylabel="avg batch time (s)", title="batch time against V")
+    axes[1].axhline(100.0, color="k", ls="--", lw=1)
+    axes[1].set(xscale="log", xlabel=V_AXIS, ylabel="avg cost / limit (%)", title="budget use against V")
+    for a in axes:
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def plot_long_run(df: pd.DataFrame, budgets, V: float, path: Path) -> Path:
+    """Running average cost / limit (%) of each budget over a long run's slots."""
+    plt = pyplot()
+    fig, axes = plt.subplots(len(budgets), 1, figsize=(8, 2.6 * len(budgets)), squeeze=False, sharex=True)
+    for a, b in zip(axes[:, 0], budgets):
+        a.plot(df["slot"], 100 * df[f"cost_{b.name}"].expanding().mean() / b.limit, label="running average")
+        a.axhline(100.0, color="k", ls="--", lw=1, label="budget")
+        a.axhline(101.0, color="C3", ls=":", lw=1, label="+1%")
+        a.set(ylabel=f"{b.name}: avg cost\n/ limit (%)")
+        a.legend(fontsize=7)
+    axes[-1, 0].set_xlabel(f"slot (V = {V:g})")
+    integer_ticks(axes[-1, 0])
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def plot_online_vs_offline(df: pd.DataFrame, path: Path) -> Path:
+    """Online / offline average batch time per small instance, one bar per V, at the online
+    run's own budget use and at the limits (rows: instance, V, ratio_at_use, ratio_at_limit)."""
+    plt = pyplot()
+    ratios = [c for c in ("ratio_at_use", "ratio_at_limit") if c in df]
+    titles = {"ratio_at_use": "offline at the online run's budget use",
+              "ratio_at_limit": "offline at the budget limits"}
+    insts = list(dict.fromkeys(df.instance))
+    Vs = sorted(df.V.unique())
+    fig, axes = plt.subplots(1, len(ratios), figsize=(6.5 * len(ratios), 4), squeeze=False)
+    width = 0.8 / len(Vs)
+    cmap = plt.get_cmap("viridis")
+    for ax, col in zip(axes[0], ratios):
+        for k, V in enumerate(Vs):
+            g = df[df.V == V].set_index("instance").reindex(insts)
+            ax.bar(np.arange(len(insts)) + (k - (len(Vs) - 1) / 2) * width, g[col], width,
+                   color=cmap(k / max(len(Vs) - 1, 1)), label=f"V={V:g}")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(1.1, color="C3", ls="--", lw=0.8, label="+10%")
+        ax.set_xticks(range(len(insts)), [instance_label(i) for i in insts], rotation=25, ha="right", fontsize=8)
+        ax.set(ylabel="online / offline avg batch time (ratio)", title=titles[col])
+        lo = np.nanmin(df[col].to_numpy(float))
+        ax.set_ylim(min(0.95, lo - 0.02), None)
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return save(fig, path)
