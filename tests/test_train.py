@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,19 +32,21 @@ from solver.runtime.trainer import final_state, unsupported  # noqa: E402
 pytestmark = pytest.mark.torch
 MODEL = "solver.runtime.examples:mlp64"
 B, U, STEPS, PER_SLOT = 32, 4, 12, 4
+LIMIT = 1e-7  # USD per iteration
 
 
 def write_instance(folder: Path) -> Path:
-    """4 CPU processes as devices (kind T4, 2 GFLOP/s), 3 slots, a money budget, the mlp64 layer table."""
+    """4 CPU processes as devices of a declared kind "cpu" whose seconds the layer table holds
+    (profiled here), 3 slots, a money budget, the mlp64 layer table."""
     spec = mlp64()
     x = torch.stack([spec.data[i][0] for i in range(8)])
     wl = profile_module(copy.deepcopy(spec.model), x, "cpu", B, U, repeats=1)
     write_workload_csv(wl, folder / "mlp64.csv")
-    devs = "\n".join(f'[[devices]]\nname = "p{i}"\nkind = "T4"\nserver = "s0"\npeak_tflops = 0.004\n'
-                     for i in range(4))
+    devs = "\n".join(f'[[devices]]\nname = "p{i}"\nkind = "cpu"\nserver = "s0"\n' for i in range(4))
     (folder / "cpu4.toml").write_text(
         f'name = "cpu4"\nnum_slots = 3\n\n[workload]\nmodel = "mlp64.csv"\nbatch = {B}\nmicro_batch = {U}\n\n'
-        f'{devs}\n[[budgets]]\nkind = "money"\nlimit = 1e-6\n')
+        '[[kinds]]\nkind = "cpu"\npeak_tflops = 0.004\nmemory_gb = 4\nbusy_w = 15\nidle_w = 5\n'
+        f'price_per_hour = 0.01\n\n{devs}\n[[budgets]]\nkind = "money"\nlimit = {LIMIT}\n')
     return folder / "cpu4.toml"
 
 
@@ -95,10 +101,37 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
     q = 0.0
     for _, r in rows_a.iterrows():
         assert r["queue_money_before"] == pytest.approx(q)
-        q = max(q + r["cost_money"] / 1e-6 - 1.0, 0.0)
+        q = max(q + r["cost_money"] / LIMIT - 1.0, 0.0)
         assert r["queue_money_after"] == pytest.approx(q)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["slots"] == 3 and summary["restarts"] == 1
+
+
+def test_torchrun_two_nodes_bind_by_node_and_local_rank(tmp_path: Path) -> None:
+    """Two torchrun agents (nodes n0, n1) on loopback, c10d rendezvous: each process runs the
+    device the map gives its node and LOCAL_RANK, whatever global rank it joined as."""
+    inst = write_instance(tmp_path)
+    dmap = {"n0:0": "p2", "n0:1": "p0", "n1:0": "p3", "n1:1": "p1"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    def cmd(i: int) -> list[str]:  # n0 hosts the rendezvous store (no race on the port)
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=t",
+                f"--rdzv-conf=is_host={int(i == 0)},read_timeout=180", "-m", "solver", "train",
+                str(inst), "--model", MODEL, "--steps", "8", "--checkpoint-dir", str(tmp_path / "ck"),
+                "--iterations-per-slot", "4", "--device-map", ",".join(f"{k}={v}" for k, v in dmap.items())]
+    procs = [subprocess.Popen(cmd(i), env={**os.environ, "DYNPAR_NODE": f"n{i}"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    ranks = json.loads((tmp_path / "ck" / "ranks.json").read_text())
+    assert sorted(r["device"] for r in ranks) == ["p0", "p1", "p2", "p3"]
+    for r in ranks:
+        assert dmap[r["where"]] == r["device"]
+    ref, got = reference(8), final_state(tmp_path / "ck", 7)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
 
 
 def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:

@@ -52,8 +52,10 @@ def my_device(instance: Instance, device_map: dict[str, str], node: str, local_r
     return names[local_rank]
 
 
-def from_env(instance: Instance, device_map: str, node: str | None) -> str:
-    """my_device for a process torchrun started (LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE)."""
+def from_env(instance: Instance, device_map: str, node: str | None) -> tuple[str, str]:
+    """For a process torchrun started (LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE): its
+    device name (my_device) and where it runs, `NODE:LOCAL_RANK`."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
     single = os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE")) == os.environ.get("WORLD_SIZE")
-    return my_device(instance, parse_map(device_map), node_name(node), local, single)
+    name = node_name(node)
+    return my_device(instance, parse_map(device_map), name, local, single), f"{name}:{local}"

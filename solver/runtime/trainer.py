@@ -8,7 +8,8 @@ every rank migrates blocks and optimizer state to the new holders (runtime.repla
 trains the slot's iterations (GPipe per group over isend/recv, gradients all-reduced across
 groups: every iteration equals single-process full-batch training). At the slot's end the
 ranks report their measured stage compute and iteration seconds to rank 0, whose queues
-advance by the measured costs (the cost model's linear costs at the measured batch time:
+advance by the measured costs (the cost model's linear costs at the measured batch time plus
+the slot's measured migration or checkpoint-restore seconds over its iterations:
 cost.costs.cost_coeffs). Checkpoints (runtime.ckpt) every `checkpoint_every` iterations
 and after each re-plan; a restarted job resumes from the newest one and re-plans for the
 devices then present.
@@ -36,7 +37,8 @@ import torch.distributed as dist
 from ..cost import cost_coeffs, group_coeffs
 from ..model import Group, Instance, Plan, plan_from_dict, plan_to_dict
 from ..online.charge import charge_plan
-from ..online.controller import _row, rows_frame
+from ..model.plan import plan_to_json
+from ..online.controller import rows_frame
 from ..online.policies import make_policy
 from ..online.queues import initial_queues, update_queues
 from ..online.summary import summarise
@@ -141,22 +143,34 @@ class Controller:
         return d.plan
 
     def finish(self, measured: dict[str, Any]) -> dict:
-        """Close the pending slot with what the ranks measured; return its row."""
+        """Close the pending slot with what the ranks measured; return its row: the columns
+        of `dynpar run` (batch_time, migration_time, charged_time: predicted; cost_<budget>:
+        measured, predicted_cost_<budget>: the cost model's; queues) and the measured ones."""
         p = self.pending
         state, ch, plan = p["state"], p["charge"], p["plan"]
         n_it = self.cfg.iterations_per_slot
         t_meas = measured["batch_time"]
-        charged = t_meas + measured["migration_s"] / n_it
+        charged = t_meas + (measured["migration_s"] + measured["restore_s"]) / n_it
         co = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
         costs = tuple(float(c) for c in co.costs(charged, plan.shares))
         Qn = update_queues(self.queues, costs, self.limits)
-        row = _row(p["t"], self.policy.name, self.cfg.V, state, p["decision"], ch, self.queues, Qn,
-                   ch.objective(self.queues, self.cfg.V))
+        d = p["decision"]
+        row: dict[str, Any] = {"slot": p["t"], "policy": self.policy.name, "V": float(self.cfg.V),
+                               "plan": plan.summary(state), "plan_json": plan_to_json(plan),
+                               "n_groups": len(plan.groups), "n_devices": len(plan.devices),
+                               "batch_time": ch.batch_time, "migration_time": ch.migration_time,
+                               "charged_time": ch.charged_time, "measured_charged_time": charged}
         for k, b in enumerate(state.budgets):
-            row[f"predicted_cost_{b.name}"] = row[f"cost_{b.name}"]
             row[f"cost_{b.name}"] = costs[k]
+            row[f"predicted_cost_{b.name}"] = ch.costs[k]
+        for k, b in enumerate(state.budgets):
+            row[f"queue_{b.name}_before"] = float(self.queues[k])
+            row[f"queue_{b.name}_after"] = float(Qn[k])
+        row.update({"objective": ch.objective(self.queues, self.cfg.V), "solve_time": float(d.solve_time),
+                    "status": d.status, "message": d.message})
         pred = predicted_compute(plan, state)
         row.update({"measured_batch_time": t_meas, "measured_migration_time": measured["migration_s"],
+                    "measured_restore_time": measured["restore_s"],
                     "measured_iterations": measured["iterations"], "restarts": self.restarts,
                     "predicted_compute": json.dumps({str(d): v for d, v in pred.items()}),
                     "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
@@ -177,31 +191,35 @@ def _log(row: dict, instance: Instance) -> str:
     q = " ".join(f"Q_{b.name}={row[f'queue_{b.name}_after']:.3g}" for b in instance.budgets)
     c = " ".join(f"{b.name}={row[f'cost_{b.name}']:.3g}" for b in instance.budgets)
     return (f"slot {row['slot']}: {row['plan']} | predicted {row['batch_time']:.4g} s, measured "
-            f"{row['measured_batch_time']:.4g} s/iter, migration {row['measured_migration_time']:.3g} s | "
+            f"{row['measured_batch_time']:.4g} s/iter, migration {row['measured_migration_time']:.3g} s, "
+            f"restore {row['measured_restore_time']:.3g} s | "
             f"costs {c} | {q}")
 
 
 def train_worker(rank: int, world: int, init: str, instance: Instance, cfg: TrainConfig,
-                 devices: Sequence[int] | str) -> None:
+                 devices: Sequence[int] | tuple[str, str]) -> None:
     """One process's whole job. devices: the instance device index of each rank, or (under
-    torchrun) this process's own device index as resolved by runtime.binding, as a str
-    name; the ranks then all-gather their devices."""
+    torchrun) this process's own (device name, NODE:LOCAL_RANK) as resolved by
+    runtime.binding; the ranks then all-gather their devices."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=cfg.timeout_s))
     try:
-        if isinstance(devices, str):
-            devices = gather_devices(instance, devices, world)
-        _train(rank, instance, cfg, list(devices))
+        where = None
+        if isinstance(devices, tuple) and len(devices) == 2 and isinstance(devices[0], str):
+            devices, where = gather_devices(instance, devices, world)
+        _train(rank, instance, cfg, list(devices), where)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def gather_devices(instance: Instance, mine: str, world: int) -> list[int]:
-    """Every rank's device index (collective); one device run by two ranks is an error."""
-    names = [None] * world
-    dist.all_gather_object(names, mine)
+def gather_devices(instance: Instance, mine: tuple[str, str], world: int) -> tuple[list[int], list[str]]:
+    """Every rank's device index and NODE:LOCAL_RANK (collective); one device run by two
+    ranks is an error."""
+    got: list[Any] = [None] * world
+    dist.all_gather_object(got, mine)
+    names = [g[0] for g in got]
     index = {d.name: i for i, d in enumerate(instance.devices)}
     seen: dict[str, int] = {}
     for r, n in enumerate(names):
@@ -210,12 +228,13 @@ def gather_devices(instance: Instance, mine: str, world: int) -> list[int]:
         if n in seen:
             raise SpecError(f"device map: ranks {seen[n]} and {r} both bind to device {n!r}")
         seen[n] = r
-    return [index[n] for n in names]
+    return [index[n] for n in names], [g[1] for g in got]
 
 
-def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int]) -> None:
+def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], where: list[str] | None) -> None:
     wl = inst.workload
     spec = load_factory(cfg.model)
+    spec.make_optimizer([torch.nn.Parameter(torch.zeros(1))])  # lazy imports before any timing
     blocks = blocks_of(spec.model)
     L, B = len(blocks), wl.batch
     if L != wl.num_layers:
@@ -247,6 +266,11 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int]) -> N
     groups: dict[tuple[int, ...], Any] = {}
     fresh = True
     out = Path(cfg.out or cfg.checkpoint_dir)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ranks.json").write_text(json.dumps(
+            [{"rank": r, "device": inst.devices[d].name, **({"where": where[r]} if where else {})}
+             for r, d in enumerate(devices)], indent=1))
     while step < cfg.steps:
         t = step // cfg.iterations_per_slot
         slot_end = min((t + 1) * cfg.iterations_per_slot, cfg.steps)
@@ -264,6 +288,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int]) -> N
                     else {i: new_layer(blocks[i], torch.device("cpu"), spec.make_optimizer) for i in mine})
         else:
             held = migrate(rank, held, holders, new, templates, spec.make_optimizer, torch.device("cpu"))
+        restored = fresh
         replanned = holders is not None and new != holders
         holders = new
         dist.barrier()
@@ -303,10 +328,12 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int]) -> N
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
         report = [None] * dist.get_world_size()
-        dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig))
+        dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
-            measured = {"batch_time": _median(list(it)), "migration_s": max(r[4] for r in report),
+            moved = max(r[4] for r in report)
+            measured = {"batch_time": _median(list(it)), "migration_s": 0.0 if restored else moved,
+                        "restore_s": moved if restored else 0.0,
                         "iterations": len(it),
                         "compute": {r[0]: _median(r[3]) for r in report if r[1]}}
             print(_log(ctl.finish(measured), inst), flush=True)
