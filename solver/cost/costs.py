@@ -1,5 +1,8 @@
 """Per-iteration costs, linear in batch time and shares: c_k = R_k T + sum_g e_kg b_g + F_k.
 
+Money also pays egress where the state's network has prices: bytes per sample across priced
+pipeline boundaries go into e, the sync's bytes across priced ring edges into F.
+
 Units: USD for money budgets, joules for energy budgets; R per second, e per sample.
 """
 from __future__ import annotations
@@ -9,8 +12,10 @@ from typing import Sequence
 
 import numpy as np
 
+from ..model.network import egress_usd
 from ..model.state import SlotState
 from .pipeline import GroupCoeffs
+from .sync import buckets
 
 
 @dataclass(frozen=True)
@@ -26,13 +31,37 @@ class CostCoeffs:
         return self.R * batch_time + self.e @ np.asarray(shares, dtype=float) + self.F
 
 
+def _egress(state: SlotState, groups: Sequence[GroupCoeffs]) -> tuple[np.ndarray, float]:
+    """(USD per sample of each group, USD per iteration) of the bytes that cross a priced
+    boundary: each pipeline boundary carries its activation forward and its gradient back
+    (out_bytes per sample each way); each sync ring edge carries 2 (m-1)/m of its bucket."""
+    net = state.network
+    per_sample = np.zeros(len(groups))
+    for gi, g in enumerate(groups):
+        if len(g.devices) > 1:
+            d = np.asarray(g.devices, dtype=int)
+            o = state.workload.out_bytes[np.asarray(g.cuts[:-1], dtype=int) - 1]
+            per_sample[gi] = egress_usd(net, d[:-1], d[1:], o) + egress_usd(net, d[1:], d[:-1], o)
+    rings = buckets(state, [(g.devices, g.cuts) for g in groups])
+    fixed = 0.0
+    if rings is not None:
+        cols, nxt, nbytes = rings
+        m = len(groups)
+        fixed = egress_usd(net, cols.ravel(), nxt.ravel(),
+                           np.broadcast_to(2.0 * (m - 1) / m * nbytes, cols.shape).ravel())
+    return per_sample, fixed
+
+
 def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
     K, m = len(state.budgets), len(groups)
     R, e, F = np.zeros(K), np.zeros((K, m)), np.zeros(K)
     held = [d for g in groups for d in g.devices]
+    egress = _egress(state, groups) if state.network is not None and state.network.egress is not None else None
     for k, b in enumerate(state.budgets):
         if b.kind == "money":
             R[k] = float(sum(state.price[d] for d in held))
+            if egress is not None:
+                e[k], F[k] = egress
         elif b.kind == "energy":
             R[k] = float(sum(state.devices[d].idle_power_w for d in held))
             e[k] = [float(g.busy_j_per_sample.sum()) for g in groups]

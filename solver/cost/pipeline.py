@@ -15,13 +15,16 @@ from typing import Sequence
 import numpy as np
 
 from ..model.memory import SCHEDULES, share_cap
+from ..model.network import effective_bandwidth
 from ..model.state import SlotState
 
 
 def stage_times(state: SlotState, devices: Sequence[int], cuts: Sequence[int]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-sample forward seconds F_j, backward seconds G_j of each stage, and the
-    one-way boundary transfer seconds lambda_j (k-1 of them; latency spread over u)."""
+    one-way boundary transfer seconds lambda_j (k-1 of them; latency spread over u). With a
+    state.network, the boundaries of the group run at once: bandwidth at the micro-batch's
+    message size, and a server's NIC shared by its devices that send across servers."""
     d = np.asarray(devices, dtype=int)
     c = np.asarray(cuts, dtype=int)
     start = np.concatenate([[0], c[:-1]])
@@ -29,7 +32,10 @@ def stage_times(state: SlotState, devices: Sequence[int], cuts: Sequence[int]
     G = state.bwd_prefix[d, c] - state.bwd_prefix[d, start]
     if len(d) > 1:
         o = state.workload.out_bytes[c[:-1] - 1]
-        lam = o / state.bandwidth[d[:-1], d[1:]] + state.latency[d[:-1], d[1:]] / state.workload.micro_batch
+        u = state.workload.micro_batch
+        bw = state.bandwidth[d[:-1], d[1:]] if state.network is None else \
+            effective_bandwidth(state.network, state.bandwidth, d[:-1], d[1:], o * u)
+        lam = o / bw + state.latency[d[:-1], d[1:]] / u
     else:
         lam = np.zeros(0)
     return F, G, lam

@@ -5,6 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..model.network import effective_bandwidth
 from ..model.state import SlotState
 
 Structure = Sequence[tuple[Sequence[int], Sequence[int]]]
@@ -20,6 +21,27 @@ def holders(devices: Sequence[int], cuts: Sequence[int], num_layers: int) -> np.
     return out
 
 
+def buckets(state: SlotState, structure: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The sync's rings: (cols, nxt, nbytes) with cols[g, b] the device of group g holding
+    bucket b, nxt[g, b] its ring successor (the holder in group g+1, cyclically) and nbytes[b]
+    the bucket's parameter bytes; None for one group or no parameter bytes."""
+    m = len(structure)
+    if m <= 1:
+        return None
+    pp = state.param_prefix
+    cut_all = np.array(sorted({int(x) for _, c in structure for x in c}), dtype=int)
+    starts = np.concatenate([[0], cut_all[:-1]])
+    nbytes = pp[cut_all] - pp[starts]
+    keep = nbytes > 0
+    if not keep.any():
+        return None
+    starts, nbytes = starts[keep], nbytes[keep]
+    cols = np.empty((m, len(starts)), dtype=int)
+    for gi, (d, c) in enumerate(structure):
+        cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
+    return cols, np.concatenate((cols[1:], cols[:1])), nbytes
+
+
 def sync_time(state: SlotState, structure: Structure) -> float:
     """Seconds of the cross-group gradient all-reduce (bucketed rings), 0 for one group.
 
@@ -27,24 +49,20 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     those devices in group order: 2(m-1)/m * bytes / slowest ring link + 2(m-1) * largest
     ring latency. The result is the largest per-device sum of buckets. Every device holds one
     contiguous layer range of its group, so the buckets are the segments between the union
-    of all groups' cut points (segments without parameter bytes cost nothing).
+    of all groups' cut points (segments without parameter bytes cost nothing). With a
+    state.network, every bucket's ring runs at once: the bandwidth at the bucket's size, and a
+    server's NIC shared by its distinct devices with a ring edge to another server.
     """
+    rings = buckets(state, structure)
+    if rings is None:
+        return 0.0
+    cols, nxt, nbytes = rings
     m = len(structure)
-    if m <= 1:
-        return 0.0
-    pp = state.param_prefix
-    cut_all = np.array(sorted({int(x) for _, c in structure for x in c}), dtype=int)
-    starts = np.concatenate([[0], cut_all[:-1]])
-    nbytes = pp[cut_all] - pp[starts]
-    keep = nbytes > 0
-    if not keep.any():
-        return 0.0
-    starts, nbytes = starts[keep], nbytes[keep]
-    cols = np.empty((m, len(starts)), dtype=int)
-    for gi, (d, c) in enumerate(structure):
-        cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
-    nxt = np.concatenate((cols[1:], cols[:1]))
-    bw = state.bandwidth[cols, nxt].min(axis=0)
+    if state.network is None:
+        bw = state.bandwidth[cols, nxt].min(axis=0)
+    else:
+        bw = effective_bandwidth(state.network, state.bandwidth, cols.ravel(), nxt.ravel(),
+                                 np.broadcast_to(nbytes, cols.shape).ravel()).reshape(cols.shape).min(axis=0)
     lat = state.latency[cols, nxt].max(axis=0)
     cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
     per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)

@@ -15,7 +15,7 @@ Format (units in the key names; paths are relative to the instance file):
 
     [[devices]]                    # one table per device, names unique
     name = "v100-0"
-    kind = "V100-SXM2-16GB"        # a kind (or alias) of models/hardware.csv
+    kind = "V100-SXM2-16GB"        # a kind (or alias) of models/hardware.csv, or of [[kinds]]
     server = "s0"                  # optional (default: its own server)
     efficiency = 0.5               # optional, in (0, 1]: sustained fraction of peak FLOP/s
     # optional overrides of the hardware table: peak_tflops, memory_gb, busy_w, idle_w,
@@ -44,6 +44,10 @@ Format (units in the key names; paths are relative to the instance file):
                                       # speed_factor and price_per_hour columns may be omitted
     links = "default_links.csv"       # columns slot, a, b, gbps; every listed pair in every slot
 
+Optional cluster sections, [[kinds]] (device kinds besides the packaged table), [[servers]]
+(NIC bandwidth shared by a server's devices, zone), [[egress]] (USD per GB between zones) and
+bandwidth fits by message size, are documented in solver.io.cluster.
+
 `name` (and the file's stem when `name` is absent) becomes a folder of the results
 (results/<name>/...), so it must be one plain path component: letters, digits and `._+-`,
 starting with a letter or digit (so never "..", "/" or "\\"). Every number must lie in its
@@ -67,8 +71,10 @@ import numpy as np
 from ..errors import InstanceError
 from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
 from . import ranges as R
+from .cluster import (FIT_KEYS, check_gpus_per_node, check_measured_kinds, cluster_lines, declared_kinds, kind_spec,
+                      link_fit, network_facts)
 from .data import packaged_models
-from .hardware import GpuSpec, hardware_spec, load_hardware
+from .hardware import GpuSpec, load_hardware
 from .text import read_text
 from .workloads import MODELS_DIR, read_workload_csv
 
@@ -78,10 +84,11 @@ GBIT = 1e9 / 8
 NETWORK_DEFAULTS = {"intra_server_gbps": 100.0, "inter_server_gbps": 10.0,
                     "intra_server_latency_ms": 0.005, "inter_server_latency_ms": 0.1}
 DEFAULT_EFFICIENCY = 0.5
-_TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces"}
+_TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces",
+        "kinds", "servers", "egress"}
 _WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes"}
 _DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour"}
-_LINK = {"a", "b", "gbps", "latency_ms"}
+_LINK = {"a", "b", "gbps", "latency_ms", "fit"}
 _BUDGET = {"name", "kind", "limit", "device"}
 _TRACES = {"devices", "links"}
 NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -186,7 +193,7 @@ def _workload(f: _File, doc: dict) -> Workload:
     return read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
 
 
-def _devices(f: _File, doc: dict) -> tuple[tuple[Device, ...], np.ndarray, list[str]]:
+def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], np.ndarray, list[str]]:
     table = load_hardware()
     rows = f.tables(doc, "devices", _DEVICE)
     if not rows:
@@ -199,10 +206,7 @@ def _devices(f: _File, doc: dict) -> tuple[tuple[Device, ...], np.ndarray, list[
             raise f.error(f"{at}.name", "duplicate device name", name)
         seen.add(name)
         kind = f.string(d, "kind", f"{at}.kind")
-        try:
-            spec: GpuSpec = hardware_spec(kind, table)
-        except KeyError:
-            raise f.error(f"{at}.kind", f"unknown hardware kind; known: {', '.join(sorted(table))}", kind) from None
+        spec: GpuSpec = kind_spec(f, kind, f"{at}.kind", declared, table)
         peak = f.number(d, "peak_tflops", f"{at}.peak_tflops", spec.peak_flops / 1e12, rng=R.PEAK_TFLOPS) * 1e12
         mem = f.number(d, "memory_gb", f"{at}.memory_gb", spec.memory_bytes / 1e9, rng=R.MEMORY_GB) * 1e9
         busy = f.number(d, "busy_w", f"{at}.busy_w", spec.busy_w, rng=R.POWER_W)
@@ -218,7 +222,7 @@ def _devices(f: _File, doc: dict) -> tuple[tuple[Device, ...], np.ndarray, list[
 
 def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]]."""
-    net = f.table(doc, "network", set(NETWORK_DEFAULTS))
+    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS))
     v = {k: f.number(net, k, f"network.{k}", dflt, rng=R.GBPS if k.endswith("gbps") else R.LATENCY_MS)
          for k, dflt in NETWORK_DEFAULTS.items()}
     same = np.array([[a == b for b in servers] for a in servers])
@@ -392,9 +396,13 @@ def load_instance(path: str | Path) -> Instance:
                       "letter or digit (it names the results folder)", name)
     S = int(f.number(doc, "num_slots", "num_slots", integer=True, rng=R.SLOTS))
     workload = _workload(f, doc)
-    devices, eff, servers = _devices(f, doc)
+    declared = declared_kinds(f, doc)
+    check_measured_kinds(f, workload, declared, load_hardware())
+    devices, eff, servers = _devices(f, doc, declared)
     names = [d.name for d in devices]
+    check_gpus_per_node(f, [d.kind for d in devices], servers, declared)
     bw, lat = _network(f, doc, names, servers)
+    network = network_facts(f, doc, servers, f.tables(doc, "links", _LINK), {n: i for i, n in enumerate(names)})
     budgets = _budgets(f, doc, names)
     traces = f.table(doc, "traces", _TRACES)
     n = len(devices)
@@ -407,7 +415,7 @@ def load_instance(path: str | Path) -> Instance:
         bws = _link_trace(f, f.string(traces, "links", "traces.links"), devices, bw, S)
     else:
         bws = np.repeat(bw[None], S, axis=0)
-    return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path))
+    return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network)
 
 
 def _toml_value(v: Any) -> str:
@@ -437,8 +445,11 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
              f"input_bytes = {_toml_value(wl.input_bytes)}", "",
              "[traces]", f"devices = {_toml_value(stem + '_devices.csv')}",
              f"links = {_toml_value(stem + '_links.csv')}", ""]
-    for d, e in zip(instance.devices, instance.efficiency):
+    net = instance.network
+    lines += cluster_lines(instance.devices, net, load_hardware())
+    for i, (d, e) in enumerate(zip(instance.devices, instance.efficiency)):
         lines += ["[[devices]]", f"name = {_toml_value(d.name)}", f"kind = {_toml_value(d.kind)}",
+                  *([f"server = {_toml_value(net.server_names[net.server[i]])}"] if net is not None else []),
                   f"efficiency = {_toml_value(e)}", f"peak_tflops = {_toml_value(d.peak_flops / 1e12)}",
                   f"memory_gb = {_toml_value(d.memory_bytes / 1e9)}", f"busy_w = {_toml_value(d.busy_power_w)}",
                   f"idle_w = {_toml_value(d.idle_power_w)}", f"price_per_hour = {_toml_value(d.price_per_s * 3600)}", ""]
@@ -447,7 +458,7 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
         for j in range(i + 1, n):
             lines += ["[[links]]", f"a = {_toml_value(instance.devices[i].name)}",
                       f"b = {_toml_value(instance.devices[j].name)}",
-                      f"latency_ms = {_toml_value(instance.latency[i, j] * 1000)}", ""]
+                      f"latency_ms = {_toml_value(instance.latency[i, j] * 1000)}", *link_fit(net, i, j), ""]
     for b in instance.budgets:
         lines += ["[[budgets]]", f"name = {_toml_value(b.name)}", f"kind = {_toml_value(b.kind)}",
                   f"limit = {_toml_value(b.limit)}"] + ([f"device = {_toml_value(b.device)}"] if b.device else []) + [""]

@@ -11,7 +11,18 @@ from functools import cached_property
 import numpy as np
 
 from .cluster import Budget, Device
+from .network import Network
 from .workload import Workload
+
+
+def measurement_notes(devices, workload: Workload) -> tuple[str, ...]:
+    """One note per device kind without measured times in a workload that has some: its
+    per-layer times are FLOP estimates (FLOPs / sustained FLOP/s)."""
+    if not workload.measured:
+        return ()
+    missing = sorted({d.kind for d in devices} - set(workload.measured))
+    return tuple(f"kind {k}: layer table {workload.name!r} has no measured times for it (measured: "
+                 f"{', '.join(sorted(workload.measured))}); its times are FLOP estimates" for k in missing)
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,7 +32,8 @@ class SlotState:
     available[i]: device i may be used; speed[i]: effective FLOP/s (peak times
     efficiency times this slot's speed factor); speed_factor[i]: the slot's factor
     alone (divides measured per-layer times); price[i]: USD per second held;
-    bandwidth[i, j]: bytes/s from i to j (inf on the diagonal); latency[i, j]: seconds.
+    bandwidth[i, j]: bytes/s from i to j (inf on the diagonal); latency[i, j]: seconds;
+    network: servers' shared NICs, bandwidth fits and egress prices (model.network), or None.
     """
 
     t: int
@@ -34,10 +46,17 @@ class SlotState:
     price: np.ndarray
     bandwidth: np.ndarray
     latency: np.ndarray
+    network: Network | None = None
 
     @property
     def n(self) -> int:
         return len(self.devices)
+
+    @cached_property
+    def notes(self) -> tuple[str, ...]:
+        """What the user should know about this slot's figures (measurement_notes)."""
+        avail = [d for d, a in zip(self.devices, self.available) if a]
+        return measurement_notes(avail, self.workload)
 
     @property
     def available_indices(self) -> tuple[int, ...]:
@@ -122,6 +141,12 @@ class Instance:
     bandwidth: np.ndarray
     latency: np.ndarray
     source: str | None = None
+    network: Network | None = None
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """measurement_notes of all the instance's devices."""
+        return measurement_notes(self.devices, self.workload)
 
     @property
     def num_slots(self) -> int:
@@ -144,7 +169,7 @@ class Instance:
                          np.asarray(self.available[t], dtype=bool),
                          peak * self.efficiency * self.speed_factor[t],
                          np.asarray(self.speed_factor[t], dtype=float),
-                         np.asarray(self.price[t], dtype=float), bw, lat)
+                         np.asarray(self.price[t], dtype=float), bw, lat, self.network)
 
     def states(self):
         return (self.state(t) for t in range(self.num_slots))

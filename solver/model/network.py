@@ -1,0 +1,95 @@
+"""Network facts beyond the per-pair bandwidth matrix: servers and their shared NICs,
+message-size-dependent bandwidth fits and egress prices (all optional; an instance without
+them has `network=None` and every time and cost is what it was before they existed).
+
+Units: bytes, bytes/s, seconds, USD per byte.
+
+- **Servers and NICs.** Each device sits in one server; `nic[s]` is the bytes/s of server s's
+  network card in each direction (full duplex; inf where none was declared). Traffic between
+  two devices of different servers leaves through the sender's NIC and enters through the
+  receiver's. When c devices of one server send across servers at once, each gets at most
+  nic / c (and likewise for c receivers), besides its own link's bandwidth.
+- **Bandwidth fits** (Sailor's form): for a pair with a fit (a, b, c), the bandwidth of a
+  message of m bytes is `(a x^2 + b x + c) * 1e9` bytes/s with `x = log2(m / 1e6)`, capped at
+  the pair's bandwidth (the instance's gbps or its trace) and floored at FIT_FLOOR x that cap
+  (the quadratic falls to 0 and below far outside the message sizes it was fitted on).
+- **Egress prices**: USD per byte sent from device i to device j (0 inside a zone).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FIT_FLOOR = 0.01
+"""A fitted bandwidth is never taken below this fraction of the pair's cap."""
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """server: (n,) int, the server index of each device; server_names: one per index;
+    nic: (servers,) bytes/s per direction (inf: not declared); fit: (n, n, 3) coefficients
+    (a, b, c) of the bandwidth fit in GB/s, NaN where a pair has none, or None; egress: (n, n)
+    USD per byte sent from i to j, or None; zones: the zone of each server (None: none given)."""
+
+    server: np.ndarray
+    server_names: tuple[str, ...]
+    nic: np.ndarray
+    fit: np.ndarray | None = None
+    egress: np.ndarray | None = None
+    zones: tuple[str | None, ...] = ()
+
+    @property
+    def shares_nics(self) -> bool:
+        """True when some server declares a finite NIC bandwidth."""
+        return bool(np.isfinite(self.nic).any())
+
+
+def fitted_bandwidth(fit: np.ndarray, cap: np.ndarray, message_bytes: np.ndarray) -> np.ndarray:
+    """Bytes/s of messages of `message_bytes` under fits (..., 3) with caps (...) in bytes/s;
+    entries whose fit is NaN get their cap."""
+    fit = np.asarray(fit, dtype=float)
+    cap = np.asarray(cap, dtype=float)
+    m = np.maximum(np.asarray(message_bytes, dtype=float), 1.0)
+    x = np.log2(m / 1e6)
+    bw = (fit[..., 0] * x * x + fit[..., 1] * x + fit[..., 2]) * 1e9
+    out = np.clip(bw, FIT_FLOOR * cap, cap)
+    return np.where(np.isnan(fit[..., 0]), cap, out)
+
+
+def effective_bandwidth(network: Network | None, bandwidth: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                        message_bytes: np.ndarray) -> np.ndarray:
+    """Bytes/s of transfers src[k] -> dst[k] of message_bytes[k] bytes that all run at once:
+    the pair's bandwidth (at that message size where a fit is given), and, for transfers
+    between servers, at most the sender's NIC over the number of distinct devices of its
+    server sending across servers in this set (likewise for receivers)."""
+    src = np.asarray(src, dtype=int)
+    dst = np.asarray(dst, dtype=int)
+    bw = np.asarray(bandwidth[src, dst], dtype=float)
+    if network is None or len(src) == 0:
+        return bw
+    if network.fit is not None:
+        bw = fitted_bandwidth(network.fit[src, dst], bw, np.broadcast_to(message_bytes, bw.shape))
+    if network.shares_nics:
+        s_src, s_dst = network.server[src], network.server[dst]
+        cross = s_src != s_dst
+        if cross.any():
+            n_out = _distinct_per_server(src[cross], s_src[cross], len(network.nic))
+            n_in = _distinct_per_server(dst[cross], s_dst[cross], len(network.nic))
+            lim = np.minimum(network.nic[s_src] / np.maximum(n_out[s_src], 1),
+                             network.nic[s_dst] / np.maximum(n_in[s_dst], 1))
+            bw = np.where(cross, np.minimum(bw, lim), bw)
+    return bw
+
+
+def _distinct_per_server(devices: np.ndarray, servers: np.ndarray, num_servers: int) -> np.ndarray:
+    """(servers,) how many distinct devices of each server appear in `devices`."""
+    pairs = np.unique(np.stack([servers, devices]), axis=1)
+    return np.bincount(pairs[0], minlength=num_servers)
+
+
+def egress_usd(network: Network | None, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> float:
+    """USD of sending nbytes[k] from src[k] to dst[k] (0 without egress prices)."""
+    if network is None or network.egress is None or len(src) == 0:
+        return 0.0
+    return float(np.sum(network.egress[np.asarray(src, dtype=int), np.asarray(dst, dtype=int)] * nbytes))
