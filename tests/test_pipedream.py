@@ -82,7 +82,8 @@ def test_branchy_graph_cut_bytes(tmp_path):
     wl = import_profile(path, minibatch=4, kind="T4", efficiency=0.5)
     assert wl.batch == 4 and wl.input_bytes == 300.0
     assert list(wl.out_bytes) == [300.0, 330.0, 405.0, 310.0, 1.0]
-    assert list(wl.stash_bytes) == [300.0, (120 + 1200) / 4, (300 + 120) / 4, (40 + 120 + 300) / 4, (4 + 1200 + 40) / 4]
+    # each node keeps its inputs (its predecessors' outputs), every tensor once per consumer
+    assert list(wl.stash_bytes) == [0.0, 1200 / 4, 120 / 4, (120 + 300) / 4, (1200 + 40) / 4]
     fwd, bwd = wl.measured["T4"]
     assert fwd == (0.0, 1e-3, 0.5e-3, 0.25e-3, 0.25e-3) and bwd[1] == 2e-3
     assert wl.fwd_flops[1] == pytest.approx(1e-3 * 8.14e12 * 0.5)
@@ -123,3 +124,31 @@ def test_cycle_and_unknown_minibatch(tmp_path):
         import_profile(path)
     with pytest.raises(InstanceError, match="cycle"):
         import_profile(path, minibatch=2)
+
+
+def test_chain_counts_each_tensor_once(shared_data):
+    """VGG-16 is nearly a chain: the whole model's stash is every node's output once per consumer
+    (the last node's output has none), not also once more for the node itself."""
+    path = shared_data / "profiles" / "pipedream" / "vgg16" / "graph.txt"
+    graph = parse_profile(path)
+    wl = import_profile(path)
+    consumers = {n: sum(a == n for a, _ in graph.edges) for n in graph.nodes}
+    assert sum(consumers.values()) <= len(graph.nodes)      # at most one branch
+    outputs = sum(graph.nodes[n].activation_bytes * c for n, c in consumers.items()) / wl.batch
+    assert wl.stash_bytes.sum() == pytest.approx(outputs, rel=1e-12)
+    old = outputs + sum(graph.nodes[n].activation_bytes for n in graph.nodes) / wl.batch
+    assert old / wl.stash_bytes.sum() > 1.9                  # the old double count
+
+
+def test_supplied_saved_bytes_and_notes(tmp_path):
+    path = tmp_path / "g" / "graph.txt"
+    path.parent.mkdir()
+    path.write_text(BRANCHY)
+    wl = import_profile(path, minibatch=4, saved_bytes=[0, 10, 20, 30, 40])
+    assert list(wl.stash_bytes) == [0.0, 10.0, 20.0, 30.0, 40.0]
+    with pytest.raises(InstanceError, match="saved_bytes"):
+        import_profile(path, minibatch=4, saved_bytes=[1.0, 2.0])
+    out = profile_to_csv(path, tmp_path / "g.csv", minibatch=4)
+    assert "cannot know what a node saves" in out.read_text()
+    out = profile_to_csv(path, tmp_path / "h.csv", minibatch=4, saved_bytes=[0, 10, 20, 30, 40])
+    assert "supplied by the user" in out.read_text()

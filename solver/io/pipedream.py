@@ -13,7 +13,13 @@ nodes (deterministic). In the resulting table, per sample:
   so devices of other kinds get a FLOP-based estimate;
 - out_bytes after position k = bytes crossing a cut after k: the sum of A / minibatch over every
   node at or before k with a successor after k (for the last position: its own output);
-- stash_bytes = the node's output plus its inputs (its predecessors' outputs);
+- stash_bytes = the node's inputs (its predecessors' outputs, A / minibatch each): what a
+  convolution, linear or activation layer keeps for its backward pass, and the tensor a stage
+  receives. Each tensor is counted once per consumer (an earlier version also added the node's
+  own output, counting every tensor of a chain twice). A graph profile records only the tensors
+  that cross node boundaries, not what a node saves inside itself (a fused conv-bn-relu's
+  intermediate outputs): `saved_bytes=` supplies measured or computed figures per layer instead,
+  and the table's notes say which was used;
 - param_bytes = P.
 The profiled minibatch is read from the Input node (A = batch * 3*224*224*4), else from the
 known profiler settings per model (gnmt: 64), else must be given.
@@ -24,6 +30,7 @@ import heapq
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import InstanceError
 from ..model import Layer, Workload
@@ -162,10 +169,13 @@ def profiled_minibatch(graph: ProfileGraph, path: Path) -> int:
 
 def import_profile(path: str | Path, kind: str = DEFAULT_KIND, minibatch: int | None = None,
                    efficiency: float = 0.5, batch: int | None = None, micro_batch: int | None = None,
-                   opt_factor: float = 4.0, name: str | None = None) -> Workload:
+                   opt_factor: float = 4.0, name: str | None = None,
+                   saved_bytes: Sequence[float] | None = None) -> Workload:
     """A PipeDream graph.txt as a Workload (per-sample figures, measured seconds under `kind`).
 
-    batch defaults to the profiled minibatch, micro_batch to the largest of 8, 4, 2, 1 dividing it."""
+    batch defaults to the profiled minibatch, micro_batch to the largest of 8, 4, 2, 1 dividing it.
+    saved_bytes: bytes per sample each layer (in the imported order) keeps for its backward pass,
+    replacing the boundary-tensor estimate (module doc)."""
     path = Path(path)
     graph = parse_profile(path)
     try:
@@ -183,12 +193,18 @@ def import_profile(path: str | Path, kind: str = DEFAULT_KIND, minibatch: int | 
     preds: dict[str, list[str]] = {n: [] for n in graph.nodes}
     for a, b in graph.edges:
         preds[b].append(a)
+    if saved_bytes is not None:
+        saved_bytes = [float(x) for x in saved_bytes]
+        if len(saved_bytes) != len(order) or any(not (x >= 0) or x == float("inf") for x in saved_bytes):
+            raise InstanceError(f"{path}: saved_bytes: expected {len(order)} finite bytes >= 0 per sample "
+                                f"(one per node), got {len(saved_bytes)} values")
     sustained = spec.peak_flops * efficiency
     layers, fwd_s, bwd_s = [], [], []
-    for n, cross in zip(order, crossing):
+    for i, (n, cross) in enumerate(zip(order, crossing)):
         node = graph.nodes[n]
         f, b = node.fwd_ms / 1000.0 / mb, node.bwd_ms / 1000.0 / mb
-        stash = (node.activation_bytes + sum(graph.nodes[p].activation_bytes for p in preds[n])) / mb
+        stash = (sum(graph.nodes[p].activation_bytes for p in preds[n]) / mb if saved_bytes is None
+                 else saved_bytes[i])
         layers.append(Layer(f"{n} {node.description}"[:120], f * sustained, b * sustained, cross / mb,
                             stash, node.param_bytes))
         fwd_s.append(f)
@@ -200,7 +216,16 @@ def import_profile(path: str | Path, kind: str = DEFAULT_KIND, minibatch: int | 
                     sum(i.activation_bytes for i in inputs) / mb, {spec.kind: (tuple(fwd_s), tuple(bwd_s))})
 
 
+BOUNDARY_NOTE = ("stash_bytes: the tensors each node receives (boundary tensors from the profile graph, once per "
+                 "consumer); the graph cannot know what a node saves inside itself, so these may be low for fused "
+                 "nodes: pass saved_bytes= to import_profile to supply measured or computed figures")
+SUPPLIED_NOTE = "stash_bytes: supplied by the user (saved_bytes=), not from the profile graph"
+
+
 def profile_to_csv(path: str | Path, out: str | Path, **kwargs) -> Path:
-    """Import a graph.txt (keyword arguments as import_profile) and write it as a layer-table CSV."""
+    """Import a graph.txt (keyword arguments as import_profile) and write it as a layer-table CSV
+    whose notes say where its stash_bytes come from."""
     wl = import_profile(path, **kwargs)
-    return write_workload_csv(wl, out, f"dynpar layer table {wl.name}: imported from PipeDream profile {Path(path).name}")
+    note = BOUNDARY_NOTE if kwargs.get("saved_bytes") is None else SUPPLIED_NOTE
+    return write_workload_csv(wl, out, f"dynpar layer table {wl.name}: imported from PipeDream profile "
+                                       f"{Path(path).name}\n{note}")

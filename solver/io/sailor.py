@@ -1,0 +1,115 @@
+"""Read the Sailor planner's measured LLM profiles (../shared/data/profiles/sailor) as workloads.
+
+`llm_info.json` gives, per model, tensor-parallel degree and layer: parameter bytes, the bytes
+sent to the next stage (`act_output_bytes`) and the activation bytes the layer keeps for its
+backward pass (`act_mem_bytes`), both per sample (one sequence). `profiles/<model>/<gpu>/
+profile.json` gives seconds per micro-batch {mbs: {tp: {layer: [fwd, bwd, optimizer step]}}}.
+The figures are used as recorded: out_bytes = act_output_bytes, stash_bytes = act_mem_bytes,
+param_bytes = params_bytes; the input bytes are layer 0's act_input_bytes.
+
+Measured seconds become per-sample seconds (divided by the micro-batch size) under the device
+kind of the hardware table (`SAILOR_KINDS`); FLOPs are those seconds on the reference kind times
+its sustained FP32 FLOP/s (peak times `efficiency`), an estimate for kinds without measurements.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InstanceError
+from ..model import Layer, Workload
+from .hardware import hardware_spec
+
+SAILOR_KINDS = {"A100-40": "A100-SXM4-40GB", "A100-80": "A100-SXM4-80GB", "V100-16": "V100-SXM2-16GB",
+                "GH-96": "GH-96"}
+"""Sailor's GPU names -> this package's hardware kinds (GH-96, a GH200 96 GB, has no row)."""
+
+
+@dataclass(frozen=True)
+class SailorProfile:
+    """One model at one tensor-parallel degree. Bytes per sample; seconds per micro-batch.
+
+    times[kind][mbs] = (forward s, backward s, optimizer-step s) per layer, for a micro-batch of
+    mbs samples; kinds are hardware kinds (SAILOR_KINDS). notes: what was left out and why (a
+    GPU's profile whose layers do not match llm_info.json is skipped, not guessed)."""
+
+    model: str
+    tp: int
+    names: tuple[str, ...]
+    param_bytes: tuple[float, ...]
+    out_bytes: tuple[float, ...]
+    saved_bytes: tuple[float, ...]
+    input_bytes: float
+    times: dict[str, dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]]]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.names)
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InstanceError(f"{path}: not found") from None
+    except json.JSONDecodeError as e:
+        raise InstanceError(f"{path}: not valid JSON: {e}") from None
+
+
+def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProfile:
+    """The profile of `model` at tensor-parallel degree `tp` from Sailor's folder `root`."""
+    root = Path(root)
+    info = _load(root / "llm_info.json")
+    if model not in info:
+        raise InstanceError(f"{root / 'llm_info.json'}: model: expected one of {sorted(info)}, got {model!r}")
+    by_tp = info[model]
+    if str(tp) not in by_tp:
+        raise InstanceError(f"{root / 'llm_info.json'}: {model}: tp: expected one of {sorted(by_tp, key=int)}, got {tp}")
+    rows = by_tp[str(tp)]
+    idx = sorted(rows, key=int)
+    if [int(i) for i in idx] != list(range(len(idx))):
+        raise InstanceError(f"{root / 'llm_info.json'}: {model} tp {tp}: layers are not 0..{len(idx) - 1}")
+    L = len(idx)
+    names = tuple("embedding" if i == 0 else "head" if i == L - 1 else f"block{i - 1}" for i in range(L))
+    times: dict[str, dict[int, tuple]] = {}
+    notes: list[str] = []
+    folder = root / "profiles" / model
+    for gpu_dir in sorted(p for p in folder.glob("*") if p.is_dir()) if folder.is_dir() else []:
+        prof = _load(gpu_dir / "profile.json")
+        kind = SAILOR_KINDS.get(gpu_dir.name, gpu_dir.name)
+        for mbs, per_tp in prof.items():
+            layers = per_tp.get(str(tp))
+            if layers is None:
+                continue
+            if sorted(layers, key=int) != idx:
+                notes.append(f"{gpu_dir / 'profile.json'}: mbs {mbs} tp {tp}: {len(layers)} layers, llm_info.json "
+                             f"has {L}: skipped")
+                continue
+            cols = [tuple(float(layers[i][c]) for i in idx) for c in range(3)]
+            times.setdefault(kind, {})[int(mbs)] = (cols[0], cols[1], cols[2])
+    return SailorProfile(model, int(tp), names, tuple(float(rows[i]["params_bytes"]) for i in idx),
+                         tuple(float(rows[i]["act_output_bytes"]) for i in idx),
+                         tuple(float(rows[i]["act_mem_bytes"]) for i in idx),
+                         float(rows[idx[0]]["act_input_bytes"]), times, tuple(notes))
+
+
+def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_factor: float = 4.0,
+                    reference: str = "A100-SXM4-40GB", efficiency: float = 0.5) -> Workload:
+    """A Workload from a profile at micro-batch size `micro_batch`: measured per-sample seconds
+    for every kind timed at that size, FLOPs from the reference kind (module doc)."""
+    if batch < 1 or micro_batch < 1 or batch % micro_batch:
+        raise InstanceError(f"sailor {profile.model}: batch {batch} must be a positive multiple of "
+                            f"micro_batch {micro_batch}")
+    measured = {kind: (tuple(f / micro_batch for f in t[0]), tuple(b / micro_batch for b in t[1]))
+                for kind, by_mbs in profile.times.items() if (t := by_mbs.get(micro_batch)) is not None}
+    if reference not in measured:
+        raise InstanceError(f"sailor {profile.model}: reference kind {reference!r} has no times at micro-batch "
+                            f"{micro_batch}; timed: {sorted(measured)}")
+    sustained = hardware_spec(reference).peak_flops * efficiency
+    fw, bw = measured[reference]
+    layers = tuple(Layer(n, f * sustained, b * sustained, o, h, p) for n, f, b, o, h, p in
+                   zip(profile.names, fw, bw, profile.out_bytes, profile.saved_bytes, profile.param_bytes))
+    return Workload(f"{profile.model}-tp{profile.tp}", layers, int(batch), int(micro_batch), float(opt_factor),
+                    profile.input_bytes, measured)
