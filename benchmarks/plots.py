@@ -3,23 +3,14 @@ offline. The per-policy comparison and the V frontier are solver.cli.plots'. Eve
 its unit; synthetic instances are named by what they are."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from solver.cli.plots.common import integer_ticks, pyplot, save
+from solver.cli.plots.common import instance_label, integer_ticks, pyplot, save
 
 V_AXIS = "V (s of batch time per budget's worth of cost)"
-
-
-def instance_label(name: str) -> str:
-    """"random-7" -> "synthetic, seed 7"; "hetero-7" -> "K80/T4/V100/A100, seed 7"; else the name."""
-    m = re.fullmatch(r"(random|hetero)-(\d+)", str(name))
-    if not m:
-        return str(name)
-    return f"{'synthetic' if m.group(1) == 'random' else 'K80/T4/V100/A100'}, seed {m.group(2)}"
 
 
 def plot_v_sweep(table: pd.DataFrame, path: Path) -> Path:

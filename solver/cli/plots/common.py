@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 STRAGGLER_FACTOR = 0.8
@@ -60,3 +61,12 @@ def save(fig, path: Path) -> Path:
 def budget_unit(kind: str) -> str:
     """Unit of a budget's cost per iteration: "USD" for money, "J" for (device) energy."""
     return "USD" if kind == "money" else "J"
+
+
+def instance_label(name: str) -> str:
+    """What a synthetic instance is: "random-7" -> "synthetic, seed 7", "hetero-7" ->
+    "K80/T4/V100/A100, seed 7" (the benchmarks' heterogeneous mix); other names unchanged."""
+    m = re.fullmatch(r"(random|hetero)-(\d+)", str(name))
+    if not m:
+        return str(name)
+    return f"{'synthetic' if m.group(1) == 'random' else 'K80/T4/V100/A100'}, seed {m.group(2)}"

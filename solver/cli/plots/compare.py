@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .common import policy_label, pyplot, save
+from .common import instance_label, policy_label, pyplot, save
 
 OVER_TOL_PCT = 1.0       # the shaded "over budget" region starts at 100% + this
 _STYLE = {               # policy -> (colour, marker)
@@ -168,8 +168,9 @@ def plot_compare_grid(df: pd.DataFrame, path: Path, ncols: int = 3) -> Path:
     handles = []
     for ax, inst in zip(axes.ravel(), insts):
         g = df[df.instance == inst]
-        handles += draw_panel(ax, g, f"{inst} ({g.devices.iloc[0]} devices, {g.slots.iloc[0]} slots)"
-                              if {"devices", "slots"} <= set(g.columns) else str(inst))[0]
+        name = instance_label(inst)
+        handles += draw_panel(ax, g, f"{name} ({g.devices.iloc[0]} devices, {g.slots.iloc[0]} slots)"
+                              if {"devices", "slots"} <= set(g.columns) else name)[0]
     for ax in axes.ravel()[len(insts):]:
         ax.set_visible(False)
     fig.suptitle("Average batch time against budget use, one point per policy "
@@ -185,15 +186,15 @@ def plot_v_tradeoff(df: pd.DataFrame, path: Path, instances: Sequence[str] | Non
     each point labelled with its V."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
+    points: dict[tuple[float, float], list[float]] = {}
     for k, (inst, g) in enumerate(df.groupby("instance", sort=False)):
         if instances and inst not in instances:
             continue
         g = g.sort_values("V")
         x = budget_use_pct(g).to_numpy(float)
-        ax.plot(x, g.avg_batch_time_s, marker="o", color=f"C{k % 10}", label=str(inst))
+        ax.plot(x, g.avg_batch_time_s, marker="o", color=f"C{k % 10}", label=instance_label(inst))
         for xi, yi, V in zip(x, g.avg_batch_time_s, g.V):
-            ax.annotate(f"V={V:g}", (xi, yi), xytext=(4, 3), textcoords="offset points", fontsize=6,
-                        color=f"C{k % 10}")
+            points.setdefault((float(xi), float(yi)), []).append(float(V))     # equal runs share a label
     _log_if_wide(ax, np.append(budget_use_pct(df).to_numpy(float), 100.0), "x")
     _log_if_wide(ax, df.avg_batch_time_s.to_numpy(float), "y")
     ax.axvline(100.0, color="k", ls="--", lw=1, label="budget")
@@ -204,4 +205,5 @@ def plot_v_tradeoff(df: pd.DataFrame, path: Path, instances: Sequence[str] | Non
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
+    place_labels(ax, list(points), ["V=" + ", ".join(f"{v:g}" for v in Vs) for Vs in points.values()], fontsize=6)
     return save(fig, path)

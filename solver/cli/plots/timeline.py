@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from ...cost.evaluate import evaluate
 from ...cost.pipeline import stage_times
