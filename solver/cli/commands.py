@@ -1,6 +1,6 @@
 """The `dynpar` command line: a thin layer over the library (no logic of its own).
 
-    dynpar run [INSTANCE] [--V 1] [--policy ours] [--out results] [--slots N]
+    dynpar run [INSTANCE] [--V V] [--budget-tolerance 0.01] [--policy ours] [--out results] [--slots N]
     dynpar solve INSTANCE --slot T [--V 1] [--queues 0,0] [--exact] [--json]
     dynpar compare [INSTANCE] [--V 1] [--policies a,b] [--out results] [--slots N]
     dynpar bench [--quick] [--out DIR]
@@ -301,8 +301,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dynpar: error: {self.prog}: {message}\n")
 
 
-V_HELP = ("drift-plus-penalty weight: seconds of batch time against budgets' worth of cost "
-          "(default 1; larger = faster, less budget care)")
+V_HELP = ("drift-plus-penalty weight: seconds of batch time against budgets' worth of cost, >= 0 "
+          "(larger = faster, less budget care)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
     s.add_argument("instance")
     s.add_argument("--slot", type=int, required=True, help="0-based slot index")
-    s.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP)
+    s.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP + " (default 1)")
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order "
                                                 "(default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="every policy side by side (table + plot)")
     c.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
-    c.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP)
+    c.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP + " (default 1)")
     c.add_argument("--policies", default="", help="comma-separated subset of the policies (default all)")
     c.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/ (default results)")
     c.add_argument("--slots", type=int, help="only the first SLOTS slots (default all)")
