@@ -39,7 +39,7 @@ def policy_label(policy: str, V: float | None = None) -> str:
     if policy.startswith("ours@V="):
         return f"ours (V={policy[len('ours@V='):]})"
     if policy == "ours":
-        return "ours" if V is None or not math.isfinite(V) else f"ours (V={V:g})"
+        return "ours" if V is None or not math.isfinite(V) else f"ours (V={V:.3g})"
     return _LABELS.get(policy, policy)
 
 

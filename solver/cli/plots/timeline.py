@@ -140,8 +140,10 @@ def plot_timeline(plan: Plan, state: SlotState, path: Path, title: str = "", sch
     fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=7, bbox_to_anchor=(1.0, 1.0))
     sched = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, schedule)
     head = (f"simulated iteration {tl.batch_time:.4g} s = slowest group {max(tl.makespans):.4g} s + all-reduce "
-            f"{tl.sync:.4g} s ({sched}; cost model {tl.model_batch_time:.4g} s)")
-    fig.suptitle(f"{title}\n{head}" if title else head, fontsize=9, x=0.01, ha="left")
+            f"{tl.sync:.4g} s ({sched}; cost model {tl.model_batch_time:.4g} s); busy = a stage's compute "
+            "share of the iteration, gaps = bubbles")
     height = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, 0, 1, 1 - (0.45 if title else 0.3) / height))
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.4 if title else 0.25) / height))
+    fig.suptitle(f"{title}\n{head}" if title else head, fontsize=9, x=0.01, ha="left", va="bottom",
+                 y=1 - (0.38 if title else 0.23) / height)
     return save(fig, path)
