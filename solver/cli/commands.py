@@ -4,7 +4,8 @@
     dynpar solve INSTANCE --slot T [--V 1] [--queues 0,0] [--exact] [--json]
     dynpar compare [INSTANCE] [--V 1] [--policies a,b] [--out results] [--slots N]
     dynpar bench [--quick] [--out DIR]
-    dynpar import-profile PATH [--out layers.csv] [--force]
+    dynpar import-profile [--format {pipedream,dapple,sailor,metis}] PATH [--out layers.csv] [--force]
+                          [--minibatch N] [--kind KIND] [--precision P] [--activation-bytes B]
 
 Errors print one line on stderr and exit with status 2 (bad input) or 1 (no plan).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -236,21 +238,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_import_profile(args: argparse.Namespace) -> int:
-    from ..io.pipedream import import_profile
-    from ..io.workloads import write_workload_csv
-    wl = import_profile(args.path, kind=args.kind, minibatch=args.minibatch)
+    from ..io.importers import import_any, write_table
+    imp = import_any(args.format, args.path, minibatch=args.minibatch, kind=args.kind, precision=args.precision,
+                     activation_bytes=args.activation_bytes)
+    wl = imp.workload
     default = args.out is None
-    out = Path(args.out) if not default else Path.cwd() / f"{Path(args.path).resolve().parent.name or 'profile'}.csv"
+    out = Path(args.out) if not default else Path.cwd() / f"{wl.name or 'profile'}.csv"
     if out.is_dir():
         raise UsageError(f"--out: {out} is a folder; give the path of the CSV file to write")
     if out.exists() and not args.force:
         raise UsageError(f"--out: {out} exists; pass --force to overwrite it, or choose another --out")
     tmp = out.with_name(f".{out.name}.partial")
-    write_workload_csv(wl, tmp)
+    write_table(imp, tmp)
     tmp.replace(out)
+    sizes = sorted({(b, t) for _, b, t in imp.variants})
     print(f"{wl.name}: {wl.num_layers} layers, {wl.total_flops:.4g} FLOP per sample, "
-          f"{wl.param_bytes.sum():.4g} parameter bytes -> {out}"
-          + (" (no --out given: named after the profile's folder, in the current folder)" if default else ""))
+          f"{wl.param_bytes.sum():.4g} parameter bytes; measured kinds {', '.join(imp.kinds)} at "
+          f"{', '.join(f'mbs {b} tp {t}' for b, t in sizes)} -> {out}"
+          + (" (no --out given: named after the profile, in the current folder)" if default else ""))
+    for n in imp.notes:
+        print(f"note: {n}")
     return 0
 
 
@@ -358,15 +365,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="", help="output folder (default results/bench)")
     b.set_defaults(func=cmd_bench)
 
-    i = sub.add_parser("import-profile", help="PipeDream graph.txt -> layer table CSV")
-    i.add_argument("path", help="a PipeDream profile (graph.txt)")
+    i = sub.add_parser("import-profile", help="PipeDream, DAPPLE, Sailor or Metis profile -> layer table CSV")
+    i.add_argument("path", help="the profile: a graph.txt (pipedream, dapple), a Sailor profiles/<MODEL> folder or "
+                                "profile.json (sailor), a folder or file DeviceType.<GPU>_tp<t>_bs<b>.json (metis)")
+    i.add_argument("--format", default="pipedream", choices=("pipedream", "dapple", "sailor", "metis"),
+                   help="the profile's format (default pipedream; formats: solver.io.importers)")
     i.add_argument("-o", "--out", "--output", dest="out",
-                   help="output CSV (default: <profile folder name>.csv in the current folder)")
+                   help="output CSV (default: <profile name>.csv in the current folder)")
     i.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    i.add_argument("--minibatch", type=_positive_int, help="the profiled minibatch (default: inferred from the graph or "
-                                                 "the profile's folder name)")
-    i.add_argument("--kind", default=DEFAULT_KIND, help="hardware kind the profile was measured on, a row "
-                                                        f"of the hardware table (default {DEFAULT_KIND})")
+    i.add_argument("--minibatch", type=_positive_int, help="pipedream/dapple: the profiled minibatch (default: from "
+                   "the graph, the file name's pbs-N or the folder); sailor/metis: the micro-batch size of the plain "
+                   "columns (default: the smallest profiled)")
+    i.add_argument("--kind", help=f"pipedream/dapple: the kind the profile was measured on (default {DEFAULT_KIND}); "
+                                  "sailor/metis: GPU=KIND[,GPU=KIND] to map the profile's GPU names")
+    i.add_argument("--precision", help="the profile's precision, recorded in the table (e.g. fp32, fp16, bf16)")
+    i.add_argument("--activation-bytes", type=float, help="metis: bytes per sample after each layer, where the "
+                                                          "profile has no activation_parameters_bytes")
     i.set_defaults(func=cmd_import_profile)
 
     from .train import add_parsers as add_train_parsers
@@ -391,6 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dynpar: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:        # stdout closed early (`dynpar ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
