@@ -66,7 +66,7 @@ def test_offline_beats_online_at_equal_budget_use():
     """On a small tight-budget instance: offline avg batch time <= online's (replan off, online
     plans in the pool, budgets = max(limit, online's realised use)); its budgets hold."""
     inst = calibrate_budgets(random_instance(3, n=4, L=6, slots=6), 0.4)
-    df = run_online(inst, V=1.0, policy="ours", replan=False)
+    df = run_online(inst, V=1.0, policy="ours", replan=False).rows
     s = summarise(df, inst)
     limits = [max(b.limit, s[f"avg_cost_{b.name}"]) for b in inst.budgets]
     res = offline_reference(inst, extra_plans=plans_from_frame(df, inst.num_slots), limits=limits,

@@ -57,7 +57,7 @@ def _check_rows(df, inst):
 def test_guarantee_a_every_run(seed, V):
     """Average overshoot of every budget <= Q_k(T)/T, and the queue law on every row."""
     inst = tight(seed % 4, 0.2)
-    df = run_online(inst, V=V, policy="ours", replan=bool(seed % 2))
+    df = run_online(inst, V=V, policy="ours", replan=bool(seed % 2)).rows
     _check_rows(df, inst)
     s = summarise(df, inst)
     H = s["executed_slots"]
@@ -79,7 +79,7 @@ def test_guarantee_b_slack_plan_one_budget(replan):
     inst = replace(inst, budgets=(Budget("money", "money", max(c0) + delta),))
     cbar = inst.budgets[0].limit
     for V in (0.01, 0.1, 1.0):   # queues in budget units: V of order T's spread makes them matter
-        df = run_online(inst, V=V, policy="ours", replan=replan, iterations_per_slot=20)
+        df = run_online(inst, V=V, policy="ours", replan=replan, iterations_per_slot=20).rows
         prev, dT, ymax, worst0 = None, 0.0, 0.0, 0.0
         for t, r in df.iterrows():
             s = inst.state(t)
@@ -97,16 +97,16 @@ def test_guarantee_b_slack_plan_one_budget(replan):
 
 def test_resume_reproduces_unbroken_run(tmp_path):
     inst = tight(1, 0.3, slots=7)
-    full = run_online(inst, V=2.0, policy="ours")
+    full = run_online(inst, V=2.0, policy="ours").rows
     for stop in (0, 3, 6):
         p = tmp_path / f"state{stop}.json"
-        part = run_online(inst, V=2.0, policy="ours", state_path=p, stop=stop)
+        part = run_online(inst, V=2.0, policy="ours", state_path=p, stop=stop).rows
         assert len(part) == stop
         json.loads(p.read_text()) if stop else None
-        rest = run_online(inst, V=2.0, policy="ours", state_path=p)
+        rest = run_online(inst, V=2.0, policy="ours", state_path=p).rows
         cols = [c for c in full.columns if c != "solve_time"]
         pd.testing.assert_frame_equal(rest[cols], full[cols], check_exact=True)
-        again = run_online(inst, V=2.0, policy="ours", state_path=p)   # nothing repeated
+        again = run_online(inst, V=2.0, policy="ours", state_path=p).rows   # nothing repeated
         assert len(again) == len(full)
     with pytest.raises(ValueError, match="another run"):
         run_online(inst, V=3.0, policy="ours", state_path=tmp_path / "state3.json")
@@ -115,10 +115,10 @@ def test_resume_reproduces_unbroken_run(tmp_path):
 def test_resume_stateful_policies(tmp_path):
     inst = random_instance(5, n=5, L=6, slots=6, p_leave=0.3)
     for pol in ("hetpipe", "frozen"):
-        full = run_online(inst, V=1.0, policy=pol)
+        full = run_online(inst, V=1.0, policy=pol).rows
         p = tmp_path / f"{pol}.json"
         run_online(inst, V=1.0, policy=pol, state_path=p, stop=2)
-        rest = run_online(inst, V=1.0, policy=pol, state_path=p)
+        rest = run_online(inst, V=1.0, policy=pol, state_path=p).rows
         cols = [c for c in full.columns if c != "solve_time"]
         pd.testing.assert_frame_equal(rest[cols], full[cols], check_exact=True)
 
@@ -127,7 +127,7 @@ def test_every_policy_plan_is_valid_and_charged_alike():
     inst = tight(2, 0.3, n=5, slots=5)
     N = 50
     for pol in POLICY_NAMES:
-        df = run_online(inst, V=1.0, policy=pol, iterations_per_slot=N)
+        df = run_online(inst, V=1.0, policy=pol, iterations_per_slot=N).rows
         assert list(df["slot"]) == list(range(inst.num_slots))
         prev = None
         for t, r in df.iterrows():
@@ -149,7 +149,7 @@ def test_every_policy_plan_is_valid_and_charged_alike():
 
 def test_replan_off_charges_no_migration():
     inst = random_instance(7, n=5, L=6, slots=5, p_leave=0.3)
-    df = run_online(inst, V=1.0, policy="ours", replan=False)
+    df = run_online(inst, V=1.0, policy="ours", replan=False).rows
     assert (df["migration_time"] == 0).all()
     assert (df["charged_time"] == df["batch_time"]).all()
 
@@ -159,7 +159,7 @@ def test_dominance_over_baselines_per_slot(replan):
     """Same state, queues and previous plan: ours' objective <= every baseline plan's."""
     inst = tight(4, 0.2, n=5, slots=6)
     V = 1.0
-    df = run_online(inst, V=V, policy="ours", replan=replan, iterations_per_slot=100)
+    df = run_online(inst, V=V, policy="ours", replan=replan, iterations_per_slot=100, budget_tolerance=None).rows
     prev = None
     for t, r in df.iterrows():
         s = inst.state(t)
@@ -178,14 +178,14 @@ def test_infeasible_slots_skip_or_raise():
     inst = random_instance(0, n=3, L=4, slots=3)
     huge = tuple(replace(l, param_bytes=1e12) for l in inst.workload.layers)
     inst = replace(inst, workload=replace(inst.workload, layers=huge))
-    df = run_online(inst, V=1.0, policy="ours")
+    df = run_online(inst, V=1.0, policy="ours").rows
     assert (df["status"] == "infeasible").all() and (df["plan_json"] == "null").all()
     assert all(df[f"queue_{b.name}_after"].eq(0.0).all() for b in inst.budgets)
     s = summarise(df, inst)
     assert s["infeasible_slots"] == 3 and s["executed_slots"] == 0
     with pytest.raises(InfeasibleSlotError, match="slot 0"):
         run_online(inst, V=1.0, policy="ours", on_infeasible="raise")
-    dfb = run_online(inst, V=1.0, policy="even-dp")
+    dfb = run_online(inst, V=1.0, policy="even-dp").rows
     assert (dfb["status"] == "infeasible").all()
 
 

@@ -65,6 +65,7 @@ def slot_columns(budgets: Sequence[Budget]) -> dict[str, str]:
     slots.csv and printed: seconds `_s`, money `_usd`, energy `_j` (per iteration)."""
     cols = {c: f"{c}_s" for c in ("batch_time", "migration_time", "charged_time", "solve_time")}
     cols.update({f"cost_{b.name}": f"cost_{b.name}_{UNIT_SUFFIX[b.kind]}" for b in budgets})
+    cols.update({f"{p}_{b.name}": f"{p}_{b.name}_{UNIT_SUFFIX[b.kind]}" for b in budgets for p in ("avg", "cheapest")})
     return cols
 
 
@@ -75,6 +76,8 @@ def summary_keys(budgets: Sequence[Budget]) -> dict[str, str]:
         u = UNIT_SUFFIX[b.kind]
         keys[f"avg_cost_{b.name}"] = f"avg_cost_{b.name}_{u}"
         keys[f"limit_{b.name}"] = f"limit_{b.name}_{u}"
+        keys[f"avg_cheapest_{b.name}"] = f"avg_cheapest_{b.name}_{u}"
+        keys[f"preflight_cheapest_{b.name}"] = f"preflight_cheapest_{b.name}_{u}"
     return keys
 
 

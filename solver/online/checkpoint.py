@@ -3,20 +3,22 @@
 With state_path, run_online writes the controller state (queues, previous plan, the policy's
 own state, next slot and every row so far) to a JSON file after each slot (atomically), and a
 later call with the same path continues from it: a run stopped after slot t and resumed gives
-exactly the rows of an unbroken run (solve_time aside).
+exactly the rows of an unbroken run (solve_time aside). `extra` holds the run's first slot, the V
+in force (online.vrule) and the budget tracker's state (online.tracking). Version-1 files (no
+extra) still load.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..model.plan import Plan, plan_from_dict, plan_to_dict
 from ..model.state import Instance
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 @dataclass
@@ -29,12 +31,13 @@ class ControllerState:
     previous_plan: Plan | None
     policy_state: dict
     rows: list[dict]
+    extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"version": STATE_VERSION, "config": self.config, "next_slot": self.next_slot,
                 "queues": list(self.queues),
                 "previous_plan": None if self.previous_plan is None else plan_to_dict(self.previous_plan),
-                "policy_state": self.policy_state, "rows": self.rows}
+                "policy_state": self.policy_state, "rows": self.rows, "extra": self.extra}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ControllerState":
@@ -42,7 +45,8 @@ class ControllerState:
             raise ValueError(f"controller state version {d.get('version')!r}, expected {STATE_VERSION}")
         prev = d.get("previous_plan")
         return cls(d["config"], int(d["next_slot"]), tuple(float(q) for q in d["queues"]),
-                   None if prev is None else plan_from_dict(prev), d.get("policy_state", {}), list(d["rows"]))
+                   None if prev is None else plan_from_dict(prev), d.get("policy_state", {}), list(d["rows"]),
+                   dict(d.get("extra") or {}))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write atomically (temporary file, then rename)."""
@@ -57,8 +61,10 @@ class ControllerState:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def _config(instance: Instance, policy: str, V: float, replan: bool, iterations_per_slot: int,
-            options: Any) -> dict:
-    return {"instance": instance.name, "num_slots": instance.num_slots, "policy": policy, "V": float(V),
+def run_config(instance: Instance, policy: str, V: float | None, replan: bool, iterations_per_slot: int,
+               options: Any, budget_tolerance: float | None = None) -> dict:
+    """The settings a saved run must match to be resumed (JSON-ready)."""
+    return {"instance": instance.name, "num_slots": instance.num_slots, "policy": policy,
+            "V": None if V is None else float(V), "budget_tolerance": budget_tolerance,
             "replan": bool(replan), "iterations_per_slot": int(iterations_per_slot),
             "options": repr(options), "budgets": [[b.name, b.kind, float(b.limit)] for b in instance.budgets]}

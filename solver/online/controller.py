@@ -1,5 +1,17 @@
-"""The online controller: observe a slot, let a policy plan it, charge the plan, update the
-virtual queues, record one row (DESIGN.md section 3, "Lyapunov decomposition").
+"""The online controller: observe a slot, let a policy plan it, keep the budgets on track,
+charge the plan, update the virtual queues, record one row (DESIGN.md section 3, "Lyapunov
+decomposition"; docs/BUDGETS.md).
+
+Defaults (docs/BUDGETS.md): V=None takes the scale-free default V of online.vrule, measured in
+the first executed slot; budget_tolerance=0.01 runs "ours" with the budget tracker of
+online.tracking (every budget within 1% over the run wherever the cheapest plan of every slot
+meets it), after a pre-flight check that says in one line when a budget cannot be met.
+budget_tolerance=None is the plain drift-plus-penalty controller of the article. Baselines and
+ablations are never tracked (they ignore the budgets, or are the controller's ablations); their
+overshoot is reported as it is.
+
+Horizon. H is the number of slots from `start` to the instance's last slot; `stop` only pauses
+the run (a resumed run continues towards the same H).
 
 Infeasible slots. When a policy has no feasible plan (status "infeasible"), the slot is
 recorded as a skip row by default (on_infeasible="skip"): no plan, no cost, batch time NaN,
@@ -13,22 +25,29 @@ Resumable runs: see online.checkpoint.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pandas as pd
 
 from ..errors import InfeasibleSlotError
-from ..model.plan import plan_to_json
+from ..model.plan import Plan, plan_to_json
 from ..model.state import Instance, SlotState
+from ..solve import SolveOptions, solve_slot
 from .charge import Charge, charge_plan
-from .checkpoint import ControllerState, _config
-from .policies import Decision, Policy, make_policy
+from .checkpoint import ControllerState, run_config
+from .policies import Decision, Ours, Policy, make_policy
 from .queues import initial_queues, update_queues
+from .result import OnlineRun, run_status
+from .summary import summarise
+from .tracking import DEFAULT_TOLERANCE, Preflight, Tracker, cheapest_plan, preflight, track
+from .vrule import VChoice, choose_V, given_V
 
 
 def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charge | None,
-         q_before: Sequence[float], q_after: Sequence[float], objective: float) -> dict:
+         q_before: Sequence[float], q_after: Sequence[float], objective: float, prev_row: dict | None,
+         extra: dict) -> dict:
     row: dict[str, Any] = {"slot": t, "policy": policy, "V": float(V)}
     p = d.plan if ch is not None else None
     row["plan"] = p.summary(state) if p is not None else ""
@@ -44,6 +63,16 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
     for k, b in enumerate(state.budgets):
         row[f"queue_{b.name}_before"] = float(q_before[k])
         row[f"queue_{b.name}_after"] = float(q_after[k])
+    n_prev = int(prev_row["executed"]) if prev_row else 0
+    n = n_prev + (1 if ch else 0)
+    row["executed"] = n
+    for k, b in enumerate(state.budgets):
+        prev_avg = float(prev_row[f"avg_{b.name}"]) if prev_row and n_prev else 0.0
+        avg = (prev_avg * n_prev + ch.costs[k]) / n if ch else (prev_avg if n_prev else nan)
+        row[f"avg_{b.name}"] = avg
+        row[f"over_{b.name}_pct"] = 100.0 * (avg / b.limit - 1.0) if n else nan
+        row[f"bound_{b.name}_pct"] = 100.0 * float(q_after[k]) / n if n else nan
+    row.update(extra)
     row["objective"] = objective
     row["solve_time"] = float(d.solve_time)
     row["status"] = d.status
@@ -51,31 +80,52 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
     return row
 
 
-def run_online(instance: Instance, V: float = 1.0, policy: str | Policy = "ours", *, options: Any = None,
+def _decide_V(V: float | None, state: SlotState, opts: SolveOptions, horizon: int,
+              tolerance: float) -> VChoice | None:
+    """The V in force: the caller's, or the default rule from this slot's fastest plan (None:
+    the slot has no plan; the rule waits for the next slot)."""
+    if V is not None:
+        return given_V(V, horizon, tolerance)
+    fast = solve_slot(state, (0.0,) * len(state.budgets), 1.0,
+                      options=replace(opts, replan=False, keep_candidates=False))
+    return choose_V(fast.batch_time, horizon, tolerance) if fast.plan is not None else None
+
+
+def run_online(instance: Instance, V: float | None = None, policy: str | Policy = "ours", *, options: Any = None,
                replan: bool = True, iterations_per_slot: int = 100, state_path: str | os.PathLike | None = None,
                start: int = 0, stop: int | None = None,
                progress: Callable[[int, int], None] | None = None,
-               on_infeasible: str = "skip") -> pd.DataFrame:
-    """Run `policy` over slots start..stop-1 of `instance`; one row per slot (see `_row`).
+               on_infeasible: str = "skip", budget_tolerance: float | None = DEFAULT_TOLERANCE,
+               check_budgets: bool = True) -> OnlineRun:
+    """Run `policy` over slots start..stop-1 of `instance`; an OnlineRun (online.result) whose
+    .rows has one row per slot (see `_row`).
 
-    V: penalty weight (budget units per second of batch time). options: SolveOptions for the
-    search (its replan / iterations_per_slot are overridden by the arguments here).
+    V: penalty weight (budget units per second of batch time); None: the default rule
+    (online.vrule). options: SolveOptions for the search (its replan / iterations_per_slot are
+    overridden by the arguments here). budget_tolerance: fraction, every budget within
+    (1 + tolerance) of its limit over the run for "ours" (online.tracking); None: no tracking.
+    check_budgets: the pre-flight check of the budgets against the cheapest plans (tracked runs).
     state_path: JSON file of the controller state; if it exists the run continues from it
-    (`start` is then ignored) and the returned frame holds every row so far.
+    (`start` is then ignored) and the returned rows hold every row so far.
     progress(done, total): called after each slot. on_infeasible: "skip" | "raise".
     """
     if on_infeasible not in ("skip", "raise"):
         raise ValueError(f"on_infeasible must be 'skip' or 'raise', not {on_infeasible!r}")
     if iterations_per_slot < 1:
         raise ValueError(f"iterations_per_slot must be >= 1, got {iterations_per_slot}")
+    if budget_tolerance is not None and not (0 <= budget_tolerance < 1):
+        raise ValueError(f"budget_tolerance must be a fraction in [0, 1) or None, got {budget_tolerance}")
+    if V is not None and not (V >= 0 and V < float("inf")):
+        raise ValueError(f"V must be finite and >= 0 (or None for the default rule), got {V}")
     pol = policy if isinstance(policy, Policy) else make_policy(
         policy, options=options, replan=replan, iterations_per_slot=iterations_per_slot)
     name = pol.name
-    config = _config(instance, name, V, replan, iterations_per_slot, options)
     limits = [b.limit for b in instance.budgets]
+    tracked = budget_tolerance is not None and isinstance(pol, Ours) and pol.queue_mode == "real" and bool(limits)
+    config = run_config(instance, name, V, replan, iterations_per_slot, options, budget_tolerance)
     stop = instance.num_slots if stop is None else min(int(stop), instance.num_slots)
+    opts = replace(options or SolveOptions(), replan=replan, iterations_per_slot=iterations_per_slot)
 
-    cs: ControllerState | None = None
     if state_path is not None and Path(state_path).exists():
         cs = ControllerState.load(state_path)
         if cs.config != config:
@@ -85,40 +135,109 @@ def run_online(instance: Instance, V: float = 1.0, policy: str | Policy = "ours"
     else:
         if not (0 <= start <= instance.num_slots):
             raise ValueError(f"start={start} outside 0..{instance.num_slots}")
-        cs = ControllerState(config, int(start), initial_queues(len(limits)), None, pol.state_dict(), [])
+        cs = ControllerState(config, int(start), initial_queues(len(limits)), None, pol.state_dict(), [],
+                             {"start": int(start)})
+    first = int(cs.extra.get("start", start))
+    horizon = instance.num_slots - first
+    tol = budget_tolerance if budget_tolerance is not None else DEFAULT_TOLERANCE
+    vc = VChoice.from_dict(cs.extra["V"]) if cs.extra.get("V") else None
+
+    pre: Preflight | None = None
+    if tracked and check_budgets:
+        pre = preflight(instance, range(first, instance.num_slots), tol, opts)
+    tracker: Tracker | None = None
+    if tracked:
+        tracker = (Tracker.from_dict(cs.extra["tracker"]) if cs.extra.get("tracker") else
+                   Tracker(tol, horizon, tuple(limits), pre.attainable if pre else (True,) * len(limits)))
 
     total = max(stop - cs.next_slot, 0)
     for done, t in enumerate(range(cs.next_slot, stop), start=1):
         state = instance.state(t)
         Q = cs.queues
-        d = pol.decide(state, Q, V, cs.previous_plan)
+        prev = cs.previous_plan
+        slack = (pre.plan(t) if pre is not None else cheapest_plan(state, opts)) if tracked else None
+        if vc is None:
+            vc = _decide_V(V, state, opts, horizon, tol)
+        Vt = vc.V if vc is not None else 1.0
+        extra: dict[str, Any] = {}
+        if tracked:
+            res = pol.solve(state, Q, Vt, prev)
+            d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
+                         getattr(res, "solve_time", 0.0))
+        else:
+            d = pol.decide(state, Q, Vt, prev)
         if d.plan is not None:
             bad = d.plan.validate(state)
             if bad:   # a policy must never hand back a wrong plan; treat as infeasible, loudly
                 d = Decision(None, "infeasible", f"{name} returned an invalid plan: "
                              + "; ".join(str(v) for v in bad[:3]), d.solve_time)
+        if tracker is not None:
+            a = tracker.allowance()
+            for k, b in enumerate(instance.budgets):
+                extra[f"allowance_{b.name}"] = float(a[k])
         if d.plan is None:
             if on_infeasible == "raise":
                 raise InfeasibleSlotError(f"slot {t} of {instance.name!r}: policy {name} found no feasible plan"
                                           f" ({d.message or 'no reason given'})")
-            row = _row(t, name, V, state, d, None, Q, Q, float("nan"))
-            prev = cs.previous_plan
+            if tracker is not None:
+                extra.update({f"cheapest_{b.name}": float("nan") for b in instance.budgets}, tracker="")
+            row = _row(t, name, Vt, state, d, None, Q, Q, float("nan"), cs.rows[-1] if cs.rows else None, extra)
             Qn = Q
         else:
-            ch = charge_plan(d.plan, state, cs.previous_plan, replan=replan,
-                             iterations_per_slot=iterations_per_slot)
+            def charge(p: Plan) -> Charge:
+                return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot)
+            ch = charge(d.plan)
+            if tracker is not None:
+                ch0 = charge(slack) if slack is not None else None
+                if ch0 is not None:
+                    tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs)
+                tr = track(tracker, d.plan, ch, Q, Vt, lambda q: pol.solve(state, q, Vt, prev), charge, slack)
+                if tr.how != "plan":
+                    d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
+                                 d.solve_time + tr.extra_solve_time)
+                ch = tr.charge
+                tracker.record(ch.costs)
+                extra.update({f"cheapest_{b.name}": (ch0.costs[k] if ch0 else float("nan"))
+                              for k, b in enumerate(instance.budgets)}, tracker=tr.how)
             Qn = update_queues(Q, ch.costs, limits)
-            row = _row(t, name, V, state, d, ch, Q, Qn, ch.objective(Q, V))
+            row = _row(t, name, Vt, state, d, ch, Q, Qn, ch.objective(Q, Vt), cs.rows[-1] if cs.rows else None,
+                       extra)
             prev = d.plan
         cs.rows.append(row)
         cs.next_slot, cs.queues, cs.previous_plan, cs.policy_state = t + 1, Qn, prev, pol.state_dict()
+        cs.extra["V"] = vc.to_dict() if vc is not None else None
+        if tracker is not None:
+            cs.extra["tracker"] = tracker.to_dict()
         if state_path is not None:
             cs.save(state_path)
         if progress is not None:
             progress(done, total)
-    return rows_frame(cs.rows)
+    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None)
+
+
+def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker: Tracker | None,
+            pre: Preflight | None, tolerance: float | None) -> OnlineRun:
+    status, message = run_status(rows)
+    notes = tuple(pre.lines if pre else ()) + tuple(tracker.notes if tracker else ())
+    s = summarise(rows, instance, tolerance=tolerance)
+    over = [f"{b.name} {100 * s[f'overshoot_{b.name}']:+.2f}%" for b in instance.budgets
+            if s["executed_slots"]]
+    if over:
+        message += "; average cost vs limit: " + ", ".join(over)
+    if notes:
+        message += "; " + " ".join(notes)
+    s.update({"status": str(status), "success": status.success, "message": message, "notes": list(notes),
+              "V": vc.V if vc else float("nan"), "V_rule": vc.to_dict() if vc else None,
+              "budget_tolerance": tolerance,
+              "tracker_binding_slots": tracker.binding if tracker else 0})
+    if pre is not None:
+        for k, b in enumerate(instance.budgets):
+            s[f"preflight_cheapest_{b.name}"] = pre.cheapest_avg[k]
+            s[f"attainable_{b.name}"] = pre.attainable[k]
+    return OnlineRun(rows, s, status, message, vc, notes)
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
-    """The rows as a DataFrame (an empty frame keeps the slot column)."""
-    return pd.DataFrame(rows) if rows else pd.DataFrame({"slot": pd.Series(dtype=int)})
+    """The rows as a DataFrame (an empty frame keeps the slot and status columns)."""
+    return pd.DataFrame(rows) if rows else pd.DataFrame({"slot": pd.Series(dtype=int),
+                                                         "status": pd.Series(dtype=str)})

@@ -27,6 +27,7 @@ from .. import baselines
 from ..cost import evaluate
 from ..model import Instance, Plan, SlotState, plan_from_json
 from ..solve import SolveOptions, solve_slot
+from ..status import Status
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class OfflineResult:
-    """status: "optimal" | "infeasible" | "error"; plans[t] / choice[t]: the chosen plan and its
+    """status: Status.OPTIMAL | INFEASIBLE | ERROR (`.success` when optimal); plans[t] / choice[t]: the chosen plan and its
     index in that slot's (pruned) candidates (None / -1 when not optimal); avg_batch_time:
     seconds per iteration; avg_costs: per budget; lp_bound: the LP relaxation's average batch
     time (nan if not solved); candidates: how many entered the MILP after pruning."""
 
-    status: str
+    status: Status
     message: str
     plans: tuple[Plan | None, ...]
     choice: tuple[int, ...]
@@ -57,8 +58,13 @@ class OfflineResult:
     solve_time: float
 
     @property
+    def success(self) -> bool:
+        return self.status.success
+
+    @property
     def ok(self) -> bool:
-        return self.status == "optimal"
+        """The MILP was solved to optimality (same as success)."""
+        return self.status == Status.OPTIMAL
 
 
 def _as_candidate(c: Any) -> Candidate:
@@ -121,14 +127,14 @@ def _solve(m, time_limit_s: float | None):
     try:
         res = s.solve(m, load_solutions=False)
     except Exception as e:  # noqa: BLE001 - report solver failures as a status, not a crash
-        return "error", f"HiGHS failed: {e}"
+        return Status.ERROR, f"HiGHS failed: {e}"
     tc = res.solver.termination_condition
     if tc == TC.optimal:
         m.solutions.load_from(res)
-        return "optimal", "optimal"
+        return Status.OPTIMAL, "optimal"
     if tc in (TC.infeasible, TC.infeasibleOrUnbounded):
-        return "infeasible", f"no choice of candidates meets every averaged budget ({tc})"
-    return "error", f"HiGHS termination condition {tc}"
+        return Status.INFEASIBLE, f"no choice of candidates meets every averaged budget ({tc})"
+    return Status.ERROR, f"HiGHS termination condition {tc}"
 
 
 def solve_offline(instance: Instance | Sequence[float], candidates_per_slot: Sequence[Iterable[Any]], *,
@@ -147,63 +153,82 @@ def solve_offline(instance: Instance | Sequence[float], candidates_per_slot: Seq
     H, K = len(cands), len(lims)
     nan = float("nan")
 
-    def fail(status: str, msg: str, lp: float = nan) -> OfflineResult:
+    def fail(status: Status, msg: str, lp: float = nan) -> OfflineResult:
         return OfflineResult(status, msg, (None,) * H, (-1,) * H, nan, (nan,) * K, lims, lp,
                              sum(map(len, cands)), time.perf_counter() - t0)
 
     if H == 0:
-        return fail("error", "no slots")
+        return fail(Status.ERROR, "no slots")
     empty = [t for t, c in enumerate(cands) if not c]
     if empty:
-        return fail("infeasible", f"slots without any feasible candidate: {empty[:10]}")
+        return fail(Status.INFEASIBLE, f"slots without any feasible candidate: {empty[:10]}")
     if any(len(c.costs) != K for s in cands for c in s):
-        return fail("error", f"every candidate needs {K} costs")
+        return fail(Status.ERROR, f"every candidate needs {K} costs")
     lp = nan
     if lp_bound:
         mr = _build(cands, lims, relax=True)
         st, _ = _solve(mr, time_limit_s)
-        lp = float(pyo.value(mr.obj)) if st == "optimal" else nan
-        if st == "infeasible":
-            return fail("infeasible", "even the LP relaxation is infeasible: no mix of candidates meets "
+        lp = float(pyo.value(mr.obj)) if st == Status.OPTIMAL else nan
+        if st == Status.INFEASIBLE:
+            return fail(Status.INFEASIBLE, "even the LP relaxation is infeasible: no mix of candidates meets "
                                       "every averaged budget", lp)
     m = _build(cands, lims, relax=False)
     st, msg = _solve(m, time_limit_s)
-    if st != "optimal":
+    if st != Status.OPTIMAL:
         return fail(st, msg, lp)
     choice = tuple(max(range(len(cands[t])), key=lambda p: pyo.value(m.x[t, p])) for t in range(H))
     chosen = [cands[t][p] for t, p in enumerate(choice)]
     avgT = float(np.mean([c.batch_time for c in chosen]))
     avgC = tuple(float(np.mean([c.costs[k] for c in chosen])) for k in range(K))
-    return OfflineResult("optimal", msg, tuple(c.plan for c in chosen), choice, avgT, avgC, lims, lp,
+    return OfflineResult(Status.OPTIMAL, msg, tuple(c.plan for c in chosen), choice, avgT, avgC, lims, lp,
                          sum(map(len, cands)), time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------- candidate generation
 
 
-def weight_settings(state: SlotState, scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0)
-                    ) -> list[tuple[tuple[float, ...], float]]:
-    """(queues, V) pairs that pull the search from fastest to cheapest: zero queues (V = 1),
-    then Q_k = s / (K Cbar_k) per second of V for each scale s, then V = 0 with Q_k = 1/Cbar_k."""
+def weight_settings(state: SlotState, scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0),
+                    T_ref: float = 1.0) -> list[tuple[tuple[float, ...], float]]:
+    """(queues, V) pairs that pull the search from the fastest plan to the cheapest.
+
+    Queues are in budget units, as solve_slot takes them (it divides by Cbar_k itself), and V is
+    1 / T_ref (T_ref: the fastest plan's batch time, seconds), so each setting weighs one
+    reference batch time against s budgets' worth of cost whatever the units: zero queues
+    (fastest), every queue s / K for each scale s, for K >= 2 each budget alone at s = 1, and
+    V = 0 with every queue 1 (cheapest in sum_k c_k / Cbar_k) and, for K >= 2, each budget alone
+    at V = 0 (cheapest in that budget)."""
+    if not (T_ref > 0 and np.isfinite(T_ref)):
+        raise ValueError(f"weight_settings: T_ref must be a positive number of seconds, got {T_ref}")
     K = len(state.budgets)
-    inv = [1.0 / b.limit if b.limit > 0 else 1.0 for b in state.budgets]
-    out: list[tuple[tuple[float, ...], float]] = [((0.0,) * K, 1.0)]
-    out += [(tuple(s * x / max(K, 1) for x in inv), 1.0) for s in scales]
-    out.append((tuple(inv), 0.0))
+    V = 1.0 / float(T_ref)
+    out: list[tuple[tuple[float, ...], float]] = [((0.0,) * K, V)]
+    out += [((s / max(K, 1),) * K, V) for s in scales]
+    alone = [tuple(1.0 if j == k else 0.0 for j in range(K)) for k in range(K)] if K >= 2 else []
+    out += [(q, V) for q in alone]
+    out.append(((1.0,) * K, 0.0))
+    out += [(q, 0.0) for q in alone]
     return out
 
 
 def slot_candidates(state: SlotState, settings: Sequence[tuple[Sequence[float], float]] | None = None,
                     extra: Iterable[Plan] = (), include_baselines: bool = True,
-                    options: Any = None) -> list[Candidate]:
-    """Feasible plans of one slot: the search's kept candidates at each (queues, V) setting,
+                    options: Any = None, scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0)) -> list[Candidate]:
+    """Feasible plans of one slot: the search's kept candidates at each (queues, V) setting
+    (default weight_settings(state, scales, T_ref) with T_ref the fastest plan's batch time),
     the baselines, and `extra` plans; each charged by the cost model (no migration)."""
     from dataclasses import replace as dc_replace
 
-
     opts = dc_replace(options or SolveOptions(), keep_candidates=True, replan=False)
     plans: list[Plan] = []
-    for Q, V in settings if settings is not None else weight_settings(state):
+    if settings is None:
+        fast = solve_slot(state, (0.0,) * len(state.budgets), 1.0, options=opts)
+        if fast.plan is not None:
+            plans.append(fast.plan)
+            plans += [c[0] for c in (fast.candidate_pool or ())]
+            settings = weight_settings(state, scales, fast.batch_time)[1:]
+        else:
+            settings = []
+    for Q, V in settings:
         res = solve_slot(state, tuple(Q), V, options=opts)
         if res.plan is not None:
             plans.append(res.plan)
@@ -247,7 +272,7 @@ def offline_reference(instance: Instance, *, slots: Sequence[int] | None = None,
     for i, t in enumerate(slots):
         st = instance.state(t)
         extra = extra_plans[t] if extra_plans is not None else ()
-        cands.append(slot_candidates(st, weight_settings(st, settings_scales), extra, include_baselines, options))
+        cands.append(slot_candidates(st, None, extra, include_baselines, options, settings_scales))
     return solve_offline(instance, cands, limits=limits, time_limit_s=time_limit_s)
 
 

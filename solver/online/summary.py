@@ -9,7 +9,7 @@ from ..model.state import Instance
 from .queues import overshoot_bound
 
 
-def summarise(df: pd.DataFrame, instance: Instance) -> dict:
+def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = None) -> dict:
     """Averages over the executed (non-skipped) slots.
 
     avg_batch_time: seconds per iteration, amortised migration included (charged_time);
@@ -17,6 +17,8 @@ def summarise(df: pd.DataFrame, instance: Instance) -> dict:
     per budget `name`: avg_cost_<name>, limit_<name>, overshoot_<name> = (avg - limit)/limit
     (a fraction; negative = under budget), final_queue_<name>, bound_<name> = Q(T)/T (guarantee
     (a): avg / limit - 1 <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
+    With `tolerance` (a fraction): within_tolerance_<name> = overshoot <= tolerance. Rows of a
+    tracked run also give avg_cheapest_<name>, the slack plans' average charged cost.
     """
     ok = df[df["status"] != "infeasible"] if "status" in df else df
     H = len(ok)
@@ -38,4 +40,8 @@ def summarise(df: pd.DataFrame, instance: Instance) -> dict:
         bound = float(overshoot_bound([qT], H, [q0])[0]) if H else nan
         out[f"bound_{b.name}"] = bound
         out[f"bound_ok_{b.name}"] = bool(H == 0 or avg / b.limit - 1.0 <= bound + 1e-9)
+        if tolerance is not None:
+            out[f"within_tolerance_{b.name}"] = bool(H == 0 or out[f"overshoot_{b.name}"] <= tolerance + 1e-12)
+        if f"cheapest_{b.name}" in ok:
+            out[f"avg_cheapest_{b.name}"] = float(ok[f"cheapest_{b.name}"].mean()) if H else nan
     return out

@@ -1,0 +1,232 @@
+"""Budget tracking: every budget within a stated tolerance over the run (docs/BUDGETS.md).
+
+Realised excess of budget k after the executed slots so far, in budgets' worth:
+
+    E_k = sum_s (c_k(s) / Cbar_k - 1),     overshoot at the horizon = E_k(H) / H_exec.
+
+Allowance. With tolerance eps and a run of H slots, a plan is admissible in a slot when its
+charged cost keeps E_k <= eps * H for every budget k:
+
+    y_k = c_k / Cbar_k - 1 <= a_k = eps * H - E_k.
+
+The drift-plus-penalty plan is kept when it is admissible (the usual case: the tracker binds
+only when the slack eps * H is used up). Otherwise the tracker adds a tracking weight
+lambda_k to the queue of each violated budget and re-solves (lambda = m * max(V T, max_k Q_k),
+m = 1, 4, 16, 64), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
+with every queue 1, charged with migration like any plan). Among the candidates it takes the
+admissible one with the least slot objective V T + sum_k Q_k c_k / Cbar_k at the real queues.
+
+Guarantee (c). If in every slot the slack plan x0 is admissible, as it is whenever
+c_k(x0) <= Cbar_k for every budget (charged, migration included), then E_k <= eps * H after
+every slot, so the average overshoot
+over the executed slots is at most eps * H / H_exec (= eps when no slot is skipped).
+Proof by induction: E_k <= eps * H makes a_k >= 0 >= y_k(x0), so x0 is admissible, and the
+tracker only accepts admissible plans. Guarantee (a) is untouched: the queues follow the same
+law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
+
+Unattainable budgets (the documented rule). The pre-flight check (`preflight`) compares each
+budget with its cheapest achievable average (the cheapest plan of every slot, and for K >= 2
+the search weighting that budget alone); when even that is over the limit by more than the
+tolerance, one line says so with the figure. Such a budget cannot be met, so it yields to the
+others: the tracker meets every attainable budget first, then takes the plan that overshoots
+the unattainable ones least (ties: the slot objective), and their queues keep growing, so their
+weight comes to dominate and the controller spends as little on them as it can. As slots
+arrive, a slot whose slack plan itself is not admissible is noted once per budget (the
+guarantee's premise fails there).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..model.plan import Plan
+from ..model.state import Instance, SlotState
+from ..solve import SolveOptions, solve_slot
+from .charge import Charge
+
+DEFAULT_TOLERANCE = 0.01
+LAMBDA_STEPS = (1.0, 4.0, 16.0, 64.0)
+
+
+def cheapest_plan(state: SlotState, options: SolveOptions | None = None,
+                  weights: Sequence[float] | None = None) -> Plan | None:
+    """The slack plan x0 of a slot: the search at V = 0 with queues `weights` (default every
+    queue 1: the least sum_k c_k / Cbar_k), migration not weighed; None when the slot has no plan."""
+    K = len(state.budgets)
+    opts = replace(options or SolveOptions(), replan=False, keep_candidates=False)
+    res = solve_slot(state, tuple(weights) if weights is not None else (1.0,) * K, 0.0, options=opts)
+    return res.plan
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """Budgets against the cheapest plans, before the run.
+
+    plans[i]: the slack plan of slots[i] (None: no plan); costs[i]: its costs per budget per
+    iteration (no migration; nan without a plan); cheapest_avg: per budget, the least average
+    cost the check found (USD or J per iteration); attainable: cheapest_avg <= (1 + tol) limit;
+    lines: one line per unattainable budget."""
+
+    slots: tuple[int, ...]
+    plans: tuple[Plan | None, ...]
+    costs: tuple[tuple[float, ...], ...]
+    cheapest_avg: tuple[float, ...]
+    attainable: tuple[bool, ...]
+    lines: tuple[str, ...]
+
+    def plan(self, t: int) -> Plan | None:
+        return self.plans[self.slots.index(t)] if t in self.slots else None
+
+
+def _avg_costs(instance: Instance, slots: Sequence[int], plans: Sequence[Plan | None]) -> np.ndarray:
+    from ..cost import evaluate
+    K = len(instance.budgets)
+    rows = [evaluate(p, instance.state(t)).costs if p is not None else (math.nan,) * K
+            for t, p in zip(slots, plans)]
+    return np.asarray(rows, dtype=float).reshape(len(slots), K)
+
+
+def preflight(instance: Instance, slots: Sequence[int], tolerance: float,
+              options: SolveOptions | None = None) -> Preflight:
+    """Compare each budget with the cheapest achievable average over `slots` (module
+    docstring). For K >= 2, a budget that the slack plans overshoot on average is re-checked
+    with the search weighting that budget alone (V = 0)."""
+    slots = tuple(int(t) for t in slots)
+    K = len(instance.budgets)
+    plans = tuple(cheapest_plan(instance.state(t), options) for t in slots)
+    costs = _avg_costs(instance, slots, plans)
+    ran = ~np.isnan(costs[:, 0]) if K else np.ones(len(slots), bool)
+    best = np.nanmean(costs[ran], axis=0) if ran.any() and K else np.full(K, math.nan)
+    lines: list[str] = []
+    attainable: list[bool] = []
+    for k, b in enumerate(instance.budgets):
+        if K >= 2 and ran.any() and best[k] > b.limit * (1 + tolerance):
+            w = [1.0 if j == k else 0.0 for j in range(K)]
+            alone = [cheapest_plan(instance.state(t), options, w) if p is not None else None
+                     for t, p in zip(slots, plans)]
+            ck = _avg_costs(instance, slots, alone)[:, k]
+            best[k] = min(best[k], float(np.nanmean(np.fmin(ck, costs[:, k])[ran])))
+        ok = bool(not ran.any() or best[k] <= b.limit * (1 + tolerance))
+        attainable.append(ok)
+        if not ok:
+            lines.append(f"budget {b.name} cannot be met on average: the cheapest achievable average is "
+                         f"{best[k]:.6g} per iteration, {100 * (best[k] / b.limit - 1):.1f}% over its limit "
+                         f"{b.limit:.6g}; the other budgets are kept first and {b.name} as low as the "
+                         f"controller can")
+    return Preflight(slots, plans, tuple(tuple(float(x) for x in r) for r in costs), tuple(float(x) for x in best),
+                     tuple(attainable), tuple(lines))
+
+
+@dataclass
+class Tracker:
+    """The tracker's state over a run (JSON-able for resume): tolerance eps (fraction), horizon
+    H (slots), limits Cbar_k, attainable flags, excess E_k (budgets' worth), executed slots,
+    binding slots (where the drift-plus-penalty plan was replaced), and the notes so far."""
+
+    tolerance: float
+    horizon: int
+    limits: tuple[float, ...]
+    attainable: tuple[bool, ...]
+    excess: list[float] = field(default_factory=list)
+    executed: int = 0
+    binding: int = 0
+    noted: list[bool] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not (self.tolerance >= 0 and math.isfinite(self.tolerance)):
+            raise ValueError(f"budget tolerance must be a finite fraction >= 0, got {self.tolerance}")
+        K = len(self.limits)
+        self.excess = list(self.excess) or [0.0] * K
+        self.noted = list(self.noted) or [False] * K
+
+    def allowance(self) -> np.ndarray:
+        """a_k = eps * H - E_k (budgets' worth) for the coming slot."""
+        return self.tolerance * self.horizon - np.asarray(self.excess, dtype=float)
+
+    def use(self, costs: Sequence[float]) -> np.ndarray:
+        """y_k = c_k / Cbar_k - 1."""
+        return np.asarray(costs, dtype=float) / np.asarray(self.limits, dtype=float) - 1.0
+
+    def violations(self, costs: Sequence[float]) -> tuple[float, float]:
+        """(attainable budgets' total excess over their allowance, unattainable ones')."""
+        over = np.maximum(self.use(costs) - self.allowance(), 0.0)
+        over[over < 1e-12] = 0.0
+        att = np.asarray(self.attainable, dtype=bool)
+        return float(over[att].sum()), float(over[~att].sum())
+
+    def record(self, costs: Sequence[float]) -> None:
+        self.excess = [float(e + y) for e, y in zip(self.excess, self.use(costs))]
+        self.executed += 1
+
+    def note_slack(self, t: int, names: Sequence[str], costs: Sequence[float]) -> None:
+        """Note once per budget a slot whose slack plan is not admissible."""
+        y, a = self.use(costs), self.allowance()
+        for k, name in enumerate(names):
+            if y[k] > a[k] + 1e-12 and not self.noted[k]:
+                self.noted[k] = True
+                self.notes.append(f"slot {t}: even the cheapest plan uses {100 * (y[k] + 1):.1f}% of budget "
+                                  f"{name} with {100 * a[k] / max(self.horizon, 1):.2f}% of the run's tolerance "
+                                  f"left; guarantee (c) does not cover {name} from here")
+
+    def to_dict(self) -> dict:
+        return {"tolerance": self.tolerance, "horizon": self.horizon, "limits": list(self.limits),
+                "attainable": list(self.attainable), "excess": self.excess, "executed": self.executed,
+                "binding": self.binding, "noted": self.noted, "notes": self.notes}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Tracker":
+        return cls(float(d["tolerance"]), int(d["horizon"]), tuple(float(x) for x in d["limits"]),
+                   tuple(bool(x) for x in d["attainable"]), [float(x) for x in d["excess"]], int(d["executed"]),
+                   int(d["binding"]), [bool(x) for x in d["noted"]], list(d["notes"]))
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """The tracker's pick: plan, its charge, how it was found ("plan", "tracking weight x<m>",
+    "slack plan", or "closest: ..." when no candidate is admissible) and the re-solves' seconds."""
+
+    plan: Plan
+    charge: Charge
+    how: str
+    extra_solve_time: float
+
+
+def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: float,
+          resolve: Callable[[tuple[float, ...]], Any], charge: Callable[[Plan], Charge],
+          slack: Plan | None) -> Tracked:
+    """Keep `plan` when admissible, else search with tracking weights and the slack plan
+    (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge."""
+    import time
+    Q = np.asarray(queues, dtype=float)
+    if tracker.violations(ch.costs) == (0.0, 0.0):
+        return Tracked(plan, ch, "plan", 0.0)
+    tracker.binding += 1
+    t0 = time.perf_counter()
+    cands: list[tuple[Plan, Charge, str]] = [(plan, ch, "plan")]
+    a = tracker.allowance()
+    base = max(V * ch.charged_time, float(Q.max()) if len(Q) else 0.0, 1e-9)
+    violated = (tracker.use(ch.costs) > a + 1e-12) & np.asarray(tracker.attainable, dtype=bool)
+    if violated.any():
+        for m in LAMBDA_STEPS:
+            res = resolve(tuple(Q + m * base * violated))
+            if res.plan is None:
+                break
+            c = charge(res.plan)
+            cands.append((res.plan, c, f"tracking weight x{m:g}"))
+            if tracker.violations(c.costs)[0] == 0.0:
+                break
+    if slack is not None:
+        cands.append((slack, charge(slack), "slack plan"))
+
+    def key(x: tuple[Plan, Charge, str]) -> tuple[float, float, float]:
+        va, vu = tracker.violations(x[1].costs)
+        return (va, vu, x[1].objective(queues, V))
+    best = min(cands, key=key)
+    va, vu = tracker.violations(best[1].costs)
+    how = best[2] if va == 0.0 else f"closest: {best[2]}"
+    return Tracked(best[0], best[1], how, time.perf_counter() - t0)
+

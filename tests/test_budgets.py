@@ -1,0 +1,162 @@
+"""Budgets met without tuning (docs/BUDGETS.md): the default V rule, the budget tracker's
+guarantee (c) on random traces with a slack plan in every slot, unattainable budgets reported
+and never silently overshot, the run's result contract, and resume with the tracker."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver.cost import evaluate
+from solver.io.synthetic import random_instance
+from solver.model import Budget
+from solver.online import run_online
+from solver.online.tracking import Tracker, cheapest_plan, preflight
+from solver.online.vrule import choose_V, default_v
+from solver.status import Status
+
+
+def slack_instance(seed: int, frac: float, slots: int = 6, margin: float = 0.03):
+    """A random instance whose every budget sits above the cheapest plan's cost of every slot
+    (by `margin`, which also pays the slack plan's migration share) and, where it can, `frac` of
+    the way from the cheapest plans' average cost to the fastest plans' (so that it binds)."""
+    inst = random_instance(seed, n=4, L=6, slots=slots, p_leave=0.0)
+    K = len(inst.budgets)
+    cheap, fast = [], []
+    for t in range(slots):
+        s = inst.state(t)
+        cheap.append(evaluate(cheapest_plan(s), s).costs)
+        from solver.solve import SolveOptions, solve_slot
+        fast.append(solve_slot(s, (0.0,) * K, 1.0, options=SolveOptions(replan=False)).costs)
+    cheap, fast = np.asarray(cheap), np.asarray(fast)
+    lim = np.maximum(cheap.max(axis=0) * (1 + margin), cheap.mean(axis=0) + frac * (fast.mean(axis=0) - cheap.mean(axis=0)))
+    return replace(inst, budgets=tuple(replace(b, limit=float(x)) for b, x in zip(inst.budgets, lim)))
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 0.2, 0.5]), st.sampled_from([0.0, 0.01]))
+def test_guarantee_c_overshoot_within_tolerance(seed, frac, tol):
+    """Default V, tracker on: wherever the slack plan is admissible in every slot (charged as
+    the controller charges it), every budget's excess stays <= tol * H after every slot, so
+    the overshoot at the horizon is <= tol; guarantee (a) still holds."""
+    inst = slack_instance(seed, frac)
+    run = run_online(inst, budget_tolerance=tol)
+    df = run.rows
+    assert run.status == Status.FEASIBLE and run.success
+    H = len(df)
+    for b in inst.budgets:
+        # the premise of guarantee (c): the slack plan is admissible in every slot (it is when it
+        # meets the budget, c <= Cbar, which the construction aims at)
+        premise = bool((df[f"cheapest_{b.name}"] / b.limit - 1.0 <= df[f"allowance_{b.name}"] + 1e-12).all())
+        excess = np.cumsum(df[f"cost_{b.name}"] / b.limit - 1.0)
+        if premise:
+            assert excess.max() <= tol * H + 1e-9, (b.name, excess.tolist())
+            assert run.summary[f"overshoot_{b.name}"] <= tol + 1e-9
+            assert run.summary[f"within_tolerance_{b.name}"]
+        else:   # the premise failed somewhere (migration): the run says so
+            assert any(f"does not cover {b.name}" in n for n in run.notes)
+        assert run.summary[f"bound_ok_{b.name}"]
+        assert excess.iloc[-1] / H <= df[f"queue_{b.name}_after"].iloc[-1] / H + 1e-9
+    assert run.V.rule == "default" and run.V.V * run.V.T_ref == pytest.approx(default_v(H, tol if tol else 0.0))
+
+
+def test_tracker_changes_the_outcome_where_the_plain_controller_overshoots():
+    """The same trace at a large V: the plain controller overshoots, the tracked one does not."""
+    inst = slack_instance(3, 0.3, slots=8)
+    plain = run_online(inst, V=100.0, budget_tolerance=None).summary
+    tracked = run_online(inst, V=100.0, budget_tolerance=0.01).summary
+    worst = max(plain[f"overshoot_{b.name}"] for b in inst.budgets)
+    assert worst > 0.01, "the trace does not test the tracker"
+    assert all(tracked[f"overshoot_{b.name}"] <= 0.01 + 1e-9 for b in inst.budgets)
+    assert tracked["tracker_binding_slots"] > 0 and plain["tracker_binding_slots"] == 0
+
+
+def test_unattainable_budget_reported_never_silent():
+    """Money below the cheapest plan's cost in every slot: one line with the cheapest achievable
+    average before the run, the summary marks it, the other budget (attainable, met by the slack
+    plan in every slot) is kept within the tolerance."""
+    inst = slack_instance(5, 0.2, slots=6)
+    money, energy = inst.budgets
+    states = [inst.state(t) for t in range(inst.num_slots)]
+    c0 = np.asarray([evaluate(cheapest_plan(s), s).costs for s in states])
+    inst = replace(inst, budgets=(replace(money, limit=0.5 * float(c0[:, 0].min())), energy))
+    pre = preflight(inst, range(inst.num_slots), 0.01)
+    assert pre.attainable == (False, True) and len(pre.lines) == 1
+    assert "money cannot be met on average" in pre.lines[0] and f"{pre.cheapest_avg[0]:.6g}" in pre.lines[0]
+    run = run_online(inst)
+    s = run.summary
+    assert run.notes[0] == pre.lines[0] and pre.lines[0] in run.message
+    assert s["attainable_money"] is False and s["attainable_energy"] is True
+    assert s["overshoot_money"] > 0.01 and not s["within_tolerance_money"]
+    plain = run_online(inst, budget_tolerance=None).summary      # the rule: as low as it can
+    assert s["avg_cost_money"] <= plain["avg_cost_money"] * (1 + 1e-9)
+    if (run.rows["cheapest_energy"] <= energy.limit).all():
+        assert s["overshoot_energy"] <= 0.01 + 1e-9
+
+
+def test_preflight_per_budget_check_finds_plans_the_sum_misses():
+    """With K = 2 the cheapest achievable average of a budget is no more than the slack plans'."""
+    inst = slack_instance(9, 0.0, slots=3)
+    tight = replace(inst, budgets=tuple(replace(b, limit=1e-9 * b.limit) for b in inst.budgets))
+    pre = preflight(tight, range(3), 0.01)
+    assert pre.attainable == (False, False) and len(pre.lines) == 2
+    c0 = np.asarray(pre.costs).mean(axis=0)
+    assert np.all(np.asarray(pre.cheapest_avg) <= c0 * (1 + 1e-12))
+
+
+def test_result_status_contract():
+    inst = random_instance(0, n=3, L=4, slots=3)
+    ok = run_online(inst, V=1.0)
+    assert ok.status == Status.FEASIBLE and ok.success and ok.message.startswith("3 of 3 slots ran")
+    assert ok.summary["status"] == "feasible" and ok.summary["V"] == 1.0
+    huge = tuple(replace(l, param_bytes=1e12) for l in inst.workload.layers)
+    none = run_online(replace(inst, workload=replace(inst.workload, layers=huge)), V=1.0)
+    assert none.status == Status.INFEASIBLE and not none.success and "no slot of 3" in none.message
+    avail = inst.available.copy()
+    avail[1, :] = False
+    part = run_online(replace(inst, available=avail), V=1.0)
+    assert part.status == Status.PARTIAL and not part.success and "slots 1" in part.message
+    assert part.summary["executed_slots"] == 2
+
+
+def test_per_slot_running_columns():
+    """Each row: the running average cost of every budget against its limit, the bound Q/t of
+    guarantee (a) and the V in force."""
+    inst = slack_instance(2, 0.3, slots=5)
+    df = run_online(inst).rows
+    for b in inst.budgets:
+        avg = df[f"cost_{b.name}"].expanding().mean()
+        assert np.allclose(df[f"avg_{b.name}"], avg, rtol=1e-12)
+        assert np.allclose(df[f"over_{b.name}_pct"], 100 * (avg / b.limit - 1), rtol=1e-9, atol=1e-12)
+        n = np.arange(1, len(df) + 1)
+        assert np.allclose(df[f"bound_{b.name}_pct"], 100 * df[f"queue_{b.name}_after"] / n, rtol=1e-12)
+        assert (df[f"over_{b.name}_pct"] <= df[f"bound_{b.name}_pct"] + 1e-9).all()
+    assert df["V"].nunique() == 1 and df["V"].iloc[0] > 0
+
+
+def test_resume_with_default_V_and_tracker(tmp_path):
+    inst = slack_instance(4, 0.3, slots=6)
+    full = run_online(inst).rows
+    p = tmp_path / "state.json"
+    run_online(inst, state_path=p, stop=3)
+    rest = run_online(inst, state_path=p).rows
+    cols = [c for c in full.columns if c != "solve_time"]
+    pd.testing.assert_frame_equal(rest[cols], full[cols], check_exact=True)
+
+
+def test_v_rule_and_tracker_arguments():
+    assert choose_V(2.0, 100, 0.01).V == pytest.approx(0.5)
+    assert choose_V(0.02, 100, 0.01).V == pytest.approx(50.0)   # the same v for 100x shorter iterations
+    with pytest.raises(ValueError, match="horizon"):
+        default_v(0, 0.01)
+    with pytest.raises(ValueError, match="reference batch time"):
+        choose_V(0.0, 10, 0.01)
+    with pytest.raises(ValueError, match="tolerance"):
+        Tracker(-0.1, 10, (1.0,), (True,))
+    inst = random_instance(0, n=3, L=4, slots=2, budgets=(Budget("money", "money", 1.0),))
+    with pytest.raises(ValueError, match="budget_tolerance"):
+        run_online(inst, budget_tolerance=1.5)
