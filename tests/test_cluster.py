@@ -278,3 +278,20 @@ usd_per_gb = 0.01
     assert n2.server_names == n1.server_names and n2.zones == n1.zones
     assert np.array_equal(n2.nic, n1.nic)
     assert np.allclose(n2.fit, n1.fit, equal_nan=True) and np.allclose(n2.egress, n1.egress)
+
+
+def test_plan_and_run_output_say_which_kinds_are_flop_estimates(capsys, tmp_path):
+    from solver.cli.commands import main
+    path = INSTANCES[0].parent / "pipedream_vgg16.toml"
+    inst = load_instance(path)
+    st = inst.state(0)
+    k80 = next(i for i, d in enumerate(st.devices) if d.kind == "K80")
+    v100 = next(i for i, d in enumerate(st.devices) if d.kind == "V100-SXM2-16GB")
+    L = st.workload.num_layers
+    text = Plan((Group((v100, k80), (L - 3, L), st.workload.batch),)).describe(st)
+    assert "note: kind K80: layer table 'pipedream_vgg16_layers' has no measured times" in text
+    assert "FLOP estimates" in text and "P100" not in text
+    assert "note:" not in Plan((Group((v100,), (L,), st.workload.batch),)).describe(st)
+    assert main(["run", str(path), "--slots", "1", "--out", str(tmp_path), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "note: kind K80" in out and "note: kind P100-PCIe-16GB" in out

@@ -66,6 +66,8 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}), policy {args.policy}, V={v_text}, budget tolerance "
           f"{'off' if args.budget_tolerance is None else f'{100 * args.budget_tolerance:g}%'}", flush=True)
+    for n in inst.notes:
+        print(f"note: {n}")
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
                      state_path=out / "controller_state.json" if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
@@ -399,15 +401,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DynparError as e:
         print(f"dynpar: error: {e}", file=sys.stderr)
         return 1
-    except (FileNotFoundError, IsADirectoryError, ValueError, IndexError) as e:
+    except BrokenPipeError:        # stdout closed early (`dynpar ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (OSError, ValueError, IndexError) as e:     # a path that cannot be written, a bad value
         print(f"dynpar: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dynpar: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:        # stdout closed early (`dynpar ... | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":

@@ -21,8 +21,13 @@ nodes (deterministic). In the resulting table, per sample:
   intermediate outputs): `saved_bytes=` supplies measured or computed figures per layer instead,
   and the table's notes say which was used;
 - param_bytes = P.
-The profiled minibatch is read from the Input node (A = batch * 3*224*224*4), else from the
-known profiler settings per model (gnmt: 64), else must be given.
+The profiled minibatch is read from the Input nodes: one of their tensors (an element of a list
+`[a; b]`, or the whole) must be batch * 3*H*H*4 bytes for a batch >= 1 and an image side H in
+IMAGE_SIDES (331: NASNet, 299: Inception, 224: ImageNet, 32: CIFAR; the largest side that
+divides wins, since 224 = 7 x 32) and all such tensors must agree on the batch; else from the
+known profiler settings per model folder (gnmt: 64); else it must be given (minibatch=,
+`dynpar import-profile --minibatch N`). The workload is named after the file (its stem), or,
+for PipeDream's fixed file name graph.txt, after its folder.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ from .workloads import write_workload_csv
 
 DEFAULT_KIND = "V100-SXM2-16GB"
 IMAGE_BYTES = 3 * 224 * 224 * 4
+IMAGE_SIDES = (331, 299, 224, 32)
 KNOWN_MINIBATCH = {"alexnet": 256, "resnet18": 256, "squeezenet1_0": 256, "vgg16": 128, "resnet50": 128, "gnmt": 64}
 
 _NODE = re.compile(r"^(node\d+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
@@ -49,7 +55,8 @@ _EDGE = re.compile(r"^\s+(node\d+) -- (node\d+)\s*$")
 
 @dataclass(frozen=True)
 class ProfileNode:
-    """One node of a profile graph; times in ms and bytes for the whole profiled minibatch."""
+    """One node of a profile graph; times in ms and bytes for the whole profiled minibatch
+    (activation_parts: the elements of a list-valued activation_size, summed in activation_bytes)."""
 
     id: str
     description: str
@@ -57,6 +64,21 @@ class ProfileNode:
     bwd_ms: float
     activation_bytes: float
     param_bytes: float
+    activation_parts: tuple[float, ...] = ()
+
+
+def _parts(text: str) -> tuple[float, ...]:
+    """The elements of a list-valued field `[a; b]` (one element for a plain number); [] -> ()."""
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            return tuple(float(x) for x in text[1:-1].split(";") if x.strip())
+        except ValueError:
+            return ()
+    try:
+        return (float(text),)
+    except ValueError:
+        return ()
 
 
 @dataclass(frozen=True)
@@ -98,7 +120,7 @@ def parse_profile(path: str | Path) -> ProfileGraph:
             fwd = 0.0
         nodes[nid] = ProfileNode(nid, desc, fwd, _float(path, lineno, "backward_compute_time", m.group(4)),
                                  _float(path, lineno, "activation_size", m.group(5)),
-                                 _float(path, lineno, "parameter_size", m.group(6)))
+                                 _float(path, lineno, "parameter_size", m.group(6)), _parts(m.group(5)))
     for a, b in edges:
         for x in (a, b):
             if x not in nodes:
@@ -155,16 +177,32 @@ def cut_bytes(graph: ProfileGraph, order: list[str]) -> list[float]:
 
 
 def profiled_minibatch(graph: ProfileGraph, path: Path) -> int:
-    """Minibatch of the profile: from an image Input node, else the known setting per model."""
+    """Minibatch of the profile: from an image Input node, else the known setting per model
+    (module doc); an error says what to pass when neither decides it."""
+    found: dict[int, str] = {}
     for node in graph.nodes.values():
         if node.description.startswith("Input") and node.activation_bytes > 0:
-            mb = node.activation_bytes / IMAGE_BYTES
-            if mb >= 1 and mb.is_integer():
-                return int(mb)
+            for a in set(node.activation_parts or ()) | {node.activation_bytes}:
+                for side in IMAGE_SIDES:
+                    mb = a / (3 * side * side * 4)
+                    if mb >= 1 and mb.is_integer():
+                        found.setdefault(int(mb), f"{node.id}: {a:g} bytes = {int(mb)} x 3x{side}x{side} fp32")
+                        break
+    if len(found) == 1:
+        return next(iter(found))
+    if len(found) > 1:
+        raise InstanceError(f"{path}: the profiled minibatch is ambiguous ({'; '.join(found.values())}); pass "
+                            "minibatch= (dynpar import-profile --minibatch N)")
     known = KNOWN_MINIBATCH.get(path.parent.name)
     if known is None:
-        raise InstanceError(f"{path}: cannot infer the profiled minibatch; pass minibatch= (dynpar import-profile --minibatch N)")
+        raise InstanceError(f"{path}: cannot infer the profiled minibatch (no Input node holds 3xHxW fp32 images, H in "
+                            f"{', '.join(map(str, IMAGE_SIDES))}); pass minibatch= (dynpar import-profile --minibatch N)")
     return known
+
+
+def profile_name(path: Path) -> str:
+    """The workload's name: the file's stem, or its folder's name for PipeDream's graph.txt."""
+    return path.parent.name if path.name == "graph.txt" and path.parent.name else path.stem
 
 
 def import_profile(path: str | Path, kind: str = DEFAULT_KIND, minibatch: int | None = None,
@@ -212,7 +250,7 @@ def import_profile(path: str | Path, kind: str = DEFAULT_KIND, minibatch: int | 
     inputs = [graph.nodes[n] for n in order if graph.nodes[n].description.startswith("Input")]
     batch = batch or mb
     micro_batch = micro_batch or next(u for u in (8, 4, 2, 1) if batch % u == 0)
-    return Workload(name or path.parent.name, tuple(layers), batch, micro_batch, opt_factor,
+    return Workload(name or profile_name(path), tuple(layers), batch, micro_batch, opt_factor,
                     sum(i.activation_bytes for i in inputs) / mb, {spec.kind: (tuple(fwd_s), tuple(bwd_s))})
 
 

@@ -26,7 +26,10 @@ Layer-table CSV (models/<name>.csv): optional leading lines `# key: value` (key
 `input_bytes` = bytes per input sample, o_0); then a header with the columns name,
 fwd_flops, bwd_flops, out_bytes, stash_bytes, param_bytes (per sample: FLOP, bytes) and
 optional column pairs fwd_s:<kind>, bwd_s:<kind> (measured seconds per sample on that
-device kind; Workload.measured). Regenerate with `python -m solver.io.workloads [outdir]`.
+device kind; Workload.measured), and columns of figures at several micro-batch sizes and
+tensor-parallel degrees named `fwd_s:<kind>@mbs<b>@tp<t>`, `param_bytes@tp<t>` etc.
+(solver.io.columns: the `@mbs<u>@tp1` column at the workload's micro-batch size u is used
+in place of the plain one). Regenerate with `python -m solver.io.workloads [outdir]`.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from ..errors import InstanceError
 from ..model import Layer, Workload
 from . import ranges as R
 from .data import models_dir
+from .columns import variant_columns
 from .text import read_text
 
 MODELS_DIR = models_dir()
@@ -260,6 +264,7 @@ def write_workload_csv(workload: Workload, path: str | Path, comment: str | None
 
 
 def _column_range(col: str) -> R.Range:
+    col = col.split("@", 1)[0]
     if col.endswith("_flops"):
         return R.LAYER_FLOPS
     if col.endswith("_bytes") and col != "input_bytes":
@@ -303,14 +308,20 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     missing = [c for c in BASE_COLUMNS if c not in header]
     if missing:
         raise InstanceError(f"{path}: row {start + 1}: missing column(s) {', '.join(map(repr, missing))}")
-    kinds = [h[len("fwd_s:"):] for h in header if h.startswith("fwd_s:")]
+    variants, problems = variant_columns(header)
+    if problems:
+        raise InstanceError(f"{path}: row {start + 1}: {problems[0]}")
+    kinds = [h[len("fwd_s:"):] for h in header if h.startswith("fwd_s:") and "@" not in h]
     for k in kinds:
         if f"bwd_s:{k}" not in header:
             raise InstanceError(f"{path}: row {start + 1}: column 'fwd_s:{k}' has no matching 'bwd_s:{k}'")
     for h in header:
-        if h.startswith("bwd_s:") and h[len("bwd_s:"):] not in kinds:
+        if h.startswith("bwd_s:") and "@" not in h and h[len("bwd_s:"):] not in kinds:
             raise InstanceError(f"{path}: row {start + 1}: column {h!r} has no matching 'fwd_s:' column")
-    layers, measured = [], {k: ([], []) for k in kinds}
+    source = {k: (f"fwd_s:{k}", f"bwd_s:{k}") for k in kinds}
+    source.update({k: cols for (k, b, t), cols in variants.items() if b == micro_batch and t == 1})
+    extra = [h for h in header if "@" in h]
+    layers, measured = [], {k: ([], []) for k in source}
     for lineno, row in enumerate(reader, start=start + 2):
         if not row or all(not c.strip() for c in row):
             continue
@@ -321,9 +332,11 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             raise InstanceError(f"{path}: row {lineno}: column 'name': empty")
         vals = [_number(path, lineno, c, cells[c]) for c in BASE_COLUMNS[1:]]
         layers.append(Layer(cells["name"], *vals))
-        for k in kinds:
-            measured[k][0].append(_number(path, lineno, f"fwd_s:{k}", cells[f"fwd_s:{k}"]))
-            measured[k][1].append(_number(path, lineno, f"bwd_s:{k}", cells[f"bwd_s:{k}"]))
+        for k, (fc, bc) in source.items():
+            measured[k][0].append(_number(path, lineno, fc, cells[fc]))
+            measured[k][1].append(_number(path, lineno, bc, cells[bc]))
+        for c in extra:
+            _number(path, lineno, c, cells[c])
     if not layers:
         raise InstanceError(f"{path}: no layer rows")
     if input_bytes is None:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from .memory import MEM_RTOL, SCHEDULES, memory_use
-from .state import SlotState
+from .state import SlotState, measurement_notes
 
 
 @dataclass(frozen=True)
@@ -120,14 +120,20 @@ class Plan:
         return v
 
     def describe(self, state: SlotState) -> str:
-        """Readable multi-line summary: groups, stages with layer ranges, shares."""
+        """Readable multi-line summary: groups, stages with layer ranges, shares, and notes."""
         lines = []
         for gi, g in enumerate(self.groups):
             stages = ", ".join(f"{state.devices[d].name}[{a}:{b}]" for d, a, b in g.stages())
             how = "" if (g.schedule, g.recompute) == ("gpipe", False) else \
                 f" ({g.schedule}{', recompute' if g.recompute else ''})"
             lines.append(f"group {gi}: share {g.share:>5} | {stages}{how}")
+        lines += [f"note: {n}" for n in self.notes(state)]
         return "\n".join(lines)
+
+    def notes(self, state: SlotState) -> tuple[str, ...]:
+        """What the plan's figures rest on that the user should know: kinds of its devices
+        whose layer times are FLOP estimates in a workload with measured times."""
+        return measurement_notes([state.devices[d] for g in self.groups for d in g.devices], state.workload)
 
     def summary(self, state: SlotState) -> str:
         """One-line summary for tables: groups separated by ' | ', stages by '>'."""
