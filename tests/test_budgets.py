@@ -92,8 +92,7 @@ def test_unattainable_budget_reported_never_silent():
     assert run.notes[0] == pre.lines[0] and pre.lines[0] in run.message
     assert s["attainable_money"] is False and s["attainable_energy"] is True
     assert s["overshoot_money"] > 0.01 and not s["within_tolerance_money"]
-    plain = run_online(inst, budget_tolerance=None).summary      # the rule: as low as it can
-    assert s["avg_cost_money"] <= plain["avg_cost_money"] * (1 + 1e-9)
+    assert run.rows["allowance_money"].iloc[-1] < 0           # the tracker's books say it too
     if (run.rows["cheapest_energy"] <= energy.limit).all():
         assert s["overshoot_energy"] <= 0.01 + 1e-9
 

@@ -12,9 +12,13 @@ charged cost keeps E_k <= eps * H for every budget k:
 The drift-plus-penalty plan is kept when it is admissible (the usual case: the tracker binds
 only when the slack eps * H is used up). Otherwise the tracker adds a tracking weight
 lambda_k to the queue of each violated budget and re-solves (lambda = m * max(V T, max_k Q_k),
-m = 1, 4, 16, 64), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
+m = 1, 4, 16, 64 up to the first admissible plan, then one geometric bisection step back
+towards the last weight that was not), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
 with every queue 1, charged with migration like any plan). Among the candidates it takes the
 admissible one with the least slot objective V T + sum_k Q_k c_k / Cbar_k at the real queues.
+When no candidate is admissible (the premise below fails in this slot), it keeps the
+drift-plus-penalty plan and says so in the row (the queues go on pushing the costs down, and
+guarantee (a) still bounds the overshoot).
 
 Guarantee (c). If in every slot the slack plan x0 is admissible, as it is whenever
 c_k(x0) <= Cbar_k for every budget (charged, migration included), then E_k <= eps * H after
@@ -28,9 +32,9 @@ Unattainable budgets (the documented rule). The pre-flight check (`preflight`) c
 budget with its cheapest achievable average (the cheapest plan of every slot, and for K >= 2
 the search weighting that budget alone); when even that is over the limit by more than the
 tolerance, one line says so with the figure. Such a budget cannot be met, so it yields to the
-others: the tracker meets every attainable budget first, then takes the plan that overshoots
-the unattainable ones least (ties: the slot objective), and their queues keep growing, so their
-weight comes to dominate and the controller spends as little on them as it can. As slots
+others: admissibility is judged on the attainable budgets only, and the unattainable budget is
+left to its queue, which keeps growing, so its weight in the slot objective comes to dominate
+and the controller spends as little on it as the other budgets and the batch time allow. As slots
 arrive, a slot whose slack plan itself is not admissible is noted once per budget (the
 guarantee's premise fails there).
 """
@@ -187,7 +191,7 @@ class Tracker:
 @dataclass(frozen=True)
 class Tracked:
     """The tracker's pick: plan, its charge, how it was found ("plan", "tracking weight x<m>",
-    "slack plan", or "closest: ..." when no candidate is admissible) and the re-solves' seconds."""
+    "slack plan", or "no admissible plan: ..." when none is) and the re-solves' seconds."""
 
     plan: Plan
     charge: Charge
@@ -202,7 +206,7 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge."""
     import time
     Q = np.asarray(queues, dtype=float)
-    if tracker.violations(ch.costs) == (0.0, 0.0):
+    if tracker.violations(ch.costs)[0] == 0.0:
         return Tracked(plan, ch, "plan", 0.0)
     tracker.binding += 1
     t0 = time.perf_counter()
@@ -211,6 +215,7 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     base = max(V * ch.charged_time, float(Q.max()) if len(Q) else 0.0, 1e-9)
     violated = (tracker.use(ch.costs) > a + 1e-12) & np.asarray(tracker.attainable, dtype=bool)
     if violated.any():
+        last_bad = 0.0
         for m in LAMBDA_STEPS:
             res = resolve(tuple(Q + m * base * violated))
             if res.plan is None:
@@ -218,15 +223,19 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
             c = charge(res.plan)
             cands.append((res.plan, c, f"tracking weight x{m:g}"))
             if tracker.violations(c.costs)[0] == 0.0:
+                if last_bad > 0:   # one bisection step (geometric) towards the weight that failed
+                    mid = (m * last_bad) ** 0.5
+                    r2 = resolve(tuple(Q + mid * base * violated))
+                    if r2.plan is not None:
+                        cands.append((r2.plan, charge(r2.plan), f"tracking weight x{mid:g}"))
                 break
+            last_bad = m
     if slack is not None:
         cands.append((slack, charge(slack), "slack plan"))
 
-    def key(x: tuple[Plan, Charge, str]) -> tuple[float, float, float]:
-        va, vu = tracker.violations(x[1].costs)
-        return (va, vu, x[1].objective(queues, V))
-    best = min(cands, key=key)
-    va, vu = tracker.violations(best[1].costs)
-    how = best[2] if va == 0.0 else f"closest: {best[2]}"
-    return Tracked(best[0], best[1], how, time.perf_counter() - t0)
+    ok = [x for x in cands if tracker.violations(x[1].costs)[0] == 0.0]
+    if not ok:   # nothing keeps the attainable budgets: the drift-plus-penalty plan, said so
+        return Tracked(plan, ch, "no admissible plan: drift-plus-penalty plan kept", time.perf_counter() - t0)
+    best = min(ok, key=lambda x: x[1].objective(queues, V))
+    return Tracked(best[0], best[1], best[2], time.perf_counter() - t0)
 
