@@ -37,7 +37,8 @@ def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None 
     """Batch time, per-group times, sync time and costs of any structurally valid plan
     (feasibility is Plan.validate's job). coeffs: the groups' GroupCoeffs, if already known."""
     if coeffs is None:
-        coeffs = [group_coeffs(state, g.devices, g.cuts, g.schedule, g.recompute) for g in plan.groups]
+        coeffs = [group_coeffs(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule,
+                               g.recompute) for g in plan.groups]
     times = tuple(c.time(g.share) for c, g in zip(coeffs, plan.groups))
     ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
     T = max(times) + ts

@@ -222,16 +222,17 @@ class PlanSimulation:
 
 
 def simulate_plan(plan: "Plan", state: "SlotState", duplex: str = "full") -> PlanSimulation:
-    """Simulate every group of a structurally valid plan under its own schedule and
-    recomputation (links full duplex by default), with the cost model's sync time."""
-    wl = state.workload
+    """Simulate every group of a structurally valid plan under its own schedule, recomputation
+    and micro-batch size (links full duplex by default), with the cost model's sync time."""
     results = []
     memory = []
     for g in plan.groups:
-        F, G, lam = stage_times(state, g.devices, g.cuts)
-        P, H = stage_params_and_stash(state, g.cuts)
+        st = state.at_micro_batch(g.micro_batch)
+        wl = st.workload
+        F, G, lam = stage_times(st, g.devices, g.cuts)
+        P, H = stage_params_and_stash(st, g.cuts)
         r = simulate(F, G, lam, wl.micro_batch, g.share, g.schedule, recompute=g.recompute,
-                     saved=H, inputs=stage_input_bytes(state, g.cuts), duplex=duplex)
+                     saved=H, inputs=stage_input_bytes(st, g.cuts), duplex=duplex)
         results.append(r)
         memory.append(tuple(float(x) for x in wl.opt_factor * P + r.peak_bytes))
     ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])

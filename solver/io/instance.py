@@ -12,6 +12,8 @@ Format (units in the key names; paths are relative to the instance file):
     micro_batch = 8                # u >= 1; B must be a multiple of u
     optimizer_factor = 4.0         # optional (default 4): bytes held per parameter byte
     input_bytes = 602112           # optional: bytes per input sample (default: the CSV's)
+    precision = "fp32"             # optional: fp32, or bf16 / fp16 (mixed: the fp32 table's bytes
+                                   # halved, fp32 master weights and optimizer state; docs/MODEL.md)
 
     [[devices]]                    # one table per device, names unique
     name = "v100-0"
@@ -70,6 +72,7 @@ import numpy as np
 
 from ..errors import InstanceError
 from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
+from ..model.workload import PRECISIONS
 from . import ranges as R
 from .cluster import (FIT_KEYS, check_gpus_per_node, check_measured_kinds, cluster_lines, declared_kinds, kind_spec,
                       link_fit, network_facts)
@@ -86,7 +89,7 @@ NETWORK_DEFAULTS = {"intra_server_gbps": 100.0, "inter_server_gbps": 10.0,
 DEFAULT_EFFICIENCY = 0.5
 _TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces",
         "kinds", "servers", "egress"}
-_WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes"}
+_WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes", "precision"}
 _DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour"}
 _LINK = {"a", "b", "gbps", "latency_ms", "fit"}
 _BUDGET = {"name", "kind", "limit", "device"}
@@ -190,7 +193,11 @@ def _workload(f: _File, doc: dict) -> Workload:
         raise f.error("workload.batch", f"batch {batch} is not a multiple of micro_batch {micro}", batch)
     opt = f.number(w, "optimizer_factor", "workload.optimizer_factor", 4.0, rng=R.OPTIMIZER_FACTOR)
     input_bytes = f.number(w, "input_bytes", "workload.input_bytes", rng=R.INPUT_BYTES) if "input_bytes" in w else None
-    return read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
+    wl = read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
+    precision = f.string(w, "precision", "workload.precision", "fp32")
+    if precision not in PRECISIONS:
+        raise f.error("workload.precision", f"expected one of {', '.join(sorted(PRECISIONS))}", precision)
+    return wl.with_precision(precision)
 
 
 def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], np.ndarray, list[str]]:

@@ -4,7 +4,8 @@
 sent to the next stage (`act_output_bytes`) and the activation bytes the layer keeps for its
 backward pass (`act_mem_bytes`), both per sample (one sequence). `profiles/<model>/<gpu>/
 profile.json` gives seconds per micro-batch {mbs: {tp: {layer: [fwd, bwd, optimizer step]}}}.
-The figures are used as recorded: out_bytes = act_output_bytes, stash_bytes = act_mem_bytes,
+Layer names: embedding (0), head (last), block<i> for the layers shaped like layer 1 (the
+transformer blocks), layer<i> otherwise (LLAMA-3-8's final norm). The figures are used as recorded: out_bytes = act_output_bytes, stash_bytes = act_mem_bytes,
 param_bytes = params_bytes; the input bytes are layer 0's act_input_bytes.
 
 Measured seconds become per-sample seconds (divided by the micro-batch size) under the device
@@ -72,7 +73,9 @@ def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProf
     if [int(i) for i in idx] != list(range(len(idx))):
         raise InstanceError(f"{root / 'llm_info.json'}: {model} tp {tp}: layers are not 0..{len(idx) - 1}")
     L = len(idx)
-    names = tuple("embedding" if i == 0 else "head" if i == L - 1 else f"block{i - 1}" for i in range(L))
+    block = float(rows[idx[1]]["params_bytes"]) if L > 2 else None
+    names = tuple("embedding" if i == 0 else "head" if i == L - 1 else
+                  f"block{i - 1}" if float(rows[str(i)]["params_bytes"]) == block else f"layer{i}" for i in range(L))
     times: dict[str, dict[int, tuple]] = {}
     notes: list[str] = []
     folder = root / "profiles" / model
@@ -98,7 +101,8 @@ def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProf
 def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_factor: float = 4.0,
                     reference: str = "A100-SXM4-40GB", efficiency: float = 0.5) -> Workload:
     """A Workload from a profile at micro-batch size `micro_batch`: measured per-sample seconds
-    for every kind timed at that size, FLOPs from the reference kind (module doc)."""
+    for every kind timed at that size, FLOPs from the reference kind (module doc), and the times
+    at every other profiled size dividing `batch` (Workload.measured_by_micro_batch)."""
     if batch < 1 or micro_batch < 1 or batch % micro_batch:
         raise InstanceError(f"sailor {profile.model}: batch {batch} must be a positive multiple of "
                             f"micro_batch {micro_batch}")
@@ -111,5 +115,10 @@ def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_fa
     fw, bw = measured[reference]
     layers = tuple(Layer(n, f * sustained, b * sustained, o, h, p) for n, f, b, o, h, p in
                    zip(profile.names, fw, bw, profile.out_bytes, profile.saved_bytes, profile.param_bytes))
+    by_u: dict[int, dict] = {}
+    for kind, per in profile.times.items():
+        for mbs, t in per.items():
+            if batch % mbs == 0:
+                by_u.setdefault(mbs, {})[kind] = (tuple(f / mbs for f in t[0]), tuple(b / mbs for b in t[1]))
     return Workload(f"{profile.model}-tp{profile.tp}", layers, int(batch), int(micro_batch), float(opt_factor),
-                    profile.input_bytes, measured)
+                    profile.input_bytes, measured, measured_by_micro_batch=dict(sorted(by_u.items())))

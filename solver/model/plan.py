@@ -4,7 +4,9 @@ Group g runs a pipeline over `devices` (device indices of the slot state, in
 pipeline order); stage j holds layers cuts[j-1] .. cuts[j]-1 (0-based, with an
 implicit cuts[-1] = 0), so `cuts` is strictly increasing and ends at L. The
 group trains on `share` samples of the global batch per iteration, under its pipeline
-`schedule` ("gpipe" or "1f1b"), recomputing its forward in the backward when `recompute`.
+`schedule` ("gpipe" or "1f1b"), recomputing its forward in the backward when `recompute`,
+in micro-batches of `micro_batch` samples (None: the workload's u; otherwise one of
+`Workload.micro_batch_options`, and the group's times are those measured at that size).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class Group:
     share: int
     schedule: str = "gpipe"
     recompute: bool = False
+    micro_batch: int | None = None
 
     @property
     def num_stages(self) -> int:
@@ -72,8 +75,16 @@ class Plan:
         if not self.groups:
             return [Violation("nonempty", "the plan has no group")]
         seen: set[int] = set()
+        options = state.workload.micro_batch_options()
         for gi, g in enumerate(self.groups):
             where = f"group {gi}"
+            u = state.workload.micro_batch
+            if g.micro_batch is not None:
+                if g.micro_batch in options:
+                    u = g.micro_batch
+                else:
+                    v.append(Violation("micro_batch", f"{where} micro_batch: expected one of {options}, "
+                                                      f"got {g.micro_batch!r}"))
             if len(g.devices) == 0:
                 v.append(Violation("nonempty", f"{where} has no device"))
                 continue
@@ -108,10 +119,10 @@ class Plan:
         if total != B:
             v.append(Violation("shares_sum", f"shares sum to {total}, batch is {B}"))
         if any(x.constraint in ("known_device", "cuts_match_stages", "stage_nonempty", "layers_covered",
-                                "schedule") for x in v):
+                                "schedule", "micro_batch") for x in v):
             return v
         for gi, g in enumerate(self.groups):
-            for d, used in zip(g.devices, memory_use(state, g.devices, g.cuts, g.share,
+            for d, used in zip(g.devices, memory_use(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.share,
                                                           g.schedule, g.recompute)):
                 cap = state.devices[d].memory_bytes
                 if used > cap * (1 + MEM_RTOL):
@@ -147,12 +158,15 @@ def _group_dict(g: Group) -> dict:
         d["schedule"] = g.schedule
     if g.recompute:
         d["recompute"] = True
+    if g.micro_batch is not None:
+        d["micro_batch"] = int(g.micro_batch)
     return d
 
 
 def plan_to_dict(plan: Plan) -> dict:
     """{"groups": [{"devices": [...], "cuts": [...], "share": b}, ...]} (device indices);
-    "schedule" and "recompute" appear only where they differ from "gpipe" and false."""
+    "schedule", "recompute" and "micro_batch" appear only where they differ from "gpipe", false
+    and the workload's u."""
     return {"groups": [_group_dict(g) for g in plan.groups]}
 
 
@@ -161,7 +175,9 @@ def plan_from_dict(d: dict) -> Plan:
     try:
         return Plan(tuple(Group(tuple(int(x) for x in g["devices"]), tuple(int(x) for x in g["cuts"]),
                                 int(g["share"]), str(g.get("schedule", "gpipe")),
-                                _flag(g.get("recompute", False))) for g in d["groups"]))
+                                _flag(g.get("recompute", False)),
+                                None if g.get("micro_batch") is None else int(g["micro_batch"]))
+                          for g in d["groups"]))
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed plan JSON: {e!r} in {d!r}") from e
 

@@ -68,6 +68,16 @@ class SlotState:
                 return i
         raise KeyError(f"no device named {name!r}")
 
+    def at_micro_batch(self, u: int | None) -> "SlotState":
+        """This slot with the workload at micro-batch u (None or the workload's own u: self);
+        cached per state. ValueError when the workload has no times at u."""
+        if u is None or u == self.workload.micro_batch:
+            return self
+        cache = self.__dict__.setdefault("_at_micro_batch", {})
+        if u not in cache:
+            cache[u] = replace(self, workload=self.workload.at_micro_batch(u))
+        return cache[u]
+
     @cached_property
     def memory_bytes(self) -> np.ndarray:
         """(n,) usable memory of each device, bytes."""

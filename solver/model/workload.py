@@ -4,7 +4,7 @@ Units: FLOP per sample, bytes per sample (activations) or per model (parameters)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping
 
@@ -28,6 +28,26 @@ class Layer:
     param_bytes: float
 
 
+PRECISIONS = {"fp32": 4, "bf16": 2, "fp16": 2}
+"""Training precision -> bytes per weight, gradient and activation element. bf16 and fp16 are
+mixed precision: 16-bit weights, gradients and activations, fp32 master weights and optimizer
+state (Micikevicius et al. 2018, "Mixed Precision Training")."""
+FP32_MASTER_BYTES = 4
+
+
+def mixed_opt_factor(fp32_opt_factor: float, element_bytes: int) -> float:
+    """Bytes held per parameter byte at `element_bytes`-byte weights, from the fp32 factor.
+
+    fp32: bytes per parameter = 4 weights + 4 gradients + S optimizer state = 4 k (k = the fp32
+    factor, 4 for Adam: S = 8). Mixed: e weights + e gradients + 4 fp32 master + S, over e."""
+    if element_bytes == 4:
+        return float(fp32_opt_factor)
+    state = 4.0 * fp32_opt_factor - 8.0
+    if state < 0:
+        raise ValueError(f"opt_factor: expected >= 2 (weights and gradients), got {fp32_opt_factor}")
+    return (2.0 * element_bytes + FP32_MASTER_BYTES + state) / element_bytes
+
+
 @dataclass(frozen=True)
 class Workload:
     """A DNN training job: layers in order, batch B samples, micro-batch u samples.
@@ -37,6 +57,12 @@ class Workload:
     measured: optional per device kind, (forward seconds per sample per layer,
     backward seconds per sample per layer); used instead of FLOPs / speed for
     devices of that kind (the speed factor of the slot still divides them).
+    precision: the element precision the byte figures are in (PRECISIONS); `with_precision`
+    converts an fp32 table (activation, parameter and gradient bytes, and opt_factor).
+    measured_by_micro_batch: optional {u: {kind: (forward, backward seconds per sample per
+    layer)}}, times measured at several micro-batch sizes (per-sample time falls as u grows);
+    a group of a plan may then train at any of those u (`micro_batch_options`,
+    `at_micro_batch`). Empty: the workload's own u (and `measured`) only.
     """
 
     name: str
@@ -46,6 +72,22 @@ class Workload:
     opt_factor: float = 4.0
     input_bytes: float = 0.0
     measured: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+    precision: str = "fp32"
+    measured_by_micro_batch: Mapping[int, Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]]] = \
+        field(default_factory=dict)
+
+    def micro_batch_options(self) -> tuple[int, ...]:
+        """Micro-batch sizes a group may choose: those with measured times, else the workload's u."""
+        return tuple(sorted(self.measured_by_micro_batch)) or (self.micro_batch,)
+
+    def at_micro_batch(self, u: int) -> "Workload":
+        """This workload trained at micro-batch u (one of micro_batch_options): its measured
+        times are those taken at u."""
+        if u == self.micro_batch:
+            return self
+        if u not in self.micro_batch_options():
+            raise ValueError(f"micro_batch: expected one of {self.micro_batch_options()}, got {u!r}")
+        return replace(self, micro_batch=int(u), measured=dict(self.measured_by_micro_batch[u]))
 
     @property
     def num_layers(self) -> int:
@@ -77,5 +119,22 @@ class Workload:
         return float(self.fwd_flops.sum() + self.bwd_flops.sum())
 
     def with_batch(self, batch: int, micro_batch: int | None = None) -> "Workload":
-        return Workload(self.name, self.layers, batch, micro_batch or self.micro_batch,
-                        self.opt_factor, self.input_bytes, self.measured)
+        return replace(self, batch=batch, micro_batch=micro_batch or self.micro_batch)
+
+    def with_precision(self, precision: str) -> "Workload":
+        """This fp32 workload trained at `precision`: activation bytes (out, stash, input) and
+        parameter bytes (what is all-reduced: the gradients) scale by element bytes / 4, and
+        opt_factor becomes `mixed_opt_factor` (bytes held per scaled parameter byte). Seconds and
+        FLOPs are unchanged: give times measured at that precision."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
+        if self.precision != "fp32":
+            raise ValueError(f"precision: the workload is already {self.precision}; convert an fp32 table")
+        e = PRECISIONS[precision]
+        if e == 4:
+            return self
+        f = e / 4.0
+        layers = tuple(replace(l, out_bytes=l.out_bytes * f, stash_bytes=l.stash_bytes * f,
+                               param_bytes=l.param_bytes * f) for l in self.layers)
+        return replace(self, layers=layers, opt_factor=mixed_opt_factor(self.opt_factor, e),
+                       input_bytes=self.input_bytes * f, precision=precision)

@@ -1,0 +1,205 @@
+"""Fidelity of the memory model on measured LLM profiles, and a Metis-style cluster.
+
+Usage: python -m benchmarks.bench_fidelity [--quick] [--out DIR]   (needs ../shared/data)
+
+Part 1, per-stage activation memory: GPT-Neo-2.7 and LLAMA-3-8 (Sailor's llm_info.json, tp 1)
+cut into k equal stages by layer count, 1F1B with n >= k micro-batches of u samples. The figure
+implied by llm_info.json for stage j (0-based) is min(k - j, n) * u * (sum of the stage's
+act_mem_bytes), its README's definition of act_mem_bytes (bytes a layer keeps per sample for
+its backward pass, what a stage stashes per in-flight micro-batch). Predicted from three layer
+tables: the Sailor import (solver.io.sailor), transformer blocks from the architecture formula
+(solver.io.transformer: Korthikanti et al. 2022 in 16-bit; other layers as recorded), and
+a graph-profile table that knows only the boundary tensors (each layer's input, act_input_bytes).
+Model states (16 bytes per parameter, Adam) are added to both for the totals.
+
+Part 2 (Metis-style cluster) is printed by `cluster_comparison`: see its docstring.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from solver import baselines, solve_slot  # noqa: E402
+from solver.cost import evaluate  # noqa: E402
+from solver.cost.simulator import simulate_plan  # noqa: E402
+from solver.io.hardware import hardware_spec  # noqa: E402
+from solver.io.sailor import read_sailor_profile, sailor_workload  # noqa: E402
+from solver.io.synthetic import default_budgets  # noqa: E402
+from solver.model import Device, Group, Plan, SlotState  # noqa: E402
+from solver.io.transformer import korthikanti_bytes  # noqa: E402
+from solver.model.memory import live_samples  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SAILOR = SHARED / "profiles" / "sailor"
+ARCH = {"GPT-Neo-2.7": (2048, 2560, 32), "LLAMA-3-8": (8192, 4096, 32)}
+"""(sequence, hidden, heads): GPT-Neo-2.7 from Sailor's training config (32 heads of 80);
+LLAMA-3-8 from its act_output_floats = s * h (8192 x 4096) and Llama 3 8B's 32 query heads."""
+STATE_BYTES_PER_PARAM = 16.0
+
+
+def equal_stages(L: int, k: int) -> list[range]:
+    bounds = np.linspace(0, L, k + 1).round().astype(int)
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def memory_rows(model: str, ks=(2, 4, 8), us=(1, 2), n: int = 16) -> list[dict]:
+    prof = read_sailor_profile(SAILOR, model)
+    info = json.loads((SAILOR / "llm_info.json").read_text())[model]["1"]
+    L = prof.num_layers
+    s, h, a = ARCH[model]
+    formula = [korthikanti_bytes(s, h, a) if prof.names[i].startswith("block") else prof.saved_bytes[i]
+               for i in range(L)]
+    boundary = [float(info[str(i)]["act_input_bytes"]) for i in range(L)]
+    params = [float(info[str(i)]["params_floats"]) for i in range(L)]
+    rows = []
+    for k in ks:
+        for u in us:
+            live = live_samples(k, n * u, u, "1f1b")
+            for j, st in enumerate(equal_stages(L, k)):
+                implied = live[j] * sum(float(info[str(i)]["act_mem_bytes"]) for i in st)
+                states = STATE_BYTES_PER_PARAM * sum(params[i] for i in st)
+                pred = {name: live[j] * sum(tab[i] for i in st)
+                        for name, tab in (("sailor", prof.saved_bytes), ("formula", formula), ("boundary", boundary))}
+                rows.append({"model": model, "k": k, "u": u, "stage": j, "layers": f"{st.start}-{st.stop - 1}",
+                             "implied_act_GB": implied / 1e9, "implied_total_GB": (implied + states) / 1e9,
+                             **{f"{m}_act_ratio": p / implied for m, p in pred.items()},
+                             **{f"{m}_total_ratio": (p + states) / (implied + states) for m, p in pred.items()}})
+    return rows
+
+
+def summarise(rows: list[dict]) -> None:
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        print(f"{model}: {len(mine)} stages (k in {sorted({r['k'] for r in mine})}, u in {sorted({r['u'] for r in mine})}, 1F1B)")
+        for m in ("sailor", "formula", "boundary"):
+            act = np.array([r[f"{m}_act_ratio"] for r in mine])
+            tot = np.array([r[f"{m}_total_ratio"] for r in mine])
+            print(f"  {m:<8} predicted / implied: activations min {act.min():.3f} median {np.median(act):.3f} "
+                  f"max {act.max():.3f}; with model states min {tot.min():.3f} max {tot.max():.3f}")
+        r = max(mine, key=lambda r: r["implied_act_GB"])
+        print(f"  largest stage: k={r['k']} u={r['u']} stage {r['stage']} (layers {r['layers']}): "
+              f"implied {r['implied_act_GB']:.2f} GB activations, {r['implied_total_GB']:.2f} GB in all")
+
+
+KINDS = {"A100-SXM4-40GB": ("A100-40", 3.673385), "V100-SXM2-16GB": ("V100-16", 2.859998)}
+"""Hardware kind -> (Sailor's name, Sailor's GCP USD per GPU-hour)."""
+
+
+def metis_state(u: int, batch: int = 128) -> SlotState:
+    """8 A100-40 + 8 V100-16, 4 GPUs per node (Sailor's cluster config: usable memory per GPU),
+    GPT-Neo-2.7 from Sailor's profile at micro-batch u. Links: Sailor's fitted maxima, inside
+    a node 243 GB/s (A100) / 68 GB/s (V100), between nodes 2.42 GB/s (A100 nodes) / 1.72 GB/s
+    (any V100 node); latency 10 us inside a node and 50 us between nodes (assumed)."""
+    cfg = json.loads((SAILOR / "configs" / "basic_cluster_config.json").read_text())
+    devices, node = [], []
+    for kind, (sname, usd_h) in KINDS.items():
+        spec = hardware_spec(kind)
+        for i in range(8):
+            devices.append(Device(f"{sname}-{i}", kind, spec.peak_flops, float(cfg[sname]["mem_per_gpu"]),
+                                  spec.busy_w, spec.idle_w, usd_h / 3600.0))
+            node.append(f"{sname}/{i // 4}")
+    n = len(devices)
+    bw, lat = np.empty((n, n)), np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            a100 = devices[i].kind.startswith("A100") and devices[j].kind.startswith("A100")
+            same = node[i] == node[j]
+            bw[i, j] = (243e9 if a100 else 68e9) if same else (2.42e9 if a100 else 1.72e9)
+            lat[i, j] = 1e-5 if same else 5e-5
+    np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(lat, 0.0)
+    wl = sailor_workload(read_sailor_profile(SAILOR, "GPT-Neo-2.7"), batch, u)
+    ones = np.ones(n)
+    return SlotState(0, tuple(devices), wl, default_budgets(1e9, 1e15), ones.astype(bool),
+                     np.array([d.peak_flops * 0.5 for d in devices]), ones,
+                     np.array([d.price_per_s for d in devices]), bw, lat)
+
+
+def grid_plans(state: SlotState, schedule: str, recompute: bool):
+    """Metis-style plans: dp pipelines of pp equal-size stages (by layer count), each pipeline on
+    one GPU type in node order, even shares; over every divisor pp of each type's count, for
+    A100s only, V100s only, and both (pipelines of each type side by side)."""
+    L, B, u = state.workload.num_layers, state.workload.batch, state.workload.micro_batch
+    by_kind = {k: [i for i, d in enumerate(state.devices) if d.kind == k] for k in KINDS}
+    options = {k: [(pp, len(devs) // pp) for pp in (1, 2, 4, 8) if len(devs) % pp == 0 and pp <= L]
+               for k, devs in by_kind.items()}
+    choices = [[(k, o)] for k in KINDS for o in options[k]]
+    choices += [[(a, oa), (b, ob)] for a, b in [tuple(KINDS)] for oa in options[a] for ob in options[b]]
+    for choice in choices:
+        groups = []
+        for kind, (pp, dp) in choice:
+            devs = by_kind[kind]
+            groups += [tuple(devs[g * pp:(g + 1) * pp]) for g in range(dp)]
+        m = len(groups)
+        if B % (m * u):
+            continue
+        yield Plan(tuple(Group(g, cuts_for(L, len(g)), B // m, schedule, recompute) for g in groups))
+
+
+def cuts_for(L: int, k: int) -> tuple[int, ...]:
+    return tuple(int(c) for c in np.linspace(0, L, k + 1).round().astype(int)[1:])
+
+
+def score(plan: Plan | None, state: SlotState) -> dict:
+    if plan is None:
+        return {"fits": False}
+    bad = plan.validate(state)
+    if bad:
+        return {"fits": False, "why": str(bad[0])}
+    return {"fits": True, "model_s": evaluate(plan, state).batch_time,
+            "simulated_s": simulate_plan(plan, state).batch_time, "plan": plan.summary(state)}
+
+
+def cluster_comparison(us=(1, 2, 4)) -> list[dict]:
+    """Part 2: on the Metis-style cluster (metis_state), global batch 128: data parallelism
+    (even DP), the best Metis-style grid plan (grid_plans, 1F1B with and without recomputation,
+    every u), and the planner's plan (solve_slot, V = 1, no budgets in force), each scored by
+    the cost model and by the event simulator."""
+    rows = []
+    for u in us:
+        state = metis_state(u)
+        rows.append({"u": u, "who": "even DP", **score(baselines.even_dp(state), state)})
+        best = None
+        for schedule, recompute in (("1f1b", False), ("1f1b", True), ("gpipe", False)):
+            for plan in grid_plans(state, schedule, recompute):
+                r = score(plan, state)
+                if r["fits"] and (best is None or r["model_s"] < best["model_s"]):
+                    best = r
+        rows.append({"u": u, "who": "best dp x pp grid", **(best or {"fits": False})})
+        res = solve_slot(state, (0.0, 0.0), 1.0)
+        rows.append({"u": u, "who": "planner", "status": str(res.status), **score(res.plan, state)})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if not SAILOR.is_dir():
+        print(f"../shared/data not found at {SHARED}: nothing to measure", file=sys.stderr)
+        return 1
+    rows = [r for m in ARCH for r in memory_rows(m)]
+    print("Part 1: per-stage activation memory, predicted / implied by llm_info.json")
+    summarise(rows)
+    result = {"memory": rows}
+    print("Part 2: Metis-style cluster, 8 A100-40 + 8 V100-16, GPT-Neo-2.7, B = 128")
+    cl = cluster_comparison((1, 2) if args.quick else (1, 2, 4))
+    for r in cl:
+        fig = (f"model {r['model_s']:.3f} s, simulated {r['simulated_s']:.3f} s: {r['plan']}" if r.get("fits")
+               else f"no plan fits ({r.get('why', r.get('status', 'none'))})")
+        print(f"  u={r['u']} {r['who']:<18} {fig}")
+    result["cluster"] = cl
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_fidelity.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
