@@ -81,3 +81,62 @@ def test_offline_beats_online_at_equal_budget_use():
     assert own.status in ("optimal", "infeasible")
     if own.ok:
         assert np.all(np.asarray(own.avg_costs) <= np.asarray([b.limit for b in inst.budgets]) * (1 + 1e-7))
+
+
+def _scaled_money(inst, f: float):
+    """The same instance with money counted in units 1/f as large (prices and limit times f)."""
+    from dataclasses import replace
+    budgets = tuple(replace(b, limit=b.limit * f) if b.kind == "money" else b for b in inst.budgets)
+    return replace(inst, price=inst.price * f, budgets=budgets)
+
+
+def test_weight_settings_are_in_budgets_worth():
+    """The sweep's queues are in budgets' worth, as solve_slot takes them: counting money in
+    milli-dollars (prices and limit x 1000) leaves every candidate plan unchanged. (When the
+    settings were divided by the limit before solve_slot divided again, the weights moved by a
+    factor 1e-3 here and the candidates changed.)"""
+    from solver.online.offline import slot_candidates, weight_settings
+    inst = random_instance(3, n=4, L=6, slots=2)
+    st0 = inst.state(0)
+    assert weight_settings(st0, (1.0,), 2.0) == weight_settings(_scaled_money(inst, 1e3).state(0), (1.0,), 2.0)
+    for t in range(inst.num_slots):
+        a = slot_candidates(inst.state(t), include_baselines=False, scales=(0.3, 3.0))
+        b = slot_candidates(_scaled_money(inst, 1e3).state(t), include_baselines=False, scales=(0.3, 3.0))
+        assert [c.plan for c in a] == [c.plan for c in b]
+
+
+def test_sweep_reaches_fastest_and_cheapest_plans():
+    """Without the baselines in the pool, the sweep alone reaches, in every slot, the fastest
+    plan of the search and a plan at least as cheap in each budget as the cheapest plan of the
+    search for that budget (V = 0) and as every baseline."""
+    from solver import baselines
+    from solver.cost import evaluate
+    from solver.online.offline import slot_candidates
+    from solver.online.tracking import cheapest_plan
+    from solver.solve import SolveOptions, solve_slot
+    inst = random_instance(8, n=5, L=6, slots=2)
+    K = len(inst.budgets)
+    for t in range(inst.num_slots):
+        s = inst.state(t)
+        cands = slot_candidates(s, include_baselines=False, scales=(0.3, 3.0))
+        fast = solve_slot(s, (0.0,) * K, 1.0, options=SolveOptions(replan=False))
+        assert min(c.batch_time for c in cands) <= fast.batch_time * (1 + 1e-12)
+        base = [p for p in (f(s) for f in baselines.ALL.values()) if p is not None and not p.validate(s)]
+        for k in range(K):
+            alone = cheapest_plan(s, weights=[1.0 if j == k else 0.0 for j in range(K)])
+            ref = min([evaluate(alone, s).costs[k]] + [evaluate(p, s).costs[k] for p in base])
+            assert min(c.costs[k] for c in cands) <= ref * (1 + 1e-12), (t, inst.budgets[k].name)
+
+
+def test_offline_le_online_default_settings():
+    """The online controller at its defaults (scale-free V, tracker; re-planning off as the
+    MILP has no migration): the MILP at the online run's realised budget use is no slower."""
+    inst = calibrate_budgets(random_instance(6, n=4, L=6, slots=5), 0.3)
+    run = run_online(inst, replan=False)
+    s = run.summary
+    use = [s[f"avg_cost_{b.name}"] for b in inst.budgets]
+    res = offline_reference(inst, extra_plans=plans_from_frame(run.rows, inst.num_slots), limits=use,
+                            settings_scales=(0.3, 3.0))
+    assert res.success and res.status == "optimal", res.message
+    assert res.avg_batch_time <= s["avg_batch_time"] * (1 + 1e-9)
+    assert np.all(np.asarray(res.avg_costs) <= np.asarray(use) * (1 + 1e-7))
