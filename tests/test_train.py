@@ -21,13 +21,14 @@ from torch import nn  # noqa: E402
 from solver.cli import main  # noqa: E402
 from solver.io.instance import load_instance  # noqa: E402
 from solver.io.workloads import write_workload_csv  # noqa: E402
-from solver.model import Group, Plan  # noqa: E402
+from solver.model import Group, Plan, plan_to_json  # noqa: E402
 from solver.runtime.binding import my_device, parse_map  # noqa: E402
 from solver.runtime.estimator import observed_state, predicted_compute, update_factors  # noqa: E402
 from solver.runtime.examples import mlp64  # noqa: E402
 from solver.runtime.profiler import profile_module  # noqa: E402
 from solver.runtime.spec import SpecError, blocks_of  # noqa: E402
-from solver.runtime.trainer import final_state, unsupported  # noqa: E402
+from solver.runtime.launch import launch  # noqa: E402
+from solver.runtime.trainer import TrainConfig, final_state, unsupported  # noqa: E402
 
 pytestmark = pytest.mark.torch
 MODEL = "solver.runtime.examples:mlp64"
@@ -50,9 +51,9 @@ def write_instance(folder: Path) -> Path:
     return folder / "cpu4.toml"
 
 
-def reference(steps: int) -> dict[str, torch.Tensor]:
-    """Single-process full-batch training of mlp64: what every run must end with."""
-    spec = mlp64()
+def reference(steps: int, factory=mlp64) -> dict[str, torch.Tensor]:
+    """Single-process full-batch training: what every run must end with."""
+    spec = factory()
     m = copy.deepcopy(spec.model)
     opt = spec.make_optimizer(m.parameters())
     n = len(spec.data)
@@ -134,6 +135,28 @@ def test_torchrun_two_nodes_bind_by_node_and_local_rank(tmp_path: Path) -> None:
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
 
 
+@pytest.mark.parametrize("factory", ["mlp64", "mlp64_adam"])
+def test_torch_pipelining_equivalence_across_replan(tmp_path: Path, factory: str) -> None:
+    """2 groups x 2 stages through torch.distributed.pipelining, uneven shares and cuts, one
+    group GPipe and one 1F1B, swapped (with new stages, cuts and shares) by a re-plan:
+    SGD-momentum and Adam end where single-process full-batch training ends."""
+    from solver.runtime import examples
+    inst = load_instance(write_instance(tmp_path))
+    p1 = Plan((Group((0, 1), (3, 7), 24, "gpipe"), Group((2, 3), (5, 7), 8, "1f1b")))
+    p2 = Plan((Group((3, 0), (2, 7), 12, "1f1b"), Group((1, 2), (4, 7), 20, "gpipe")))
+    cfg = TrainConfig(f"solver.runtime.examples:{factory}", 8, str(tmp_path / "ck"), iterations_per_slot=4,
+                      plans=(plan_to_json(p1), plan_to_json(p2)), engine="torch")
+    launch(inst, cfg)
+    ref, got = reference(8, getattr(examples, factory)), final_state(tmp_path / "ck", 7)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    assert list(rows["status"]) == ["given", "given"]
+    assert [json.loads(j)["groups"][0].get("schedule", "gpipe") for j in rows["plan_json"]] == ["gpipe", "1f1b"]
+    for js in rows["measured_compute"]:
+        assert all(v > 0 for v in json.loads(js).values()) and len(json.loads(js)) == 4
+
+
 def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:
     inst = load_instance(write_instance(tmp_path))
     st = inst.state(0)
@@ -186,6 +209,7 @@ def test_semantics_refused_and_caller_model_untouched() -> None:
 
 def test_unsupported_plan_features_named() -> None:
     p = Plan((Group((0, 1), (3, 7), 16, "1f1b"), Group((2,), (7,), 16, "gpipe", True)))
-    bad = unsupported(p)
-    assert len(bad) == 2 and "schedule '1f1b'" in bad[0] and "group 1: recompute" in bad[1]
+    assert unsupported(p) == ["group 1: recompute (activation recomputation is not implemented)"]
+    bad = unsupported(p, engine="hand")
+    assert len(bad) == 2 and "'1f1b' needs engine 'torch'" in bad[0]
     assert unsupported(Plan((Group((0,), (7,), 32),))) == []

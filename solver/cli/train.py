@@ -3,7 +3,7 @@
     dynpar train INSTANCE --model MODULE:FACTORY --steps N --checkpoint-dir DIR
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
                  [--devices a,b] [--device-map NODE:LOCAL_RANK=DEVICE,...] [--node NAME]
-                 [--repeat DEVICE=R,...] [--kill-at DEVICE:STEP] [--out DIR]
+                 [--repeat DEVICE=R,...] [--kill-at DEVICE:STEP] [--out DIR] [--engine torch|hand]
 
 Spawns one process per device on this machine, or, under torchrun, is one of its ranks
 (the device from --device-map and LOCAL_RANK: solver.runtime.binding). Writes slots.csv
@@ -59,7 +59,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"--iterations-per-slot: expected >= 1, got {args.iterations_per_slot}")
     cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, args.iterations_per_slot,
                       args.checkpoint_every, args.V, args.policy, args.out,
-                      _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout)
+                      _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine)
     out = Path(args.out or args.checkpoint_dir)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
@@ -94,4 +94,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--kill-at", default=None, help="failure drill DEVICE:STEP: that process kills itself (SIGKILL)")
     t.add_argument("--out", default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
     t.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds (60)")
+    t.add_argument("--engine", choices=("torch", "hand"), default="torch",
+                   help="torch: multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe (torch)")
     t.set_defaults(func=cmd_train)

@@ -26,7 +26,7 @@ import os
 import signal
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,11 +35,11 @@ import torch
 import torch.distributed as dist
 
 from ..cost import cost_coeffs, group_coeffs
-from ..model import Group, Instance, Plan, plan_from_dict, plan_to_dict
+from ..model import Instance, Plan, plan_from_dict, plan_from_json, plan_to_dict
 from ..online.charge import charge_plan
 from ..model.plan import plan_to_json
 from ..online.controller import rows_frame
-from ..online.policies import make_policy
+from ..online.policies import Decision, make_policy
 from ..online.queues import initial_queues, update_queues
 from ..online.summary import summarise
 from . import ckpt
@@ -48,6 +48,7 @@ from .layout import buckets, layer_holders, roles
 from .pipeline import allreduce_grads, pipeline_step
 from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
+from .tpipe import TorchStage
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,10 @@ class TrainConfig:
     V: the controller's penalty weight; policy: a solver.online policy name; repeat: device
     name -> r, its stage compute is done r times (emulated slow device, real work);
     kill: (device name, step) drill: that device's process kills itself with SIGKILL just
-    before iteration `step`; timeout_s: collective timeout (seconds)."""
+    before iteration `step`; timeout_s: collective timeout (seconds); engine: "torch"
+    (groups of several stages run torch.distributed.pipelining: runtime.tpipe) or "hand"
+    (every group on the hand-written GPipe of runtime.pipeline); plans: plan JSON per slot
+    (the last one repeats) used instead of the policy's (benchmarks, tests; status "given")."""
 
     model: str
     steps: int
@@ -74,23 +78,27 @@ class TrainConfig:
     repeat: dict[str, int] = field(default_factory=dict)
     kill: tuple[str, int] | None = None
     timeout_s: float = 60.0
+    engine: str = "torch"
+    plans: tuple[str, ...] = ()
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
         wl = instance.workload
         return {"instance": instance.name, "model": self.model, "layers": wl.num_layers, "batch": wl.batch,
                 "micro_batch": wl.micro_batch, "iterations_per_slot": self.iterations_per_slot,
-                "policy": self.policy, "V": float(self.V)}
+                "policy": "given" if self.plans else self.policy, "V": float(self.V)}
 
 
-def unsupported(plan: Plan) -> list[str]:
-    """The plan features this runtime cannot execute (schedules other than GPipe,
-    recomputation, tensor parallelism), one line each."""
+def unsupported(plan: Plan, engine: str = "torch") -> list[str]:
+    """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
+    1F1B on the hand-written engine, recomputation, tensor parallelism), one line each."""
     out = []
     for gi, g in enumerate(plan.groups):
         sched = getattr(g, "schedule", "gpipe")
-        if sched != "gpipe":
-            out.append(f"group {gi}: schedule {sched!r} (the runtime executes 'gpipe' only)")
+        if sched not in ("gpipe", "1f1b"):
+            out.append(f"group {gi}: schedule {sched!r} (the runtime executes 'gpipe' and '1f1b')")
+        elif sched == "1f1b" and engine == "hand" and g.num_stages > 1:
+            out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
         if getattr(g, "recompute", False):
             out.append(f"group {gi}: recompute (activation recomputation is not implemented)")
         tp = getattr(g, "tp", None) or getattr(g, "tensor_parallel", None)
@@ -101,7 +109,7 @@ def unsupported(plan: Plan) -> list[str]:
 
 def to_ranks(plan: Plan, rank_of: dict[int, int]) -> Plan:
     """The plan with device indices replaced by the ranks running them."""
-    return Plan(tuple(Group(tuple(rank_of[d] for d in g.devices), g.cuts, g.share) for g in plan.groups))
+    return Plan(tuple(replace(g, devices=tuple(rank_of[d] for d in g.devices)) for g in plan.groups))
 
 
 class Controller:
@@ -130,11 +138,17 @@ class Controller:
 
     def decide(self, t: int) -> Plan:
         state = observed_state(self.inst.state(t), self.present, self.factors)
-        d = self.policy.decide(state, self.queues, self.cfg.V, self.previous)
+        if self.cfg.plans:
+            d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
+            bad = d.plan.validate(state)
+            if bad:
+                raise RuntimeError(f"slot {t}: the given plan does not fit: " + "; ".join(str(v) for v in bad[:3]))
+        else:
+            d = self.policy.decide(state, self.queues, self.cfg.V, self.previous)
         if d.plan is None:
             raise RuntimeError(f"slot {t}: policy {self.cfg.policy} found no feasible plan on devices "
                                f"{list(state.available_indices)} ({d.message or 'no reason given'})")
-        bad = unsupported(d.plan)
+        bad = unsupported(d.plan, self.cfg.engine)
         if bad:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
         ch = charge_plan(d.plan, state, self.previous, replan=True,
@@ -265,6 +279,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     holders: list[tuple[int, ...]] | None = None
     groups: dict[tuple[int, ...], Any] = {}
     fresh = True
+    tstage: TorchStage | None = None
     out = Path(cfg.out or cfg.checkpoint_dir)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -299,6 +314,21 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                 groups[key] = dist.new_group(list(key))
             bucket_groups.append((key, layers, groups[key]))
         role = roles(rplan).get(rank)
+        piped = [g for g in rplan.groups if g.num_stages > 1] if cfg.engine == "torch" else []
+        for key in sorted({tuple(sorted(g.devices)) for g in piped}):
+            if key not in groups:
+                groups[key] = dist.new_group(list(key))
+        if tstage is not None:
+            tstage.close()
+            tstage = None
+        if role is not None and any(rank in g.devices for g in piped):
+            g = rplan.groups[role.group]
+            if repeat > 1:
+                raise SpecError(f"--repeat {me}={repeat}: emulated slowdown runs on engine 'hand' only "
+                                "(its repeats live in the hand-written pipeline)")
+            tstage = TorchStage(role, {i: held[i].module for i in role.layers}, g.devices,
+                                groups[tuple(sorted(g.devices))], g.schedule, wl.micro_batch, B, spec.loss,
+                                torch.device("cpu"))
         if replanned or fresh:
             _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
         fresh = False
@@ -312,10 +342,13 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             if role is not None:
                 rows = (role.offset, role.offset + role.share)
                 x, y = data.rows(step, *rows)
-                f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
-                                     x if role.prev is None else None, y if role.next is None else None,
-                                     spec.loss, wl.micro_batch, B, shapes[role.first][0],
-                                     shapes[role.first][1], torch.device("cpu"), None, repeat)
+                if tstage is not None:
+                    f, b = tstage.step(x if role.prev is None else None, y if role.next is None else None)
+                else:
+                        f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
+                                         x if role.prev is None else None, y if role.next is None else None,
+                                         spec.loss, wl.micro_batch, B, shapes[role.first][0],
+                                         shapes[role.first][1], torch.device("cpu"), None, repeat)
                 c = f + b
                 allreduce_grads(rank, {i: held[i].module for i in role.layers}, bucket_groups)
                 for i in role.layers:

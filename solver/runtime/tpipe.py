@@ -1,0 +1,117 @@
+"""One group's pipeline through torch.distributed.pipelining (PipelineStage + ScheduleGPipe
+or Schedule1F1B, the schedule the plan's group names), built from the plan's cuts.
+
+Every micro-batch has u samples (share a multiple of u: the planner's shares are); the
+schedule averages the micro-batch mean losses (scale_grads), and the gradients are then
+scaled by share / B, so the SUM all-reduce across groups gives the full-batch mean, as on
+the hand-written path (runtime.pipeline). A group of one stage has no pipeline and runs
+on the hand-written path (no communication there).
+
+Stage compute seconds (the estimator's input) are taken with module hooks: forward from
+the stage's forward pre-hook to its forward hook; backward from the moment the gradient of
+the stage's output arrives (a tensor hook) to the last gradient accumulated into the
+stage's parameters or its input's gradient, per micro-batch.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from .layout import StageRole
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class _Clock:
+    """Forward and backward compute seconds of one stage module, from hooks."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.fwd = self.bwd = 0.0
+        self._t = 0.0
+        self._b0: float | None = None
+        self._b1 = 0.0
+        self.handles = [module.register_forward_pre_hook(self._pre), module.register_forward_hook(self._post)]
+        self.handles += [p.register_post_accumulate_grad_hook(self._grad_done) for p in module.parameters()]
+
+    def _pre(self, mod: nn.Module, args: tuple) -> None:
+        self._close()
+        self._t = time.perf_counter()
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                a.register_hook(self._input_grad)
+
+    def _post(self, mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+        self.fwd += time.perf_counter() - self._t
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(self._out_grad)
+
+    def _out_grad(self, g: torch.Tensor) -> None:
+        self._close()
+        self._b0 = time.perf_counter()
+
+    def _input_grad(self, g: torch.Tensor) -> None:
+        self._b1 = time.perf_counter()
+
+    def _grad_done(self, p: torch.Tensor) -> None:
+        self._b1 = time.perf_counter()
+
+    def _close(self) -> None:
+        if self._b0 is not None:
+            self.bwd += max(self._b1 - self._b0, 0.0)
+            self._b0 = None
+
+    def take(self) -> tuple[float, float]:
+        """(forward, backward) seconds since the last take."""
+        self._close()
+        out = (self.fwd, self.bwd)
+        self.fwd = self.bwd = 0.0
+        return out
+
+
+class TorchStage:
+    """This rank's stage of a multi-stage group: the PipelineStage and its schedule."""
+
+    def __init__(self, role: StageRole, layers: Mapping[int, nn.Module], group_ranks: Sequence[int],
+                 pg: object, schedule: str, micro_batch: int, batch: int,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {sorted(SCHEDULES)}, got {schedule!r}")
+        if role.share % micro_batch:
+            raise ValueError(f"group {role.group}: share {role.share} is not a multiple of the micro-batch "
+                             f"{micro_batch} (torch.distributed.pipelining needs equal micro-batches)")
+        n_micro = role.share // micro_batch
+        k = len(group_ranks)
+        if schedule == "1f1b" and n_micro < k:
+            raise ValueError(f"group {role.group}: 1F1B needs at least {k} micro-batches (one per stage), "
+                             f"got {n_micro}")
+        self.role, self.batch = role, batch
+        self.module = nn.Sequential(*(layers[i] for i in role.layers))
+        self.clock = _Clock(self.module)
+        self.stage = PipelineStage(self.module, role.stage, k, device, group=pg)
+        order = sorted(group_ranks)  # a process group's ranks are sorted
+        self.stage.stage_index_to_group_rank = {j: order.index(r) for j, r in enumerate(group_ranks)}
+        self.schedule = SCHEDULES[schedule](self.stage, n_micro, loss_fn=loss_fn, scale_grads=True)
+
+    def step(self, x: torch.Tensor | None, y: torch.Tensor | None) -> tuple[float, float]:
+        """One iteration of this stage; gradients left scaled by share / B. Returns the
+        (forward, backward) compute seconds."""
+        first, last = self.role.prev is None, self.role.next is None
+        args = (x,) if first else ()
+        if last:
+            self.schedule.step(*args, target=y, losses=[], return_outputs=False)
+        else:
+            self.schedule.step(*args, return_outputs=False)
+        scale = self.role.share / self.batch
+        for p in self.module.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        return self.clock.take()
+
+    def close(self) -> None:
+        """Remove the timing hooks (the blocks outlive the stage when they stay on this rank)."""
+        for h in self.clock.handles:
+            h.remove()
