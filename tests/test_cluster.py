@@ -295,3 +295,13 @@ def test_plan_and_run_output_say_which_kinds_are_flop_estimates(capsys, tmp_path
     assert main(["run", str(path), "--slots", "1", "--out", str(tmp_path), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "note: kind K80" in out and "note: kind P100-PCIe-16GB" in out
+
+
+def test_solve_json_lists_the_plans_notes(tmp_path, capsys):
+    from solver.cli.commands import main
+    rows = tuple(",1e-3,2e-3" for _ in range(4))
+    p = write(tmp_path, devices([("t", "T4", "n")]), ",fwd_s:V100-SXM2-16GB,bwd_s:V100-SXM2-16GB", rows)
+    assert main(["solve", str(p), "--slot", "0", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["kind T4: layer table 'layers' has no measured times for it (measured: V100-SXM2-16GB); its "
+                     "times are FLOP estimates"]

@@ -231,3 +231,27 @@ def test_import_profile_refuses_to_overwrite(tmp_path):
     out.write_text("keep")
     assert main(["import-profile", "--format", "sailor", str(root / "profiles" / "Toy"), "--out", str(out)]) == 2
     assert out.read_text() == "keep"
+
+
+def test_tables_carry_micro_batch_sizes_and_precision(tmp_path):
+    (tmp_path / "s").mkdir()
+    root = sailor_root(tmp_path / "s")
+    out = write_table(import_any("sailor", root / "profiles" / "Toy"), tmp_path / "toy.csv")
+    assert "# precision: fp16" in out.read_text()
+    wl = read_workload_csv(out, 4, 1)
+    assert wl.precision == "fp16" and wl.opt_factor == pytest.approx(8.0)      # (2 + 2 + 4 + 8) / 2
+    assert wl.micro_batch_options() == (1, 2)
+    assert wl.at_micro_batch(2).measured["A100-SXM4-40GB"][0] == pytest.approx((0.01,) * 3)
+    assert read_workload_csv(out, 3, 1).micro_batch_options() == (1,)           # 2 does not divide 3
+    toml = ('name = "t"\nnum_slots = 1\n[workload]\nmodel = "toy.csv"\nbatch = 4\nmicro_batch = 1\n{p}'
+            '[[devices]]\nname = "a"\nkind = "A100-SXM4-40GB"\n')
+    (tmp_path / "t.toml").write_text(toml.format(p=""))
+    from solver.io.instance import load_instance
+    assert load_instance(tmp_path / "t.toml").workload.precision == "fp16"
+    (tmp_path / "t.toml").write_text(toml.format(p='precision = "bf16"\n'))
+    with pytest.raises(InstanceError, match=r"workload.precision: the layer table is already fp16"):
+        load_instance(tmp_path / "t.toml")
+    bad = tmp_path / "bad.csv"
+    bad.write_text(out.read_text().replace("# precision: fp16", "# precision: fp12"))
+    with pytest.raises(InstanceError, match=r"'# precision:' line: expected one of bf16, fp16, fp32"):
+        read_workload_csv(bad, 4, 1)

@@ -140,6 +140,7 @@ def _solve_json(inst, slot: int, V: float, queues: Sequence[float], res) -> dict
         "group_times_s": list(ev.group_times) if ev is not None else None,
         "sync_time_s": ev.sync_time if ev is not None else None,
         "solve_time_s": res.solve_time, "candidates": res.candidates,
+        "notes": list(res.plan.notes(inst.state(slot))) if res.plan is not None else list(inst.state(slot).notes),
     }
 
 

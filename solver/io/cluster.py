@@ -127,7 +127,8 @@ def check_measured_kinds(f: Any, workload: Any, declared: dict[str, DeclaredKind
     exactly (an alias such as V100 is not enough: devices are matched by their exact kind, so
     the column would be silently unused)."""
     known = set(declared) | set(table)
-    for k in workload.measured:
+    by_u = getattr(workload, "measured_by_micro_batch", {}) or {}
+    for k in sorted(set(workload.measured) | {k for per in by_u.values() for k in per}):
         if k not in known:
             try:
                 hint = f" ({k!r} is an alias of {hardware_spec(k, table).kind}: name the column by the exact kind)"

@@ -12,7 +12,8 @@ Format (units in the key names; paths are relative to the instance file):
     micro_batch = 8                # u >= 1; B must be a multiple of u
     optimizer_factor = 4.0         # optional (default 4): bytes held per parameter byte
     input_bytes = 602112           # optional: bytes per input sample (default: the CSV's)
-    precision = "fp32"             # optional: fp32, or bf16 / fp16 (mixed: the fp32 table's bytes
+    precision = "fp32"             # optional (default: the table's `# precision:` line, else fp32):
+                                   # fp32, or bf16 / fp16 (mixed: the fp32 table's bytes
                                    # halved, fp32 master weights and optimizer state; docs/MODEL.md)
 
     [[devices]]                    # one table per device, names unique
@@ -194,9 +195,14 @@ def _workload(f: _File, doc: dict) -> Workload:
     opt = f.number(w, "optimizer_factor", "workload.optimizer_factor", 4.0, rng=R.OPTIMIZER_FACTOR)
     input_bytes = f.number(w, "input_bytes", "workload.input_bytes", rng=R.INPUT_BYTES) if "input_bytes" in w else None
     wl = read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
-    precision = f.string(w, "precision", "workload.precision", "fp32")
+    precision = f.string(w, "precision", "workload.precision", wl.precision)
     if precision not in PRECISIONS:
         raise f.error("workload.precision", f"expected one of {', '.join(sorted(PRECISIONS))}", precision)
+    if wl.precision != "fp32":      # the table's bytes are already at its precision (`# precision:` line)
+        if precision != wl.precision:
+            raise f.error("workload.precision", f"the layer table is already {wl.precision} (its '# precision:' "
+                          f"line): leave workload.precision out or give {wl.precision!r}", precision)
+        return wl
     return wl.with_precision(precision)
 
 

@@ -29,7 +29,10 @@ optional column pairs fwd_s:<kind>, bwd_s:<kind> (measured seconds per sample on
 device kind; Workload.measured), and columns of figures at several micro-batch sizes and
 tensor-parallel degrees named `fwd_s:<kind>@mbs<b>@tp<t>`, `param_bytes@tp<t>` etc.
 (solver.io.columns: the `@mbs<u>@tp1` column at the workload's micro-batch size u is used
-in place of the plain one). Regenerate with `python -m solver.io.workloads [outdir]`.
+in place of the plain one, and every `@mbs<b>@tp1` column with b dividing the batch gives
+Workload.measured_by_micro_batch). A line `# precision: P` (fp32, bf16, fp16) says the bytes
+are already at P (Workload.precision; 16-bit: the mixed-precision model-state factor).
+Regenerate with `python -m solver.io.workloads [outdir]`.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from typing import Callable, Sequence
 
 from ..errors import InstanceError
 from ..model import Layer, Workload
+from ..model.workload import PRECISIONS, mixed_opt_factor
 from . import ranges as R
 from .data import models_dir
 from .columns import variant_columns
@@ -320,7 +324,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             raise InstanceError(f"{path}: row {start + 1}: column {h!r} has no matching 'fwd_s:' column")
     source = {k: (f"fwd_s:{k}", f"bwd_s:{k}") for k in kinds}
     source.update({k: cols for (k, b, t), cols in variants.items() if b == micro_batch and t == 1})
-    extra = [h for h in header if "@" in h]
+    extra: dict[str, list[float]] = {h: [] for h in header if "@" in h}
     layers, measured = [], {k: ([], []) for k in source}
     for lineno, row in enumerate(reader, start=start + 2):
         if not row or all(not c.strip() for c in row):
@@ -335,15 +339,29 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
         for k, (fc, bc) in source.items():
             measured[k][0].append(_number(path, lineno, fc, cells[fc]))
             measured[k][1].append(_number(path, lineno, bc, cells[bc]))
-        for c in extra:
-            _number(path, lineno, c, cells[c])
+        for c, vals in extra.items():
+            vals.append(_number(path, lineno, c, cells[c]))
     if not layers:
         raise InstanceError(f"{path}: no layer rows")
     if input_bytes is None:
         cell = meta.get("input_bytes", "0")
         input_bytes = _number(path, 1, "input_bytes", cell)
+    precision = meta.get("precision", "fp32")
+    if precision not in PRECISIONS:
+        raise InstanceError(f"{path}: '# precision:' line: expected one of {', '.join(sorted(PRECISIONS))}, "
+                            f"got {precision!r}")
+    if PRECISIONS[precision] != 4:      # bytes already 16-bit: the model-state factor of mixed precision
+        opt_factor = mixed_opt_factor(opt_factor, PRECISIONS[precision])
+    measured = {k: (tuple(f), tuple(b)) for k, (f, b) in measured.items()}
+    by_u: dict[int, dict] = {}
+    for (k, b, t), (fc, bc) in sorted(variants.items()):
+        if t == 1 and batch % b == 0:
+            by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
+    if by_u:
+        by_u.setdefault(int(micro_batch), measured)
     return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
-                    float(input_bytes), {k: (tuple(f), tuple(b)) for k, (f, b) in measured.items()})
+                    float(input_bytes), measured, precision=precision,
+                    measured_by_micro_batch=dict(sorted(by_u.items())))
 
 
 def generate_all(outdir: str | Path = MODELS_DIR) -> list[Path]:

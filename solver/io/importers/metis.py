@@ -99,6 +99,9 @@ def import_metis(path: str | Path, minibatch: int | None = None, kinds: dict[str
     notes.append("not imported: fb_sync (forward_backward_time_ms - layer sum), optimizer_time_ms and the "
                  "all-reduce times (no per-layer term in the layer table)")
     bytes_at = {t: (tuple(param[t]), tuple(out), tuple(stash[t] or out)) for t in degrees if t != base_tp}
+    if precision is None:
+        notes.append("precision not recorded (Metis files do not say): the bytes are read as fp32; pass "
+                     "--precision fp16 or bf16 if the profile ran in mixed precision")
     names = [f"layer{i}" for i in range(L)]
     name = path.stem if path.is_file() else path.name
     return from_grid(name, f"Metis profiles {path}", names, param[base_tp], out, stash[base_tp] or out, 0.0,

@@ -13,6 +13,9 @@ out_bytes = act_output_bytes, stash_bytes = act_mem_bytes, param_bytes = params_
 smallest TP degree of llm_info.json (1), the other degrees in `@tp<t>` columns. Not written:
 the optimizer-step seconds (the cost model has no per-iteration optimizer term), degrees with
 no bytes in llm_info.json, and GPU files whose layers do not match llm_info.json (notes say so).
+The bytes are 16-bit (Sailor's README: mixed precision, 2-byte floats): the table says
+`# precision: fp16` (`--precision bf16` to record bf16), so the reader keeps them and uses
+the mixed-precision model-state factor.
 """
 from __future__ import annotations
 
@@ -98,4 +101,4 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     source = f"Sailor profile {model} ({root})"
     return from_grid(model, source, base.names, base.param_bytes, base.out_bytes, base.saved_bytes,
                      base.input_bytes, variants, base_tp, minibatch=minibatch, notes=notes, bytes_at=bytes_at,
-                     precision=precision)
+                     precision=precision or "fp16")
