@@ -305,3 +305,13 @@ def test_solve_json_lists_the_plans_notes(tmp_path, capsys):
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert notes == ["kind T4: layer table 'layers' has no measured times for it (measured: V100-SXM2-16GB); its "
                      "times are FLOP estimates"]
+
+
+def test_declared_peak_at_the_workloads_precision(tmp_path):
+    kinds = '[[kinds]]\nkind = "H800"\nlike = "H100-SXM5-80GB"\npeak_tflops_bf16 = 700\n'
+    p = write(tmp_path, kinds + devices([("h", "H800", "n"), ("v", "V100-SXM2-16GB", "n")]))
+    assert load_instance(p).devices[0].peak_flops == pytest.approx(66.91e12)        # fp32 workload
+    p.write_text(p.read_text().replace("micro_batch = 4\n", 'micro_batch = 4\nprecision = "bf16"\n'))
+    inst = load_instance(p)
+    assert inst.devices[0].peak_flops == pytest.approx(700e12)
+    assert inst.devices[1].peak_flops == pytest.approx(15.67e12)      # packaged kinds: FP32 peak

@@ -11,7 +11,8 @@ before (`Instance.network` is None and every figure is unchanged).
     busy_w = 700                   # watts while computing         } `like`
     price_per_hour = 8.0           # USD per device-hour           } is given
     idle_w = 210                   # optional (default: 30% of busy_w)
-    peak_tflops_fp16 = 756         # optional peaks per precision: _fp16, _bf16, _tf32, _fp8
+    peak_tflops_bf16 = 756         # optional peaks at _bf16 and _fp16, used when the workload's
+                                   # precision is that one (else peak_tflops)
     gpus_per_node = 8              # optional: a server holds at most this many of the kind
 
     [[servers]]                    # optional: the servers that devices name in `server`
@@ -41,7 +42,7 @@ every byte that crosses a priced zone boundary (Sailor's `gcp_communication_cost
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ from . import ranges as R
 from .hardware import IDLE_FRACTION, GpuSpec, hardware_spec
 
 GBIT = 1e9 / 8
-PRECISIONS = ("fp16", "bf16", "tf32", "fp8")
+PRECISIONS = ("fp16", "bf16")
 KIND_FIELDS = {"kind", "like", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour", "gpus_per_node",
                *(f"peak_tflops_{p}" for p in PRECISIONS)}
 SERVER_FIELDS = {"name", "nic_gbps", "zone"}
@@ -107,6 +108,12 @@ def declared_kinds(f: Any, doc: dict) -> dict[str, DeclaredKind]:
         spec = GpuSpec(name, name, peak, mem, busy, idle, price, False, "instance file", "instance file")
         out[name] = DeclaredKind(spec, peaks, gpn)
     return out
+
+
+def at_precision(declared: dict[str, DeclaredKind], precision: str) -> dict[str, DeclaredKind]:
+    """The declared kinds with the peak FLOP/s of `precision` where they declare one."""
+    return {k: replace(d, spec=replace(d.spec, peak_flops=d.peaks[precision])) if precision in d.peaks else d
+            for k, d in declared.items()}
 
 
 def kind_spec(f: Any, kind: str, field_name: str, declared: dict[str, DeclaredKind], table: dict) -> GpuSpec:

@@ -75,7 +75,7 @@ from ..errors import InstanceError
 from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
 from ..model.workload import PRECISIONS
 from . import ranges as R
-from .cluster import (FIT_KEYS, check_gpus_per_node, check_measured_kinds, cluster_lines, declared_kinds, kind_spec,
+from .cluster import (FIT_KEYS, at_precision, check_gpus_per_node, check_measured_kinds, cluster_lines, declared_kinds, kind_spec,
                       link_fit, network_facts)
 from .data import packaged_models
 from .hardware import GpuSpec, load_hardware
@@ -409,7 +409,7 @@ def load_instance(path: str | Path) -> Instance:
                       "letter or digit (it names the results folder)", name)
     S = int(f.number(doc, "num_slots", "num_slots", integer=True, rng=R.SLOTS))
     workload = _workload(f, doc)
-    declared = declared_kinds(f, doc)
+    declared = at_precision(declared_kinds(f, doc), workload.precision)
     check_measured_kinds(f, workload, declared, load_hardware())
     devices, eff, servers = _devices(f, doc, declared)
     names = [d.name for d in devices]

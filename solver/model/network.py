@@ -14,6 +14,14 @@ Units: bytes, bytes/s, seconds, USD per byte.
   the pair's bandwidth (the instance's gbps or its trace) and floored at FIT_FLOOR x that cap
   (the quadratic falls to 0 and below far outside the message sizes it was fitted on).
 - **Egress prices**: USD per byte sent from device i to device j (0 inside a zone).
+
+Where they enter: cost.pipeline.stage_times (a group's boundaries all run at once: fits at
+the micro-batch's message size, NICs shared among the group's senders), cost.sync.sync_time
+(every bucket's ring at once: fits at the bucket's size, NICs shared among the ring senders)
+and cost.costs (egress into money). Two simplifications, both conservative or neutral for a
+plan's figures: transfers of different groups are not counted against each other's NICs,
+and the cut DPs (subproblems.cuts) place cuts with the pair bandwidth alone; every plan is
+then scored with the figures above, so the search and evaluate agree.
 """
 from __future__ import annotations
 
