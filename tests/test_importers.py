@@ -236,8 +236,10 @@ def test_import_profile_refuses_to_overwrite(tmp_path):
 def test_tables_carry_micro_batch_sizes_and_precision(tmp_path):
     (tmp_path / "s").mkdir()
     root = sailor_root(tmp_path / "s")
-    out = write_table(import_any("sailor", root / "profiles" / "Toy"), tmp_path / "toy.csv")
+    out = write_table(import_any("sailor", root / "profiles" / "Toy", precision="fp16"), tmp_path / "toy.csv")
     assert "# precision: fp16" in out.read_text()
+    assert "# precision" not in write_table(import_any("sailor", root / "profiles" / "Toy"),
+                                            tmp_path / "plain.csv").read_text()
     wl = read_workload_csv(out, 4, 1)
     assert wl.precision == "fp16" and wl.opt_factor == pytest.approx(8.0)      # (2 + 2 + 4 + 8) / 2
     assert wl.micro_batch_options() == (1, 2)

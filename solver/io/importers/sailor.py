@@ -13,9 +13,12 @@ out_bytes = act_output_bytes, stash_bytes = act_mem_bytes, param_bytes = params_
 smallest TP degree of llm_info.json (1), the other degrees in `@tp<t>` columns. Not written:
 the optimizer-step seconds (the cost model has no per-iteration optimizer term), degrees with
 no bytes in llm_info.json, and GPU files whose layers do not match llm_info.json (notes say so).
-The bytes are 16-bit (Sailor's README: mixed precision, 2-byte floats): the table says
-`# precision: fp16` (`--precision bf16` to record bf16), so the reader keeps them and uses
-the mixed-precision model-state factor.
+The bytes are used as recorded: llm_info.json's `*_bytes` are 4 x its `*_floats` although
+the runs were mixed precision, so the table is an fp32 table (no `# precision:` line): with
+the default optimizer_factor 4 its parameter bytes give 16 bytes of model state per
+parameter, the mixed-precision Adam figure (2 + 2 weights and gradients, 4 + 8 fp32 master
+and moments). `--precision` records another reading (a 16-bit table keeps its bytes and uses
+the mixed factor: do not give it for these files).
 """
 from __future__ import annotations
 
@@ -93,6 +96,8 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
             notes.append(f"{prof_file.parent.name}: tp {', '.join(map(str, extra))} timed but llm_info.json has no "
                          f"bytes for {model} at that degree: not imported")
     notes = _grouped(notes)
+    notes.append("bytes as recorded in llm_info.json (4 bytes per float, an fp32 table; with optimizer_factor 4: "
+                 "16 bytes of model state per parameter)")
     notes.append("optimizer-step seconds (Sailor's third figure per layer) are not imported: the cost model has "
                  "no per-iteration optimizer term")
     base_tp = degrees[0]
@@ -101,4 +106,4 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     source = f"Sailor profile {model} ({root})"
     return from_grid(model, source, base.names, base.param_bytes, base.out_bytes, base.saved_bytes,
                      base.input_bytes, variants, base_tp, minibatch=minibatch, notes=notes, bytes_at=bytes_at,
-                     precision=precision or "fp16")
+                     precision=precision)
