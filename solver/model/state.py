@@ -137,7 +137,9 @@ class Instance:
     Arrays over slots (S = num_slots, n devices): available (S, n) bool; speed_factor
     (S, n) multiplies each device's peak_flops * efficiency; price (S, n) USD/s;
     bandwidth (S, n, n) bytes/s; latency (n, n) seconds. efficiency (n,) is the
-    sustained fraction of peak FLOP/s. source: the file it was loaded from, if any.
+    sustained fraction of peak FLOP/s. source: the file it was loaded from, if any; network:
+    servers, shared NICs, bandwidth fits and egress prices (model.network), None when the file
+    declares none.
     """
 
     name: str
