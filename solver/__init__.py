@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import baselines
 from .cost import Evaluation, evaluate
-from .errors import DynparError, InfeasibleSlotError, InstanceError, SolverError
+from .errors import DynparError, InfeasibleSlotError, InstanceError
 from .io import load_instance
 from .model import (
            Budget,
@@ -32,8 +32,9 @@ from .model import (
 )
 from .online import run_online
 from .solve import SlotResult, SolveOptions, solve_exact, solve_slot
+from .status import Status
 
 __all__ = ["Budget", "Device", "DynparError", "Evaluation", "Group", "InfeasibleSlotError", "Instance",
-           "InstanceError", "Layer", "Plan", "SlotResult", "SlotState", "SolveOptions", "SolverError",
+           "InstanceError", "Layer", "Plan", "SlotResult", "SlotState", "SolveOptions", "Status",
            "Violation", "Workload", "baselines", "evaluate", "load_instance", "run_online", "solve_exact",
            "solve_slot"]

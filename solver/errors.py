@@ -12,7 +12,3 @@ class InstanceError(DynparError):
 
 class InfeasibleSlotError(DynparError):
     """No feasible plan exists for a slot (nothing available, or nothing can hold the model)."""
-
-
-class SolverError(DynparError):
-    """HiGHS returned a status other than optimal where an optimum was required."""

@@ -5,13 +5,14 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solver import baselines
 from solver.cost import evaluate
 from solver.cost.migration import migration_time
-from solver.solve import SolveOptions, solve_slot
 from solver.io.synthetic import random_state
+from solver.solve import SolveOptions, solve_slot
 
 states = st.builds(lambda seed, n, L, p, scale: random_state(seed, n=n, L=L, p_available=p, scale=scale),
                    st.integers(0, 10**6), st.integers(1, 7), st.integers(2, 14),
@@ -41,7 +42,7 @@ def test_valid_and_dominates_baselines(state, Q, V):
 
 def test_queue_length_checked():
     state = random_state(1, n=3, L=4)
-    with pytest.raises(ValueError, match="2 budgets"):
+    with pytest.raises(ValueError, match="expected 2 values"):
         solve_slot(state, (1.0,), 10.0)
     assert solve_slot(state, (), 10.0).plan is not None
 
@@ -144,3 +145,99 @@ def per_layer_sync(state, structure, holders) -> float:
         for d in ring:
             per_device[d] += 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
     return float(per_device.max())
+
+
+def test_every_tuning_number_is_documented():
+    """Each SearchTuning field carries its reason (an attribute docstring right after it)."""
+    import ast
+    import inspect
+
+    from solver.solve.options import SearchTuning
+    cls = ast.parse(inspect.getsource(SearchTuning)).body[0]
+    documented = {a.target.id for a, d in zip(cls.body, cls.body[1:])
+                  if isinstance(a, ast.AnnAssign) and isinstance(d, ast.Expr)
+                  and isinstance(d.value, ast.Constant) and isinstance(d.value.value, str)}
+    assert {f.name for f in dataclasses.fields(SearchTuning)} == documented
+
+
+def test_tuning_is_honoured():
+    from solver.solve import solve_exact
+    from solver.solve.options import SearchTuning
+    state = random_state(5, n=5, L=8, scale=10.0)
+    full = solve_slot(state, (1.0, 0.5))
+    short = solve_slot(state, (1.0, 0.5), options=SolveOptions(tuning=SearchTuning(work_small=1)))
+    assert short.candidates < full.candidates and short.objective >= full.objective * (1 - 1e-12)
+    exact = solve_exact(state, (1.0, 0.5))
+    assert "every cut set" in exact.message
+    frontier = solve_exact(state, (1.0, 0.5), tuning=SearchTuning(oracle_all_cuts_limit=0))
+    assert "frontier" in frontier.message and frontier.objective >= exact.objective * (1 - 1e-12)
+
+
+def test_result_contract():
+    """SlotResult.status is a Status: FEASIBLE from the search, OPTIMAL from the oracle,
+    INFEASIBLE with no plan (success False) and the reason in the message."""
+    from solver import Status
+    from solver.solve import solve_exact
+    state = random_state(2, n=4, L=6)
+    res, ex = solve_slot(state, (0.0, 0.0)), solve_exact(state, (0.0, 0.0))
+    assert res.status is Status.FEASIBLE and res.success and res.plan is not None
+    assert ex.status is Status.OPTIMAL and ex.success and ex.objective <= res.objective * (1 + 1e-12)
+    huge = random_state(2, n=2, L=4, scale=1e5)
+    for r in (solve_slot(huge, (0.0, 0.0)), solve_exact(huge, (0.0, 0.0))):
+        assert r.status is Status.INFEASIBLE and not r.success and r.plan is None
+        assert "hold the model" in r.message
+
+
+def test_sources_in_a_users_words():
+    from solver.solve.families import families
+    from solver.solve.options import SearchTuning
+    from solver.solve.scoring import Scorer
+    from solver.solve.sources import FIXED, MOVES, describe
+    assert describe("balanced2") == "speed-balanced groups (2)"
+    assert describe("ls-add-alone") == "local search: a device added as its own group"
+    assert describe("dapple+lp") == "baseline DAPPLE, with re-optimised shares"
+    assert describe("clusters1.25e+10") == "groups of devices linked at 100 Gbit/s or faster"
+    state = random_state(4, n=9, L=10)
+    sc = Scorer(state, np.zeros(2), 1.0, SolveOptions(), None)
+    tags = [name for name, _ in families(state, sc, 8, SearchTuning())]
+    tags += [f"ls-{m}" for m in MOVES] + list(baselines.ALL) + ["cheapest", "previous", "previous-recut", "polish"]
+    for tag in tags:
+        for t in (tag, tag + "+mem", tag + "+lp"):
+            words = describe(t)
+            assert "candidate '" not in words and "+" not in words and "ls-" not in words, (t, words)
+            assert tag in FIXED or tag not in words, (t, words)
+    assert describe("mystery7") == "candidate 'mystery7'"
+    for seed in range(3):
+        msg = solve_slot(random_state(seed, n=6, L=8), (1.0, 0.5)).message
+        assert "best: " in msg and "candidate '" not in msg, msg
+
+
+@pytest.mark.parametrize("solve", ["slot", "exact"])
+def test_one_rule_for_queues_and_V(solve):
+    """None or () mean zero queues; otherwise one finite number >= 0 per budget; V a finite
+    real number >= 0. Wrong types raise TypeError, wrong values ValueError, naming the argument."""
+    from solver.solve import solve_exact
+    f = solve_slot if solve == "slot" else solve_exact
+    state = random_state(3, n=3, L=6)
+    zero = f(state, (0.0, 0.0))
+    for q in (None, (), [], np.zeros(0)):
+        r = f(state, q)
+        assert (r.plan, r.objective) == (zero.plan, zero.objective)
+    assert f(state, np.array([0, 0])).objective == zero.objective
+    assert f(state, (0.0, 0.0), np.float64(1.0)).objective == zero.objective
+    bad_values = [((0,), "queues: expected 2 values"), ((0.0, 0.0, 0.0), "queues: expected 2 values"),
+                  ((-1.0, 0.0), r"queues\[0\] \(money\)"), ((0.0, float("nan")), r"queues\[1\] \(energy\)"),
+                  (np.zeros((2, 1)), "1-D")]
+    for q, words in bad_values:
+        with pytest.raises(ValueError, match=words):
+            f(state, q)
+    for q, words in [("00", "queues: expected None or a sequence"), (3.0, "queues: expected None"),
+                     ((True, 0.0), r"queues\[0\]"), ((0.0, "1"), r"queues\[1\] \(energy\).*'1'")]:
+        with pytest.raises(TypeError, match=words):
+            f(state, q)
+    for V in ("1", True, None, [1.0]):
+        with pytest.raises(TypeError, match="V: expected a finite real number"):
+            f(state, (), V)
+    for V in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="V: expected a finite real number >= 0"):
+            f(state, (), V)

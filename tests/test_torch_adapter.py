@@ -77,6 +77,7 @@ def test_equivalence_uneven_shares_float64() -> None:
     res = run(model, [Slot(p1, 3), Slot(p2, 3)], data, nn.MSELoss(), sgd, world_size=4, micro_batch=U)
     assert_same(res, reference(model, data, 6, sgd), rtol=1e-12, atol=1e-13)
     assert [len(t) for t in res.times] == [3, 3]
+    assert res.success and res.status == "feasible" and "2 slots, 6 iterations" in res.message
 
 
 def test_replan_momentum_carried_over() -> None:

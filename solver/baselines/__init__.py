@@ -2,12 +2,13 @@
 known plan, each a special case of our model scored with our cost model."""
 from .reconstructions import (
                               ALL,
+                              LABELS,
                               cheapest,
+                              cost_weights,
                               dapple,
                               even_dp,
                               even_split,
                               gpipe,
-                              group_coeffs,
                               hetpipe,
                               holders,
                               lb_bsp,
@@ -17,5 +18,5 @@ from .reconstructions import (
                               virtual_workers,
 )
 
-__all__ = ["ALL", "cheapest", "dapple", "even_dp", "even_split", "gpipe", "group_coeffs", "hetpipe",
+__all__ = ["ALL", "LABELS", "cheapest", "cost_weights", "dapple", "even_dp", "even_split", "gpipe", "hetpipe",
            "holders", "lb_bsp", "per_sample_time", "pipedream", "proportional_split", "virtual_workers"]

@@ -1,7 +1,8 @@
 """Baseline plans, each a special case of our model (DESIGN.md section 3, "Baselines").
 
-Every constructor takes a SlotState and returns a Plan that passes Plan.validate, or None when
-the baseline has no feasible plan in that state. Reconstructions (the originals are systems,
+Every constructor takes a SlotState (and, optionally, `cache=`: the caller's SlotCache of that
+state) and returns a Plan that passes Plan.validate, or None when the baseline has no feasible
+plan in that state. Reconstructions (the originals are systems,
 not planners over our model; we keep what each one decides and score it with our cost model):
 
 - even_dp   synchronous DDP: every available device that holds the whole model is its own
@@ -32,53 +33,26 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import cost
-from ..cost import Evaluation, GroupCoeffs
 from ..model import Group, Plan, SlotState, share_cap
-from ..subproblems.cuts import (
-    _minmax_dp,
-    balanced_cuts,
-    group_arrays,
-    min_bottleneck_cuts,
-    state_cache,
-)
+from ..subproblems.cache import SlotCache, slot_cache
+from ..subproblems.cuts import balanced_cuts, blind_cuts, min_bottleneck_cuts
+
+Cutter = Callable[[Sequence[int], int], tuple[int, ...] | None]
+"""Cuts of an ordered group for a share (samples), or None when it cannot hold it."""
 
 
 def _checked(plan: Plan | None, state: SlotState) -> Plan | None:
     return plan if plan is not None and not plan.validate(state) else None
 
 
-def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> GroupCoeffs:
-    """cost.group_coeffs, cached per state, devices and cuts."""
-    cache = state_cache(state).setdefault("coeffs", {})
-    key = (tuple(devices), tuple(cuts))
-    gc = cache.get(key)
-    if gc is None:
-        gc = cache[key] = cost.group_coeffs(state, devices, cuts)
-    return gc
-
-
-def evaluation(plan: Plan, state: SlotState) -> Evaluation:
-    """cost.evaluate (same numbers), cached per state and plan (baselines and search
-    share it; group coefficients come from the cached group_coeffs)."""
-    cache = state_cache(state).setdefault("evaluations", {})
-    ev = cache.get(plan)
-    if ev is None:
-        ev = cache[plan] = cost.evaluate(
-            plan, state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
-    return ev
-
-
-def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]],
-                            cutter: Callable[[SlotState, Sequence[int], int], tuple[int, ...] | None]
-                            ) -> Plan | None:
+def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], cutter: Cutter) -> Plan | None:
     """_equal_groups without Plan.validate: the cutters guarantee memory for each share, the
     chunks are distinct available devices (the caller validates the plan it keeps)."""
     wl = state.workload
     shares = even_split(len(chunks), wl.batch, wl.micro_batch)
     groups = []
     for ch, s in zip(chunks, shares):
-        cuts = cutter(state, ch, s)
+        cuts = cutter(ch, s)
         if cuts is None:
             return None
         groups.append(Group(tuple(ch), cuts, s))
@@ -90,11 +64,10 @@ def per_sample_time(state: SlotState, d: int) -> float:
     return float(state.fwd_prefix[d, -1] + state.bwd_prefix[d, -1])
 
 
-def holders(state: SlotState) -> list[int]:
+def holders(state: SlotState, *, cache: SlotCache | None = None) -> list[int]:
     """Available devices that hold the whole model with one micro-batch, fastest first."""
-    L = state.workload.num_layers
-    u = state.workload.micro_batch
-    hs = [d for d in state.available_indices if share_cap(state, (d,), (L,)) >= u]
+    sc = slot_cache(state, cache)
+    hs = [d for d in state.available_indices if sc.single_cuts(d) is not None]
     return sorted(hs, key=lambda d: (per_sample_time(state, d), d))
 
 
@@ -130,36 +103,35 @@ def _singletons(state: SlotState, devs: Sequence[int], shares: Sequence[int]) ->
     return Plan(tuple(Group((d,), (L,), s) for d, s in pairs))
 
 
-def even_dp(state: SlotState) -> Plan | None:
+def even_dp(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
-    hs = holders(state)[: wl.batch // wl.micro_batch]
+    hs = holders(state, cache=cache)[: wl.batch // wl.micro_batch]
     if not hs:
         return None
     return _checked(_singletons(state, hs, even_split(len(hs), wl.batch, wl.micro_batch)), state)
 
 
-def lb_bsp(state: SlotState) -> Plan | None:
+def lb_bsp(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
-    hs = holders(state)[: wl.batch // wl.micro_batch]
+    hs = holders(state, cache=cache)[: wl.batch // wl.micro_batch]
     if not hs:
         return None
     shares = proportional_split([1.0 / per_sample_time(state, d) for d in hs], wl.batch, wl.micro_batch)
     return _checked(_singletons(state, hs, shares), state) if shares else None
 
 
-def gpipe(state: SlotState) -> Plan | None:
+def gpipe(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     devs = state.available_indices[: wl.num_layers]
     if not devs:
         return None
-    cuts = balanced_cuts(state, devs, min_share=wl.batch)
+    cuts = balanced_cuts(state, devs, min_share=wl.batch, cache=cache)
     if cuts is None:
         return None
     return _checked(Plan((Group(tuple(devs), cuts, wl.batch),)), state)
 
 
-def _equal_groups(state: SlotState, chunks: Sequence[Sequence[int]],
-                  cutter: Callable[[SlotState, Sequence[int], int], tuple[int, ...] | None]) -> Plan | None:
+def _equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], cutter: Cutter) -> Plan | None:
     plan = _unchecked_equal_groups(state, chunks, cutter)
     return None if plan is None else _checked(plan, state)
 
@@ -178,45 +150,38 @@ def _configs(state: SlotState) -> list[tuple[int, int]]:
     return out
 
 
-def dapple(state: SlotState) -> Plan | None:
+def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
+    sc = slot_cache(state, cache)
     avail = state.available_indices
     best, best_t = None, np.inf
     for m, k in _configs(state):
         chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
-        plan = _unchecked_equal_groups(state, chunks, lambda s, ch, b: balanced_cuts(s, ch, min_share=b))
+        plan = _unchecked_equal_groups(state, chunks, lambda ch, b: balanced_cuts(state, ch, min_share=b, cache=sc))
         if plan is not None and not plan.validate(state):
-            t = evaluation(plan, state).batch_time
+            t = sc.evaluation(plan).batch_time
             if t < best_t:
                 best, best_t = plan, t
     return best
 
 
-def _blind_cuts(state: SlotState, devices: Sequence[int], share: int, bw: float, lat: float
-                ) -> tuple[float, tuple[int, ...] | None]:
+def _pipedream_cuts(state: SlotState, devices: Sequence[int], share: int, bw: float, lat: float,
+                    cache: SlotCache) -> tuple[float, tuple[int, ...] | None]:
     """PipeDream-style cuts: min over cuts of the slowest of (stage time at the mean device
     speed, activation transfer at the mean bandwidth); returns (that bottleneck s/sample, cuts)."""
     wl = state.workload
+    avail = list(state.available_indices)
     if len(devices) == 1:
-        cuts = min_bottleneck_cuts(state, devices)
-        avail = state.available_indices
+        cuts = min_bottleneck_cuts(state, devices, cache=cache)
         t = float(np.mean([per_sample_time(state, d) for d in avail]))
         return t, cuts
-    ga = group_arrays(state, devices, share)
-    if ga is None:
-        return np.inf, None
-    avail = list(state.available_indices)
     w = (state.fwd_prefix[avail] + state.bwd_prefix[avail]).mean(axis=0)
-    stage = np.broadcast_to(w, ga.Fp.shape)
     L = wl.num_layers
-    comm = np.full_like(ga.lam, np.inf)
+    comm = np.full((len(devices) - 1, L + 1), np.inf)
     comm[:, 1:L] = 2.0 * (wl.out_bytes[None, : L - 1] / bw + lat / wl.micro_batch)
-    out = _minmax_dp(ga, stage, comm)
-    ga.cache.pop(("win3", id(stage)), None)
-    ga.cache.pop(("bwin", id(comm)), None)
-    return out
+    return blind_cuts(state, devices, w, comm, share, cache=cache)
 
 
-def pipedream(state: SlotState) -> Plan | None:
+def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     avail = state.available_indices
     idx = np.array(avail)
@@ -226,18 +191,19 @@ def pipedream(state: SlotState) -> Plan | None:
         lat = float(np.mean(state.latency[np.ix_(idx, idx)][off]))
     else:
         bw, lat = np.inf, 0.0
+    sc = slot_cache(state, cache)
     best, best_est = None, np.inf
     for m, k in _configs(state):
         chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
         shares = even_split(m, wl.batch, wl.micro_batch)
-        t, cuts = _blind_cuts(state, chunks[0], shares[0], bw, lat)
+        t, cuts = _pipedream_cuts(state, chunks[0], shares[0], bw, lat, sc)
         if cuts is None:
             continue
         stage_params = np.diff(np.concatenate([[0.0], state.param_prefix[list(cuts)]]))
         sync = 2.0 * (m - 1) / m * float(stage_params.max()) / bw + 2.0 * (m - 1) * lat if m > 1 else 0.0
         est = t * shares[0] + sync
         if est < best_est:
-            plan = _equal_groups(state, chunks, lambda s, ch, b, c=cuts: c if share_cap(s, ch, c) >= b else None)
+            plan = _equal_groups(state, chunks, lambda ch, b, c=cuts: c if share_cap(state, ch, c) >= b else None)
             if plan is not None:
                 best, best_est = plan, est
     return best
@@ -259,25 +225,31 @@ def virtual_workers(state: SlotState, size: int = 4) -> list[list[int]]:
     return [sorted(v) for v in vws]
 
 
-def hetpipe(state: SlotState, groups: Sequence[Sequence[int]] | None = None) -> Plan | None:
+def hetpipe(state: SlotState, groups: Sequence[Sequence[int]] | None = None, *,
+            cache: SlotCache | None = None) -> Plan | None:
+    sc = slot_cache(state, cache)
     wl = state.workload
     vws = [list(g) for g in (groups if groups is not None else virtual_workers(state))]
     members = [[d for d in g if state.available[d]][: wl.num_layers] for g in vws]
     members = [g for g in members if g][: wl.batch // wl.micro_batch]
     while members:
-        plan = _equal_groups(state, members, lambda s, ch, b: min_bottleneck_cuts(s, ch, min_share=b))
+        plan = _equal_groups(state, members, lambda ch, b: min_bottleneck_cuts(state, ch, min_share=b, cache=sc))
         if plan is not None:
             return plan
         shares = even_split(len(members), wl.batch, wl.micro_batch)
-        bad = [i for i, (g, b) in enumerate(zip(members, shares)) if min_bottleneck_cuts(state, g, min_share=b) is None]
+        bad = [i for i, (g, b) in enumerate(zip(members, shares)) if min_bottleneck_cuts(state, g, min_share=b, cache=sc) is None]
         members = [g for i, g in enumerate(members) if i not in bad[:1]] if bad else members[:-1]
     return None
 
 
-ALL: dict[str, Callable[[SlotState], Plan | None]] = {
+ALL: dict[str, Callable[..., Plan | None]] = {
     "even-dp": even_dp, "lb-bsp": lb_bsp, "gpipe": gpipe,
     "dapple": dapple, "pipedream": pipedream, "hetpipe": hetpipe,
 }
+
+LABELS = {"even-dp": "even data parallelism (DDP)", "lb-bsp": "LB-BSP", "gpipe": "GPipe",
+          "dapple": "DAPPLE", "pipedream": "PipeDream", "hetpipe": "HetPipe"}
+"""The name a user reads for each baseline of ALL."""
 
 
 def cost_weights(state: SlotState, queues: Sequence[float]) -> np.ndarray:
@@ -289,28 +261,29 @@ def cost_weights(state: SlotState, queues: Sequence[float]) -> np.ndarray:
     return np.array([1.0 / b.limit if b.limit > 0 else 0.0 for b in state.budgets])
 
 
-def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Plan | None] | None = None
-             ) -> Plan | None:
+def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Plan | None] | None = None,
+             *, cache: SlotCache | None = None) -> Plan | None:
     """The cheapest plan we know without search (a Slater witness for the queue bound): among
     every single holder running the whole batch and every baseline plan (`plans`, if already
     built), the least sum_k w_k c_k (w = cost_weights); ties and budget-less states by batch time."""
+    sc = slot_cache(state, cache)
     wl = state.workload
     L = wl.num_layers
     w = cost_weights(state, queues)
-    cands = [Plan((Group((d,), (L,), wl.batch),)) for d in holders(state)]
+    cands = [Plan((Group((d,), (L,), wl.batch),)) for d in holders(state, cache=sc)]
     if plans is None:
-        plans = [f(state) for f in ALL.values()]
+        plans = [f(state, cache=sc) for f in ALL.values()]
     cands += [p for p in plans if p is not None]
     best, key = None, None
     for p in cands:
         if p.validate(state):
             continue
-        ev = evaluation(p, state)
+        ev = sc.evaluation(p)
         k = (float(np.dot(w, ev.costs)) if len(w) else 0.0, ev.batch_time)
         if key is None or k < key:
             best, key = p, k
     return best
 
 
-__all__ = ["ALL", "cheapest", "dapple", "even_dp", "even_split", "gpipe", "hetpipe", "holders",
+__all__ = ["ALL", "LABELS", "cheapest", "dapple", "even_dp", "even_split", "gpipe", "hetpipe", "holders",
            "lb_bsp", "pipedream", "proportional_split", "virtual_workers"]

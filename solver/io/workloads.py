@@ -240,7 +240,8 @@ def build_model(name: str, batch: int = 64, micro_batch: int = 4, opt_factor: fl
 
 # ---------------------------------------------------------------- CSV format
 
-def _fmt(v: float) -> str:
+def format_number(v: float) -> str:
+    """A number as layer tables write it: an integer without a decimal point, else repr."""
     return str(int(v)) if float(v).is_integer() and abs(v) < 1e18 else repr(float(v))
 
 
@@ -250,10 +251,10 @@ def write_workload_csv(workload: Workload, path: str | Path, comment: str | None
     kinds = sorted(workload.measured)
     header = list(BASE_COLUMNS) + [c for k in kinds for c in (f"fwd_s:{k}", f"bwd_s:{k}")]
     lines = [f"# {line}" for line in (comment or f"dynpar layer table {workload.name}").splitlines()]
-    lines.append(f"# input_bytes: {_fmt(workload.input_bytes)}")
+    lines.append(f"# input_bytes: {format_number(workload.input_bytes)}")
     rows = []
     for i, l in enumerate(workload.layers):
-        row = [l.name] + [_fmt(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
+        row = [l.name] + [format_number(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
         for k in kinds:
             fw, bw = workload.measured[k]
             row += [repr(float(fw[i])), repr(float(bw[i]))]

@@ -24,6 +24,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from ..model import Plan, SlotState
+from ..status import Status
 from .checks import check_slots
 from .layout import buckets, layer_holders, roles
 from .pipeline import Pad, allreduce_grads, pipeline_step
@@ -59,12 +60,21 @@ class TensorBatches:
 class RunResult:
     """After all slots: the model's state_dict (nn.Sequential keys), per layer the
     optimizer state_dict (None without parameters), per slot the seconds of each
-    iteration (slowest rank) and the seconds of the migration before it (0 for slot 0)."""
+    iteration (slowest rank) and the seconds of the migration before it (0 for slot 0).
+    status: FEASIBLE when every slot trained (a failed run raises instead of returning);
+    message: what ran, in words."""
 
     state_dict: dict[str, torch.Tensor]
     opt_states: list[dict | None]
     times: list[list[float]]
     migrate_s: list[float]
+    status: Status = Status.FEASIBLE
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        """True when the result can be used (Status.success)."""
+        return self.status.success
 
 
 @dataclass
@@ -220,7 +230,8 @@ def _train(rank: int, job: Job, device: torch.device) -> RunResult | None:
         return None
     sd = {f"{i}.{k}": v.detach().cpu() for i in range(L) for k, v in held[i].module.state_dict().items()}
     opts = [held[i].opt.state_dict() if held[i].opt is not None else None for i in range(L)]
-    return RunResult(sd, opts, times, mig)
+    return RunResult(sd, opts, times, mig, Status.FEASIBLE,
+                     f"trained {len(job.slots)} slots, {it} iterations, under every plan")
 
 
 def worker_from_env(job: Job, out: str | None) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import baselines
 from ..model.state import SlotState
+from .options import SearchTuning
 from .orders import Ordered, nn_order, speed_order
 from .scoring import Scorer
 
@@ -54,24 +55,25 @@ def chain_chunks(state: SlotState, chain: Sequence[int], m: int) -> list[list[in
     return [list(chain[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _levels(n: int, cap: int = 16) -> list[int]:
-    """1..n when small, else powers of two and n."""
+def _levels(n: int, cap: int) -> list[int]:
+    """1..n up to `cap`, else powers of two and n."""
     if n <= cap:
         return list(range(1, n + 1))
     return sorted({1 << i for i in range(n.bit_length())} | {n})
 
 
-def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, list[Ordered]]]:
-    """Candidate groupings (lists of ordered groups)."""
+def families(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuning
+             ) -> list[tuple[str, list[Ordered]]]:
+    """Candidate groupings (lists of ordered groups), each named for its source."""
     avail = list(state.available_indices)
     n = len(avail)
     out: list[tuple[str, list[Ordered]]] = []
     by_speed = speed_order(state, avail)
-    for k in _levels(min(n, max_depth, sc.L)):
+    for k in _levels(min(n, max_depth, sc.L), tuning.levels_all):
         if k > 1:
             out.append((f"pipe{k}", [nn_order(state, by_speed[:k])]))
     chain = list(nn_order(state, avail))
-    sizes = _levels(n, 12)
+    sizes = _levels(n, tuning.chunk_levels_all)
     for m in sorted({max(1, -(-n // k)) for k in sizes}):
         if -(-n // m) <= max_depth:
             out.append((f"chunks{m}", [nn_order(state, g) for g in chain_chunks(state, chain, m)]))
@@ -80,14 +82,14 @@ def families(state: SlotState, sc: Scorer, max_depth: int) -> list[tuple[str, li
         idx = np.array(avail)
         bws = np.unique(np.minimum(state.bandwidth[np.ix_(idx, idx)], state.bandwidth[np.ix_(idx, idx)].T)
                         [~np.eye(n, dtype=bool)])
-        for thr in bws[::-1][: 4]:
+        for thr in bws[::-1][: tuning.cluster_thresholds]:
             cl = clusters(state, avail, float(thr))
             groups = []
             for c in cl:   # a cluster deeper than max_depth is split by speed balance
                 parts = -(-len(c) // max_depth)
                 groups += [nn_order(state, g) for g in balanced_partition(state, c, parts)]
             out.append((f"clusters{thr:.3g}", groups))
-    holders = baselines.holders(state)
-    for j in _levels(len(holders)):
+    holders = baselines.holders(state, cache=sc.cache)
+    for j in _levels(len(holders), tuning.levels_all):
         out.append((f"dp{j}", [(d,) for d in holders[:j]]))
     return out

@@ -53,7 +53,10 @@ def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], 
 
 
 def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, deadline: float,
-                 max_iter: int = 30) -> Scored:
+                 max_iter: int) -> Scored:
+    """Best-improvement descent over `neighbours` from `start`, at most `max_iter` moves (each
+    neighbour cut with min-bottleneck cuts and exact shares); stops at a local optimum, when
+    the work budget is spent or past `deadline` (perf_counter seconds)."""
     avail = state.available_indices
     cur = start
     for _ in range(max_iter):
@@ -78,11 +81,12 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
 
 
 
-def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int = 4) -> Scored:
-    """Per group, try other orders (group_orders) with their min-bottleneck cuts for one
-    micro-batch and for the group's share, and the frontier cut sets of the current order; one
-    group at a time, keeping improvements (coordinate descent, at most three rounds)."""
-    for _ in range(3):
+def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int, rounds: int) -> Scored:
+    """Per group, try other orders (group_orders, every order up to `all_up_to` devices) with
+    their min-bottleneck cuts for one micro-batch and for the group's share, and the frontier
+    cut sets of the current order; one group at a time, keeping improvements (coordinate
+    descent, at most `rounds` rounds)."""
+    for _ in range(rounds):
         improved = False
         for gi in range(len(cur.structure)):
             d, _ = cur.structure[gi]

@@ -1,10 +1,112 @@
 """Options and result of the per-slot solver."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from ..cost.evaluate import Evaluation
 from ..model.plan import Plan
+from ..status import Status
+from ..subproblems.cuts import RELAX
+
+
+@dataclass(frozen=True)
+class SearchTuning:
+    """The search's tuning numbers. Each trades solve time against plan quality; the defaults
+    were set on the quality and speed benchmarks (benchmarks/bench_quality.py, bench_speed.py)
+    and every plan depends on them, so change them only with those figures at hand.
+    "Small slot": at most `small_devices` available devices and `small_layers` layers."""
+
+    small_devices: int = 6
+    """Devices (available) up to which a slot is small: the oracle's range, where every group
+    order is affordable and the search should match the oracle."""
+    small_layers: int = 24
+    """Layers up to which a slot can be small: the cut DPs cost O(k L^2) per order, so trying
+    every order is cheap only for shallow models."""
+    work_small: int = 5000
+    """Work units (one unit ~ scoring one structure) of a small slot: more than the whole search
+    needs there (a few hundred units), so small slots are never cut short."""
+    work_medium: int = 400
+    """Work units up to `medium_devices` devices: 7-8 devices have few groupings; the budget
+    bounds the local search, which grows fastest with the devices."""
+    medium_devices: int = 8
+    """Devices up to which `work_medium` applies."""
+    work_large: int = 1500
+    """Work units up to `large_devices` devices."""
+    large_devices: int = 16
+    """Devices up to which `work_large` applies."""
+    work_huge: int = 4000
+    """Work units beyond `large_devices` devices (large pools: bounded solve time)."""
+    cut_work_per_stage: float = 0.8
+    """Work units per stage of one cut DP call (its fixed numpy overhead per stage)."""
+    cut_work_pairs: float = 4000.0
+    """(start, end) pairs per stage worth one work unit in a cut DP ((L - k + 1)^2 pairs per
+    stage): deep models spend the budget faster."""
+    all_orders_small: int = 4
+    """Small slots: every order of groups of up to this many devices is tried (4! = 24 orders)
+    when re-cutting for memory and in the polish."""
+    all_orders_memory: int = 0
+    """Other slots, re-cutting for memory: every order only up to this many devices (0: the
+    current, speed, memory, reversed orders and adjacent swaps only)."""
+    all_orders_polish: int = 2
+    """Other slots, polish: every order of groups up to this many devices."""
+    max_depth: int = 16
+    """Most devices in one group (pipeline stages) when at most `many_devices` are available."""
+    max_depth_many: int = 8
+    """Most devices in one group beyond `many_devices` devices: deeper pipelines rarely pay
+    with that many devices and their neighbourhoods are the largest."""
+    many_devices: int = 16
+    """Devices beyond which `max_depth_many` applies."""
+    levels_all: int = 16
+    """Pipeline depths and data-parallel widths of the families: every size 1..n up to this
+    many, powers of two and n beyond (as DAPPLE's planner does)."""
+    chunk_levels_all: int = 12
+    """Group sizes of the chain-chunk and speed-balanced families: every size up to this many,
+    powers of two and n beyond."""
+    cluster_thresholds: int = 4
+    """Link-bandwidth thresholds of the cluster family (the fastest distinct ones): one
+    grouping per threshold."""
+    local_starts: int = 3
+    """Distinct best structures the local search starts from."""
+    local_max_iter: int = 30
+    """Most improving moves of one local search."""
+    final_local_max_iter: int = 5
+    """Most improving moves of the last local search after the polish."""
+    polish_top_small: int = 5
+    """Best structures polished in small slots."""
+    polish_top: int = 2
+    """Best structures polished in other slots."""
+    polish_rounds: int = 3
+    """Coordinate-descent rounds of the polish (each over every group; stops early when a
+    round improves nothing)."""
+    frontier_relax: tuple[float, ...] = RELAX
+    """Factors on the min-alpha thresholds (X, Y) under which the frontier cut sets are sought
+    with min-sum DPs (subproblems.cuts.frontier_cuts): from tight to loose, a spread of
+    fill-and-drain trade-offs."""
+    frontier_seeds: int = 2
+    """Best (X, Y) points of the min-alpha frontier relaxed by `frontier_relax`."""
+    oracle_frontier: int = 8
+    """Frontier cut sets per ordered group (per memory level) when the oracle works on frontier
+    cuts."""
+    oracle_all_cuts_limit: int = 20_000
+    """Ordered-group cut sets in all up to which the oracle enumerates every cut set (exact for
+    the model); above it, the frontier cut sets."""
+
+    def small(self, n: int, L: int) -> bool:
+        """True for a small slot (n available devices, L layers)."""
+        return n <= self.small_devices and L <= self.small_layers
+
+    def work_budget(self, n: int) -> int:
+        """Work units of a slot with n available devices (see SolveOptions.max_structures)."""
+        if n <= self.small_devices:
+            return self.work_small
+        if n <= self.medium_devices:
+            return self.work_medium
+        return self.work_large if n <= self.large_devices else self.work_huge
+
+    def depth(self, n: int, L: int) -> int:
+        """Most devices in one group."""
+        return min(n, L, self.max_depth_many if n > self.many_devices else self.max_depth)
 
 
 @dataclass(frozen=True)
@@ -16,7 +118,7 @@ class SolveOptions:
     deterministic work budget, the most structures the search tries after the fixed candidates
     (work units, see default_work_budget; None: default_work_budget(n, L)); time_limit_s: optional extra wall-clock limit (seconds,
     opt-in: it makes results depend on machine load); the fixed candidates (baselines, cheapest,
-    previous plan) are always scored."""
+    previous plan) are always scored; tuning: the search's tuning numbers (SearchTuning)."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -27,21 +129,24 @@ class SolveOptions:
     keep_candidates: bool = False
     time_limit_s: float | None = None
     max_structures: float | None = None
+    tuning: SearchTuning = field(default_factory=SearchTuning)
 
 
 @dataclass(frozen=True)
 class SlotResult:
     """Outcome of one slot. batch_time: predicted seconds per iteration (no migration);
     costs: per budget in state order; objective: V T + sum Q_k c_k (+ W * migration /
-    iterations when re-planning is charged); status: "optimal" (exact), "feasible"
-    (heuristic) or "infeasible" (plan None); solve_time, migration_time: seconds;
-    candidates: structures scored; candidate_pool: (Plan, batch_time, costs) when asked."""
+    iterations when re-planning is charged); status: a Status, OPTIMAL from the oracle (for
+    the model, or for the frontier cut sets the message names), FEASIBLE from the search,
+    INFEASIBLE with plan None and the reason in message; message: what was done, in words;
+    solve_time, migration_time: seconds; candidates: structures scored; candidate_pool:
+    (Plan, batch_time, costs) when asked."""
 
     plan: Plan | None
     batch_time: float
     costs: tuple[float, ...]
     objective: float
-    status: str
+    status: Status
     message: str
     solve_time: float
     candidates: int = 0
@@ -49,16 +154,22 @@ class SlotResult:
     evaluation: Evaluation | None = None
     candidate_pool: tuple = ()
 
+    @property
+    def success(self) -> bool:
+        """True when `plan` can be used (OPTIMAL or FEASIBLE)."""
+        return self.status.success
 
-def default_work_budget(n: int, L: int) -> int:
+    @classmethod
+    def infeasible(cls, message: str, solve_time: float, candidates: int = 0) -> "SlotResult":
+        """No plan: status INFEASIBLE, infinite batch time and objective, the reason in message."""
+        return cls(None, math.inf, (), math.inf, Status.INFEASIBLE, message, solve_time, candidates)
+
+
+def default_work_budget(n: int, L: int, tuning: SearchTuning | None = None) -> int:
     """Structures the search may try after the fixed candidates when
     SolveOptions.max_structures is None (deterministic: the result does not depend on machine
-    load): generous for the small slots the oracle checks, bounded for large pools.
-    One work unit is scoring one structure; cutting a k-device group costs Scorer.cut_work(k)
-    units (so deep models spend the budget faster). Small slots (n <= 6) finish the whole search
-    well inside their budget (a few hundred units)."""
-    if n <= 6:
-        return 5000
-    if n <= 8:
-        return 400
-    return 1500 if n <= 16 else 4000
+    load): generous for the small slots the oracle checks, bounded for large pools
+    (SearchTuning.work_budget; L does not enter). One work unit is scoring one structure;
+    cutting a k-device group costs Scorer.cut_work(k) units (so deep models spend the budget
+    faster)."""
+    return (tuning or SearchTuning()).work_budget(n)

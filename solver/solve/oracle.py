@@ -16,16 +16,18 @@ import math
 import time
 from typing import Iterator, Sequence
 
-import numpy as np
-
-from .. import baselines
 from ..model import Plan, SlotState, share_cap
+from ..status import Status
+from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
-from .options import SlotResult, SolveOptions
-from .scoring import Scorer, _result, check_queues, infeasible_reason
+from .incumbents import score_incumbents
+from .inputs import check_queues, check_V, infeasible_reason
+from .options import SearchTuning, SlotResult, SolveOptions
+from .scoring import Scorer, slot_result
 
 MAX_DEVICES = 6
-ALL_CUTS_LIMIT = 20_000   # ordered-group cut sets enumerated in all, for the automatic choice
+"""Most available devices the oracle enumerates (8,463 sets of ordered groups at 6; 7 would
+take about ten times longer)."""
 
 
 def ordered_groupings(devices: Sequence[int]) -> Iterator[list[tuple[int, ...]]]:
@@ -61,28 +63,33 @@ def _count_all_cuts(n: int, L: int) -> int:
     return sum(math.comb(n, k) * math.factorial(k) * math.comb(L - 1, k - 1) for k in range(1, min(n, L) + 1))
 
 
-def solve_exact(state: SlotState, queues: Sequence[float] = (), V: float = 1.0, *,
+def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
                 all_cuts: bool | None = None, previous_plan: Plan | None = None,
-                iterations_per_slot: int = 100, keep_candidates: bool = False) -> SlotResult:
-    """Exhaustive optimum of V T + sum Q_k c_k (+ amortised migration from previous_plan).
-    all_cuts None: every cut set when that is at most ALL_CUTS_LIMIT ordered-group cut sets,
-    else the frontier cut sets. ValueError above MAX_DEVICES available devices."""
+                iterations_per_slot: int = 100, keep_candidates: bool = False,
+                cache: SlotCache | None = None, tuning: SearchTuning | None = None) -> SlotResult:
+    """Exhaustive optimum of V T + sum Q_k c_k (+ amortised migration from previous_plan);
+    queues and V as for solve_slot (solve.inputs).
+    all_cuts None: every cut set when that is at most tuning.oracle_all_cuts_limit ordered-group
+    cut sets, else tuning.oracle_frontier frontier cut sets per group (SearchTuning). cache: the caller's SlotCache of this state (a new one when
+    None). ValueError above MAX_DEVICES available devices."""
     t0 = time.perf_counter()
+    tune = tuning or SearchTuning()
     Q = check_queues(state, queues)
-    if not (np.isfinite(V) and V >= 0):
-        raise ValueError(f"V must be finite and >= 0, got {V}")
+    V = check_V(V)
     avail = list(state.available_indices)
     if len(avail) > MAX_DEVICES:
         raise ValueError(f"solve_exact enumerates at most {MAX_DEVICES} available devices, "
                          f"slot {state.t} has {len(avail)}")
     why = infeasible_reason(state)
     if why:
-        return SlotResult(None, math.inf, (), math.inf, "infeasible", why, time.perf_counter() - t0)
+        return SlotResult.infeasible(why, time.perf_counter() - t0)
     L, B = state.workload.num_layers, state.workload.batch
     if all_cuts is None:
-        all_cuts = _count_all_cuts(len(avail), L) <= ALL_CUTS_LIMIT
-    opt = SolveOptions(exact=True, iterations_per_slot=iterations_per_slot, keep_candidates=keep_candidates)
-    sc = Scorer(state, Q, V, opt, previous_plan)
+        all_cuts = _count_all_cuts(len(avail), L) <= tune.oracle_all_cuts_limit
+    opt = SolveOptions(exact=True, iterations_per_slot=iterations_per_slot, keep_candidates=keep_candidates,
+                       tuning=tune)
+    cache = slot_cache(state, cache)
+    sc = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     cut_options: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
 
     def options_of(g: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -90,23 +97,17 @@ def solve_exact(state: SlotState, queues: Sequence[float] = (), V: float = 1.0, 
             if all_cuts:
                 cut_options[g] = all_cut_sets(state, g)
             else:
-                found = dict.fromkeys(frontier_cuts(state, g, 8) + frontier_cuts(state, g, 8, B))
-                mb = min_bottleneck_cuts(state, g)
+                fr = dict(cache=cache, relax=tune.frontier_relax, seeds=tune.frontier_seeds)
+                found = dict.fromkeys(frontier_cuts(state, g, tune.oracle_frontier, **fr)
+                                      + frontier_cuts(state, g, tune.oracle_frontier, B, **fr))
+                mb = min_bottleneck_cuts(state, g, cache=cache)
                 if mb is not None:
                     found[mb] = None
                 cut_options[g] = list(found)
         return cut_options[g]
 
     # incumbents first (they make the bounds bite): baselines, cheapest, previous plan
-    fixed = [p for p in (f(state) for f in baselines.ALL.values())]
-    fixed.append(baselines.cheapest(state, Q, fixed))
-    if previous_plan is not None and not previous_plan.validate(state):
-        fixed.append(previous_plan)
-    for p in fixed:
-        if p is not None:
-            s = tuple((g.devices, g.cuts) for g in p.groups)
-            sc.score(s, p.shares, source="baseline")
-            sc.score(s, source="baseline+lp")
+    score_incumbents(state, sc, Q, previous_plan, recut_previous=False)
     for groups in ordered_groupings(avail):
         if not groups or len(groups) > B // state.workload.micro_batch:
             continue
@@ -118,8 +119,8 @@ def solve_exact(state: SlotState, queues: Sequence[float] = (), V: float = 1.0, 
         for cuts in itertools.product(*per_group):
             sc.score(tuple(zip(groups, cuts)), source="oracle", prune=True)
     if sc.best is None:
-        return SlotResult(None, math.inf, (), math.inf, "infeasible",
-                          f"slot {state.t}: no group of available devices can hold the model "
-                          f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
+        return SlotResult.infeasible(
+            f"slot {state.t}: no group of available devices can hold the model "
+            f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
     what = "exact for the model (every cut set)" if all_cuts else "exact relative to frontier cuts"
-    return _result(state, sc, Q, V, "optimal", f"oracle: {what}; {sc.count} structures scored", t0)
+    return slot_result(state, sc, Q, V, Status.OPTIMAL, f"oracle: {what}; {sc.count} structures scored", t0)

@@ -19,14 +19,14 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .. import baselines
-from ..cost.costs import budget_weights, cost_coeffs
-from ..cost.evaluate import evaluate
+from ..cost.costs import cost_coeffs
 from ..cost.migration import holder_mask, migration_time
 from ..cost.pipeline import GroupCoeffs
 from ..cost.sync import sync_time
 from ..model.plan import Group, Plan
 from ..model.state import SlotState
+from ..status import Status
+from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
@@ -45,40 +45,20 @@ class Scored:
     source: str
 
 
-def check_queues(state: SlotState, queues: Sequence[float]) -> np.ndarray:
-    """The cost weights Q_k / Cbar_k (cost.costs.budget_weights) of queues given in budget
-    order and in budget units; () means all zero. ValueError on a length mismatch."""
-    K = len(state.budgets)
-    if len(queues) == 0:
-        return np.zeros(K)
-    if len(queues) != K:
-        names = ", ".join(b.name for b in state.budgets) or "none"
-        raise ValueError(f"got {len(queues)} queue values but the state has {K} budgets ({names})")
-    q = np.asarray(queues, dtype=float)
-    if not np.all(np.isfinite(q)) or np.any(q < 0):
-        raise ValueError(f"queues must be finite and >= 0, got {tuple(queues)}")
-    return budget_weights([b.limit for b in state.budgets], q)
-
-
-def infeasible_reason(state: SlotState) -> str | None:
-    """Why no plan can exist in this state, or None."""
-    if not state.available_indices:
-        return f"slot {state.t}: no device is available"
-    return None
-
-
 class Scorer:
-    """Scores structures in one state for fixed queues and V; caches group coefficients by
-    (devices, cuts), cuts by (devices, min share) and sync times by structure."""
+    """Scores structures in one state for fixed queues and V. Group coefficients, cuts and
+    evaluations come from `cache` (the caller's SlotCache of this state; a new one when None);
+    the Scorer keeps what depends on its work budget and queues: cuts by (devices, min share)
+    (each first call is charged), sync times by structure, scored structures."""
 
     def __init__(self, state: SlotState, Q: np.ndarray, V: float, options: SolveOptions,
-                 previous_plan: Plan | None) -> None:
+                 previous_plan: Plan | None, *, cache: SlotCache | None = None) -> None:
         self.state, self.Q, self.V, self.opt = state, Q, float(V), options
+        self.cache = slot_cache(state, cache)
         wl = state.workload
         self.B, self.u, self.L = wl.batch, wl.micro_batch, wl.num_layers
         self.prev = previous_plan if options.replan else None
         self.prev_held = holder_mask(self.prev, state) if self.prev is not None else None
-        self._coeffs: dict[tuple, GroupCoeffs] = {}
         self._cuts: dict[tuple, tuple | None] = {}
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
@@ -98,39 +78,38 @@ class Scorer:
                 self._w_dev += Q[k] * np.asarray(state.price, dtype=float)
             elif Q[k] > 0 and b.kind == "energy":
                 self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
-        self.all_orders_up_to = 4 if len(state.available_indices) <= 6 and self.L <= 24 else 0
+        t = self.tuning = options.tuning
+        self.all_orders_up_to = t.all_orders_small if t.small(len(state.available_indices), self.L) \
+            else t.all_orders_memory
         self.best: Scored | None = None
         self.pool: list[Scored] = []
         self.count = 0
 
     # ---- caches -------------------------------------------------------------------------
     def coeffs(self, devices: Ordered, cuts: tuple[int, ...]) -> GroupCoeffs:
-        key = (devices, cuts)
-        c = self._coeffs.get(key)
-        if c is None:
-            c = self._coeffs[key] = baselines.group_coeffs(self.state, devices, cuts)
-        return c
+        return self.cache.group_coeffs(devices, cuts)
 
     def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
         key = (devices, min_share)
         if key not in self._cuts:
             self.tries += self.cut_work(len(devices))
-            self._cuts[key] = min_bottleneck_cuts(self.state, devices, min_share)
+            self._cuts[key] = min_bottleneck_cuts(self.state, devices, min_share, cache=self.cache)
         return self._cuts[key]
 
     def frontier(self, devices: Ordered, min_share: int | None = None) -> list[tuple[int, ...]]:
         key = (devices, min_share)
         if key not in self._frontier:
             self.tries += 2 * self.cut_work(len(devices))
-            self._frontier[key] = frontier_cuts(self.state, devices, self.opt.frontier, min_share)
+            self._frontier[key] = frontier_cuts(self.state, devices, self.opt.frontier, min_share, cache=self.cache,
+                                                relax=self.tuning.frontier_relax, seeds=self.tuning.frontier_seeds)
         return self._frontier[key]
 
     def cut_work(self, k: int) -> float:
         """Work units (one unit ~ scoring one structure) of the cut DPs of a k-device group:
-        a few DPs of k stages over (L - k + 1)^2 (start, end) pairs."""
+        a few DPs of k stages over (L - k + 1)^2 (start, end) pairs (SearchTuning.cut_work_*)."""
         if k <= 1:
             return 0.0
-        return k * (0.8 + (self.L - k + 1) ** 2 / 4000.0)
+        return k * (self.tuning.cut_work_per_stage + (self.L - k + 1) ** 2 / self.tuning.cut_work_pairs)
 
     def sync(self, s: Structure) -> float:
         v = self._sync.get(s)
@@ -162,6 +141,10 @@ class Scorer:
             inv += 1.0 / a if a > 0 else math.inf
         W = self.V + float(self._w_dev[used].sum())
         return W * self.B / inv if inv > 0 else 0.0
+
+    def scored(self) -> list[Scored]:
+        """Every feasible structure scored so far, in scoring order."""
+        return [s for s in self._seen.values() if s is not None]
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, s: Structure, shares: Sequence[int] | None = None, source: str = "",
@@ -289,21 +272,23 @@ def better(a: Scored, b: Scored) -> bool:
     return abs(a.objective - b.objective) <= tol and a.batch_time < b.batch_time * (1 - 1e-12)
 
 
-def _result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: str, message: str,
-            t0: float) -> SlotResult:
+def slot_result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: Status, message: str,
+                t0: float) -> SlotResult:
+    """The SlotResult of the Scorer's best plan (`status`, `message`; t0: perf_counter seconds
+    at the start of the solve)."""
     best = sc.best
     if best is None:
-        return SlotResult(None, math.inf, (), math.inf, "infeasible", message, time.perf_counter() - t0, sc.count)
+        return SlotResult.infeasible(message, time.perf_counter() - t0, sc.count)
     if best.plan.validate(state):   # never expected: fall back to the best valid candidate
-        valid = [s for s in sc._seen.values() if s is not None and not s.plan.validate(state)]
+        valid = [s for s in sc.scored() if not s.plan.validate(state)]
         if not valid:
-            return SlotResult(None, math.inf, (), math.inf, "infeasible",
-                              f"slot {state.t}: no candidate passed Plan.validate", time.perf_counter() - t0, sc.count)
+            return SlotResult.infeasible(f"slot {state.t}: no candidate passed Plan.validate",
+                                         time.perf_counter() - t0, sc.count)
         best = min(valid, key=lambda s: (s.objective, s.batch_time))
         message += " (fell back: the best candidate failed Plan.validate)"
     plan = best.plan
-    ev = evaluate(plan, state)
-    pool = tuple((s.plan, s.batch_time, tuple(evaluate(s.plan, state).costs)) for s in sc.pool) \
+    ev = sc.cache.evaluation(plan)
+    pool = tuple((s.plan, s.batch_time, tuple(sc.cache.evaluation(s.plan).costs)) for s in sc.pool) \
         if sc.opt.keep_candidates else ()
     return SlotResult(plan, ev.batch_time, ev.costs, best.objective, status, message,
                       time.perf_counter() - t0, sc.count, best.migration, ev, pool)

@@ -15,79 +15,79 @@ import math
 import time
 from typing import Sequence
 
-import numpy as np
-
-from .. import baselines
 from ..model.plan import Plan
 from ..model.state import SlotState
-from ..solve.oracle import solve_exact
+from ..status import Status
+from ..subproblems.cache import SlotCache, slot_cache
 from .families import families
+from .incumbents import score_incumbents
+from .inputs import check_queues, check_V, infeasible_reason
 from .local import local_search, polish
-from .options import SlotResult, SolveOptions, default_work_budget
-from .scoring import Scorer, _result, check_queues, infeasible_reason
+from .options import SlotResult, SolveOptions
+from .oracle import solve_exact
+from .scoring import Scorer, slot_result
+from .sources import describe
 
 
-def solve_slot(state: SlotState, queues: Sequence[float] = (), V: float = 1.0, *,
-               previous_plan: Plan | None = None, options: SolveOptions | None = None) -> SlotResult:
+def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
+               previous_plan: Plan | None = None, options: SolveOptions | None = None,
+               cache: SlotCache | None = None) -> SlotResult:
     """Choose the plan minimising V T + sum_k Q_k c_k / Cbar_k (+ amortised migration) in this
-    slot. queues: in budget order and budget units (solver.online.queues); V: weight of one second of
-    batch time against one budget's worth of cost. Returns a SlotResult (status, message).
+    slot. queues: None or () for all zero, else one finite number >= 0 per budget, in budget
+    order and budget units (solver.online.queues); V: a finite number >= 0, the weight of one
+    second of batch time against one budget's worth of cost (the rule: solve.inputs; TypeError
+    or ValueError naming the argument otherwise); cache: the caller's SlotCache of this state
+    (to share cut DPs and evaluations with other solves of the same slot; a new one when None).
+    Returns a SlotResult (status, message).
     """
     t0 = time.perf_counter()
     opt = options or SolveOptions()
     Q = check_queues(state, queues)
-    if not (np.isfinite(V) and V >= 0):
-        raise ValueError(f"V must be finite and >= 0, got {V}")
+    V = check_V(V)
     if opt.exact:
         return solve_exact(state, queues, V, previous_plan=previous_plan if opt.replan else None,
-                           iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates)
+                           iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
+                           cache=cache, tuning=opt.tuning)
     why = infeasible_reason(state)
     if why:
-        return SlotResult(None, math.inf, (), math.inf, "infeasible", why, time.perf_counter() - t0)
-    sc = Scorer(state, Q, V, opt, previous_plan)
+        return SlotResult.infeasible(why, time.perf_counter() - t0)
+    cache = slot_cache(state, cache)
+    sc = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     n = len(state.available_indices)
-    small = n <= 6 and sc.L <= 24          # small slots: all orders of groups up to 4 devices
-    max_depth = min(n, sc.L, 8 if n > 16 else 16)
+    tune = opt.tuning
+    small = tune.small(n, sc.L)
+    max_depth = tune.depth(n, sc.L)
     deadline = t0 + opt.time_limit_s if opt.time_limit_s is not None else math.inf
     sc.deadline = deadline
 
     # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
-    fixed = [(name, f(state)) for name, f in baselines.ALL.items()]
-    fixed.append(("cheapest", baselines.cheapest(state, Q, [p for _, p in fixed])))
-    if previous_plan is not None and not previous_plan.validate(state):
-        fixed.append(("previous", previous_plan))
-    for name, p in fixed:
-        if p is None:
-            continue
-        s = tuple((g.devices, g.cuts) for g in p.groups)
-        sc.score(s, p.shares, source=name)
-        sc.score(s, source=name + "+lp")
-        if name == "previous":
-            sc.score_groups([g.devices for g in p.groups], source="previous-recut", prune=False)
+    score_incumbents(state, sc, Q, previous_plan, recut_previous=True)
     # 2. candidate families (from here on the work budget counts)
     sc.tries = 0
-    sc.budget = opt.max_structures if opt.max_structures is not None else default_work_budget(n, sc.L)
-    for name, groups in families(state, sc, max_depth):
+    sc.budget = opt.max_structures if opt.max_structures is not None else tune.work_budget(n)
+    for name, groups in families(state, sc, max_depth, tune):
         if sc.exhausted():
             break
         sc.score_groups(groups, source=name)
     if sc.best is None:
-        return SlotResult(None, math.inf, (), math.inf, "infeasible",
-                          f"slot {state.t}: no device or group of available devices can hold the model "
-                          f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
+        return SlotResult.infeasible(
+            f"slot {state.t}: no device or group of available devices can hold the model "
+            f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
     # 3. local search from the best few distinct structures, then polish the winner
     if opt.local_search:
-        starts = sorted({id(s): s for s in sc._seen.values() if s is not None}.values(),
-                        key=lambda s: (s.objective, s.batch_time))[:3]
+        starts = sorted({id(s): s for s in sc.scored()}.values(),
+                        key=lambda s: (s.objective, s.batch_time))[:tune.local_starts]
         for s in starts:
             if sc.exhausted():
                 break
-            local_search(state, sc, s, max_depth, deadline)
-        top = sorted({s.structure: s for s in sc._seen.values() if s is not None}.values(),
-                     key=lambda s: (s.objective, s.batch_time))[:5 if small else 2]
+            local_search(state, sc, s, max_depth, deadline, tune.local_max_iter)
+        top = sorted({s.structure: s for s in sc.scored()}.values(),
+                     key=lambda s: (s.objective, s.batch_time))[:tune.polish_top_small if small else tune.polish_top]
+        orders = tune.all_orders_small if small else tune.all_orders_polish
         for s in top:
-            polish(state, sc, s, deadline, 4 if small else 2)
-        local_search(state, sc, sc.best, max_depth, deadline, max_iter=5)
-        polish(state, sc, sc.best, deadline, 4 if small else 2)
-    return _result(state, sc, Q, V, "feasible", f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units), "
-                   f"best from {sc.best.source}", t0)
+            polish(state, sc, s, deadline, orders, tune.polish_rounds)
+        local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter)
+        polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
+    return slot_result(state, sc, Q, V, Status.FEASIBLE,
+                       f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units); "
+                       f"best: {describe(sc.best.source)}", t0)

@@ -21,99 +21,22 @@ micro-batch), matching `model.memory.share_cap`.
 """
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from ..cost.pipeline import gpipe_coeffs, stage_times
 from ..model import SlotState
-from ..model.memory import share_cap
+from .cache import Cuts, GroupArrays, SlotCache, slot_cache
 
-Cuts = tuple[int, ...]
 INF = float("inf")
 
 
-@dataclass(frozen=True, eq=False)
-class GroupArrays:
-    """Numbers of one ordered group for the cut DPs. Fp, Gp: (k, L+1) prefix sums of forward /
-    backward seconds per sample on each stage's device (stage a..c-1 costs Fp[j, c] - Fp[j, a]);
-    lam[j, c]: seconds per sample across the boundary after stage j when it ends at layer c
-    (inf where c is not a cut point); need[a, c]: bytes a stage a..c-1 needs for `share`
-    samples; mem[j]: memory of stage j's device."""
-
-    devices: tuple[int, ...]
-    L: int
-    u: int
-    Fp: np.ndarray
-    Gp: np.ndarray
-    lam: np.ndarray
-    need: np.ndarray
-    mem: np.ndarray
-    cache: dict = field(default_factory=dict, repr=False)
-
-
-_STATE_CACHE: "weakref.WeakKeyDictionary[SlotState, dict]" = weakref.WeakKeyDictionary()
-_NEED_KEEP = 32        # memory-need matrices kept per state (one per share)
-_ARRAYS_BYTES = 256 << 20   # rough bytes of GroupArrays (with their DP scratch) kept per state
-
-
-def state_cache(state: SlotState) -> dict:
-    """A per-state scratch dict (dropped with the state): prefix-sum derived arrays that do not
-    depend on the group, shared by the cut DPs, the baselines and the search."""
-    c = _STATE_CACHE.get(state)
-    if c is None:
-        c = _STATE_CACHE[state] = {}
-    return c
-
-
-def _need(state: SlotState, s: int) -> np.ndarray:
-    """(L+1, L+1) bytes a stage a..c-1 needs for s samples (cached per state and share)."""
-    cache = state_cache(state).setdefault("need", {})
-    need = cache.get(s)
-    if need is None:
-        wl = state.workload
-        pp, sp = state.param_prefix, state.stash_prefix
-        # fits iff free >= 0 and free >= (s - 1e-9 u) H, free = M - k_opt P (as share_cap rounds)
-        need = wl.opt_factor * (pp[None, :] - pp[:, None]) + (s - 1e-9 * wl.micro_batch) * (sp[None, :] - sp[:, None])
-        if len(cache) >= _NEED_KEEP:
-            cache.pop(next(iter(cache)))
-        cache[s] = need
-    return need
-
-
-def group_arrays(state: SlotState, devices: Sequence[int], min_share: int | None = None) -> GroupArrays | None:
-    """Arrays of an ordered group, or None when it has no device or more devices than layers
-    (cached per state, devices and share: the DPs' scratch matrices are kept with them)."""
-    wl = state.workload
-    L, u = wl.num_layers, wl.micro_batch
-    k = len(devices)
-    if k == 0 or k > L:
-        return None
-    s = u if (min_share is None or k == 1) else max(int(min_share), u)
-    key = (tuple(int(x) for x in devices), s)
-    arrays = state_cache(state).setdefault("arrays", {})
-    ga = arrays.get(key)
-    if ga is not None:
-        return ga
-    d = np.asarray(key[0], dtype=int)
-    mem = np.array([state.devices[i].memory_bytes for i in d], dtype=float)
-    lam = np.full((max(k - 1, 0), L + 1), INF)
-    if k > 1:
-        bw = state.bandwidth[d[:-1], d[1:]]
-        lat = state.latency[d[:-1], d[1:]] / u
-        lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
-    ga = GroupArrays(key[0], L, u, state.fwd_prefix[d], state.bwd_prefix[d], lam, _need(state, s), mem)
-    size = 48 * k * (L - k + 2) ** 2 + 1024    # fits masks and up to five cost-matrix sets
-    sc = state_cache(state)
-    used = sc.get("arrays_bytes", 0) + size
-    while arrays and used > _ARRAYS_BYTES:
-        old = arrays.pop(next(iter(arrays)))
-        used -= 48 * len(old.devices) * (old.L - len(old.devices) + 2) ** 2 + 1024
-    sc["arrays_bytes"] = used
-    arrays[key] = ga
-    return ga
+def group_arrays(state: SlotState, devices: Sequence[int], min_share: int | None = None, *,
+                 cache: SlotCache | None = None) -> GroupArrays | None:
+    """Arrays of an ordered group (SlotCache.group_arrays), or None when it has no device or
+    more devices than layers."""
+    return slot_cache(state, cache).group_arrays(devices, min_share)
 
 
 Constraint = tuple[np.ndarray, np.ndarray, float, bool]
@@ -172,13 +95,15 @@ def _penalty3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pen
 
 
-def _win3(ga: GroupArrays, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _win3(ga: GroupArrays, prefix: np.ndarray, memo: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, mid, last) stage values prefix[j, c] - prefix[j, a], inf where the stage is
-    invalid; cached on the group while `prefix` is alive in the cache. Fp and Gp share
-    stacked arrays (see _fg3)."""
+    invalid; with memo, cached on the group (the cache keeps `prefix` alive, so its id stays
+    its own). Fp and Gp share stacked arrays (see _fg3)."""
     if prefix is ga.Fp or prefix is ga.Gp:
         i = 0 if prefix is ga.Fp else 1
         return tuple(x[i] for x in _fg3(ga))
+    if not memo:
+        return _win3_uncached(ga, prefix)
     key = ("win3", id(prefix))
     hit = ga.cache.get(key)
     if hit is not None and hit[0] is prefix:
@@ -227,18 +152,19 @@ def _fg3_uncached(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return first, mid, last
 
 
-def _bwin(ga: GroupArrays, bound: np.ndarray) -> np.ndarray:
+def _bwin(ga: GroupArrays, bound: np.ndarray, memo: bool = True) -> np.ndarray:
     """(k-1, w): bound[j-1, j + a'] for stage j = 1..k-1 starting at a' (the boundary before
-    it), inf where the link cost lam is not finite (cached like _win3)."""
+    it), inf where the link cost lam is not finite (with memo, cached like _win3)."""
     key = ("bwin", id(bound))
-    hit = ga.cache.get(key)
+    hit = ga.cache.get(key) if memo else None
     if hit is not None and hit[0] is bound:
         return hit[1]
     k, L = len(ga.devices), ga.L
     w = L - k + 1
     lam = _rows(ga.lam, 0, k - 1, w, 1)
     v = np.where(np.isfinite(lam), _rows(bound, 0, k - 1, w, 1), INF)
-    ga.cache[key] = (bound, v)
+    if memo:
+        ga.cache[key] = (bound, v)
     return v
 
 
@@ -285,11 +211,11 @@ def _backtrack(cost: tuple, prevs: list, minsum: bool, L: int) -> Cuts:
     return tuple(reversed(out))
 
 
-def _constrained(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constraints: Sequence[Constraint]
-                 ) -> tuple[tuple, np.ndarray | None]:
+def _constrained(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constraints: Sequence[Constraint],
+                 memo: bool = True) -> tuple[tuple, np.ndarray | None]:
     k = len(ga.devices)
-    cost = _win3(ga, prefix)
-    bnd = _bwin(ga, bound) if k > 1 else None
+    cost = _win3(ga, prefix, memo)
+    bnd = _bwin(ga, bound, memo) if k > 1 else None
     for cp, cb, lim, strict in constraints:
         if lim == INF and not strict:
             continue
@@ -302,13 +228,14 @@ def _constrained(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constra
 
 
 def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
-               constraints: Sequence[Constraint] = (), minsum: bool = False, cuts: bool = True
-               ) -> tuple[float, Cuts | None]:
+               constraints: Sequence[Constraint] = (), minsum: bool = False, cuts: bool = True,
+               memo: bool = True) -> tuple[float, Cuts | None]:
     """Minimise the max (with minsum: the sum) over stages of prefix[j, c] - prefix[j, a] and
     over boundaries of bound[j, c], every stage non-empty and within memory, subject to the
     constraints. Returns (value, cuts) or (inf, None); with cuts=False only the value (cuts
-    None). O(k (L-k+1)^2), a few numpy calls per stage."""
-    cost, bnd = _constrained(ga, prefix, bound, constraints)
+    None). memo=False: keep nothing of `prefix` and `bound` (one-off arrays). O(k (L-k+1)^2),
+    a few numpy calls per stage."""
+    cost, bnd = _constrained(ga, prefix, bound, constraints, memo)
     val, prevs = _recurrence(cost, bnd, minsum)
     val = float(val)
     if not val < INF:
@@ -367,30 +294,15 @@ def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]
     return points
 
 
-def _cached_arrays(state: SlotState, devices: Sequence[int], min_share: int | None,
-                   arrays: GroupArrays | None) -> GroupArrays | None:
-    if arrays is not None:
-        return arrays
-    return group_arrays(state, devices, min_share)
-
-
-def _single(state: SlotState, devices: Sequence[int], min_share: int | None) -> Cuts | None:
-    L = state.workload.num_layers
-    single = state_cache(state).setdefault("single", {})
-    d = int(devices[0])
-    if d not in single:
-        single[d] = (L,) if share_cap(state, (d,), (L,)) >= state.workload.micro_batch else None
-    return single[d]
-
-
 def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None,
-                        *, arrays: GroupArrays | None = None) -> Cuts | None:
+                        *, cache: SlotCache | None = None) -> Cuts | None:
     """Cut points minimising alpha exactly for this device order, every stage non-empty and
     every stage within memory for a share of `min_share` samples (default one micro-batch);
     None when no such cut set exists."""
+    sc = slot_cache(state, cache)
     if len(devices) == 1:
-        return _single(state, devices, min_share)
-    ga = _cached_arrays(state, devices, min_share, arrays)
+        return sc.single_cuts(devices[0])
+    ga = sc.group_arrays(devices, min_share)
     if ga is None:
         return None
     pts = _alpha_frontier(ga)
@@ -406,27 +318,33 @@ def alpha_beta(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) ->
 
 
 RELAX = (1.0, 1.05, 1.15, 1.35, 1.7, 2.5)
+"""Default factors on the min-alpha thresholds of frontier_cuts (solve.options.SearchTuning)."""
 
 
 def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_share: int | None = None,
-                  *, arrays: GroupArrays | None = None) -> list[Cuts]:
+                  *, cache: SlotCache | None = None, relax: Sequence[float] = RELAX, seeds: int = 2
+                  ) -> list[Cuts]:
     """Up to `limit` cut sets on the (alpha, beta) Pareto frontier of this ordered group,
     min-alpha first, then increasing alpha / decreasing beta. Candidates: the exact min-alpha
     frontier points, and min-sum DPs (least fill-and-drain work sum F + G + 2 lam, which is
-    beta + u * alpha over u) under the min-alpha thresholds relaxed by RELAX factors."""
+    beta + u * alpha over u) under the thresholds (X, Y) of the `seeds` best min-alpha points
+    relaxed by each factor of `relax`."""
+    sc = slot_cache(state, cache)
     if len(devices) == 1:
-        c = _single(state, devices, min_share)
+        c = sc.single_cuts(devices[0])
         return [c] if c is not None else []
-    ga = _cached_arrays(state, devices, min_share, arrays)
+    ga = sc.group_arrays(devices, min_share)
     if ga is None:
         return []
-    hit = ga.cache.get(("fc", limit))
+    key = ("fc", limit, tuple(relax), int(seeds))
+    hit = ga.cache.get(key)
     if hit is None:
-        hit = ga.cache[("fc", limit)] = tuple(_frontier_cuts(state, devices, limit, ga))
+        hit = ga.cache[key] = tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))
     return list(hit)
 
 
-def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: GroupArrays) -> list[Cuts]:
+def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: GroupArrays,
+                   relax: tuple[float, ...], seeds: int) -> list[Cuts]:
     pts = _alpha_frontier(ga)
     if not pts:
         return []
@@ -435,8 +353,8 @@ def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: Gro
     lam2 = ga.cache.get("lam2")
     if lam2 is None:
         lam2 = ga.cache["lam2"] = 2.0 * ga.lam
-    for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:2]:
-        for r in RELAX:
+    for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:seeds]:
+        for r in relax:
             cons = [(ga.Fp, ga.lam, r * a, False), (ga.Gp, ga.lam, r * b, False)]
             _, cuts = _minmax_dp(ga, work, lam2, cons, minsum=True)
             if cuts is not None:
@@ -457,21 +375,35 @@ def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: Gro
     return [pareto[i][2] for i in idx]
 
 
-def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None) -> Cuts | None:
+def blind_cuts(state: SlotState, devices: Sequence[int], layer_seconds: np.ndarray, boundary: np.ndarray,
+               min_share: int | None = None, *, cache: SlotCache | None = None) -> tuple[float, Cuts | None]:
+    """Cuts minimising the slowest of the stages and boundaries under costs the caller gives
+    (heterogeneity-blind planners: every stage priced as if on one typical device):
+    layer_seconds (L+1,) prefix sums of seconds per sample per layer, the same on every stage;
+    boundary (k-1, L+1) seconds per sample across the boundary after stage j ending at layer c
+    (used only where the group's real link cost is finite). Stages within memory for
+    `min_share` samples (default one micro-batch). Returns (that bottleneck in seconds per
+    sample, cuts), or (inf, None) when no cut set fits. Nothing of the two arrays is cached."""
+    ga = slot_cache(state, cache).group_arrays(devices, min_share)
+    if ga is None:
+        return INF, None
+    stage = np.broadcast_to(np.asarray(layer_seconds, dtype=float), ga.Fp.shape)
+    return _minmax_dp(ga, stage, np.asarray(boundary, dtype=float), memo=False)
+
+
+def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None, *,
+                  cache: SlotCache | None = None) -> Cuts | None:
     """Heterogeneity- and communication-blind balance (GPipe, DAPPLE): cuts minimising the
     largest stage compute time as if every device had the group's mean per-layer time
     (forward + backward seconds per sample), within memory for `min_share` samples."""
+    sc = slot_cache(state, cache)
     if len(devices) == 1:
-        return _single(state, devices, min_share)
-    ga = group_arrays(state, devices, min_share)
+        return sc.single_cuts(devices[0])
+    ga = sc.group_arrays(devices, min_share)
     if ga is None:
         return None
     if "balanced" not in ga.cache:
         d = list(devices)
         w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
-        wb = np.broadcast_to(w, ga.Fp.shape)
-        zero = np.zeros_like(ga.lam)
-        _, ga.cache["balanced"] = _minmax_dp(ga, wb, zero)
-        ga.cache.pop(("win3", id(wb)), None)
-        ga.cache.pop(("bwin", id(zero)), None)
+        _, ga.cache["balanced"] = blind_cuts(state, devices, w, np.zeros_like(ga.lam), min_share, cache=sc)
     return ga.cache["balanced"]

@@ -24,7 +24,6 @@ constants and are left out.) Everything exact below works in micro-batch units n
 from __future__ import annotations
 
 import heapq
-import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -283,17 +282,6 @@ class ShareLP:
         return LPSolution((), float("nan"), float("nan"), "error", f"HiGHS model status: {status}")
 
 
-_local = threading.local()
-
-
-def default_lp() -> ShareLP:
-    """This thread's persistent ShareLP (created on first use)."""
-    lp = getattr(_local, "lp", None)
-    if lp is None:
-        lp = _local.lp = ShareLP()
-    return lp
-
-
 def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[int], B: int, u: int,
                  W: float, q: Sequence[float], *, lp: Optional[ShareLP] = None,
                  lp_bound: bool = True) -> ShareResult:
@@ -301,7 +289,8 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
 
     alpha s/sample (> 0), beta s, cap samples (rounded down to a multiple of u), B and u
     samples (B a multiple of u), W >= 0 per second, q per sample. `lp` is the ShareLP to use
-    for the bound when q is not constant (default: this thread's); lp_bound=False skips that
+    for the bound when q is not constant (keep one to reuse its HiGHS models across calls; default:
+    a new one for this call); lp_bound=False skips that
     LP (lp_value is then nan). Status "infeasible" says why; "error" means bad input or a
     HiGHS failure and carries no plan.
     """
@@ -338,7 +327,7 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
         n = _exact_with_costs(au, c, capn, N, float(W), qq * u, n)
         lp_value = float("nan")
         if lp_bound:
-            sol = (lp or default_lp()).solve(a, c, capn * u, B, u, W, qq)
+            sol = (lp if lp is not None else ShareLP()).solve(a, c, capn * u, B, u, W, qq)
             if sol.status != "optimal":
                 return _fail("error", f"share LP failed: {sol.message}")
             lp_value = sol.value

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...model import Workload
 from ..columns import bytes_column, time_column
-from ..workloads import BASE_COLUMNS, _fmt
+from ..workloads import BASE_COLUMNS, format_number
 
 Times = tuple[tuple[float, ...], tuple[float, ...]]
 """(forward seconds per sample, backward seconds per sample), one per layer."""
@@ -58,19 +58,19 @@ def write_table(imp: Imported, out: str | Path) -> Path:
              f"# plain columns: micro-batch size {imp.micro_batch}, tensor-parallel degree {imp.tp}; "
              "other sizes and degrees in columns name@mbs<b>@tp<t> (solver.io.columns)"]
     lines += [f"# note: {n}" for n in imp.notes]
-    lines.append(f"# input_bytes: {_fmt(wl.input_bytes)}")
+    lines.append(f"# input_bytes: {format_number(wl.input_bytes)}")
     if imp.precision:
         lines.append(f"# precision: {imp.precision}")
     rows = []
     for i, l in enumerate(wl.layers):
-        row = [l.name] + [_fmt(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
+        row = [l.name] + [format_number(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
         for k in kinds:
             row += [repr(float(wl.measured[k][0][i])), repr(float(wl.measured[k][1][i]))]
         for key in var:
             fw, bw = imp.variants[key]
             row += [repr(float(fw[i])), repr(float(bw[i]))]
         for t in degrees:
-            row += [_fmt(x[i]) for x in imp.bytes_at[t]]
+            row += [format_number(x[i]) for x in imp.bytes_at[t]]
         rows.append(row)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:

@@ -1,0 +1,68 @@
+"""One rule for the inputs of solve_slot and solve_exact.
+
+- queues: None or () mean every queue is zero; otherwise exactly one finite number >= 0 per
+  budget of the state, in budget order and budget units (a list, tuple or 1-D array; bool and
+  str are not numbers here).
+- V: a finite real number >= 0 (seconds of batch time weigh V against one budget's worth of
+  cost); bool and str are rejected.
+A wrong type raises TypeError, a wrong value ValueError; each message names the argument and
+the value.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Sequence
+
+import numpy as np
+
+from ..cost.costs import budget_weights
+from ..model.state import SlotState
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def check_V(V: object) -> float:
+    """V as a float; TypeError unless a real number, ValueError unless finite and >= 0."""
+    if not _is_real(V):
+        raise TypeError(f"V: expected a finite real number >= 0, got {V!r} ({type(V).__name__})")
+    v = float(V)
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"V: expected a finite real number >= 0, got {V!r}")
+    return v
+
+
+def check_queues(state: SlotState, queues: Sequence[float] | None) -> np.ndarray:
+    """The cost weights Q_k / Cbar_k (cost.costs.budget_weights) of queues given by the rule
+    of this module; zeros for None or ()."""
+    K = len(state.budgets)
+    names = ", ".join(b.name for b in state.budgets) or "none"
+    if queues is None:
+        return np.zeros(K)
+    if isinstance(queues, (str, bytes)) or not hasattr(queues, "__len__"):
+        raise TypeError(f"queues: expected None or a sequence of {K} numbers (one per budget: {names}), "
+                        f"got {queues!r} ({type(queues).__name__})")
+    if isinstance(queues, np.ndarray) and queues.ndim != 1:
+        raise ValueError(f"queues: expected a 1-D sequence of {K} numbers, got an array of shape {queues.shape}")
+    values = list(queues)
+    if not values:
+        return np.zeros(K)
+    if len(values) != K:
+        raise ValueError(f"queues: expected {K} values (one per budget: {names}) or none, "
+                         f"got {len(values)}: {tuple(values)!r}")
+    for k, (q, b) in enumerate(zip(values, state.budgets)):
+        if not _is_real(q):
+            raise TypeError(f"queues[{k}] ({b.name}): expected a finite real number >= 0, "
+                            f"got {q!r} ({type(q).__name__})")
+        if not (math.isfinite(float(q)) and float(q) >= 0):
+            raise ValueError(f"queues[{k}] ({b.name}): expected a finite real number >= 0, got {q!r}")
+    return budget_weights([b.limit for b in state.budgets], np.asarray(values, dtype=float))
+
+
+def infeasible_reason(state: SlotState) -> str | None:
+    """Why no plan can exist in this state, or None."""
+    if not state.available_indices:
+        return f"slot {state.t}: no device is available"
+    return None

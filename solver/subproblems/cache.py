@@ -1,0 +1,163 @@
+"""Per-slot caches, owned by the caller: one `SlotCache` per `SlotState`, passed explicitly
+(keyword `cache=`) to the cut DPs (`subproblems.cuts`), the baselines and the search's Scorer.
+
+Nothing here is global: a cache lives as long as its owner keeps it, and two states never
+share entries. A function given no cache makes a throwaway one, so results never depend on
+whether a cache was passed (only the time does).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..cost.evaluate import Evaluation, evaluate
+from ..cost.pipeline import GroupCoeffs, group_coeffs
+from ..model.memory import share_cap
+from ..model.plan import Plan
+from ..model.state import SlotState
+
+Cuts = tuple[int, ...]
+INF = float("inf")
+
+
+@dataclass(frozen=True, eq=False)
+class GroupArrays:
+    """Numbers of one ordered group for the cut DPs. Fp, Gp: (k, L+1) prefix sums of forward /
+    backward seconds per sample on each stage's device (stage a..c-1 costs Fp[j, c] - Fp[j, a]);
+    lam[j, c]: seconds per sample across the boundary after stage j when it ends at layer c
+    (inf where c is not a cut point); need[a, c]: bytes a stage a..c-1 needs for `share`
+    samples; mem[j]: memory of stage j's device (bytes); cache: the DPs' scratch for this
+    group (cost windows, frontiers), kept with it."""
+
+    devices: tuple[int, ...]
+    L: int
+    u: int
+    Fp: np.ndarray
+    Gp: np.ndarray
+    lam: np.ndarray
+    need: np.ndarray
+    mem: np.ndarray
+    cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Rough bytes of these arrays with their DP scratch (fits masks and up to five
+        cost-matrix sets of k stages over (L - k + 2)^2 pairs)."""
+        k = len(self.devices)
+        return 48 * k * (self.L - k + 2) ** 2 + 1024
+
+
+class SlotCache:
+    """What the solver computes more than once in one slot, for one `state`.
+
+    Public API (each entry is computed on first use and kept):
+    - `need(share)`: (L+1, L+1) bytes a stage of layers a..c-1 needs for `share` samples;
+    - `group_arrays(devices, min_share)`: the cut DPs' arrays of an ordered group (None when
+      it has no device or more devices than layers);
+    - `single_cuts(device)`: (L,) when the device holds the whole model with one micro-batch,
+      else None;
+    - `group_coeffs(devices, cuts, schedule, recompute)`: `cost.pipeline.group_coeffs`;
+    - `evaluation(plan)`: `cost.evaluate` with the cached group coefficients.
+
+    Bounds: at most `max_need_matrices` memory-need matrices (one per share) and about
+    `max_array_bytes` bytes of group arrays are kept; the oldest go first.
+    """
+
+    def __init__(self, state: SlotState, *, max_need_matrices: int = 32,
+                 max_array_bytes: int = 256 << 20) -> None:
+        self.state = state
+        self.max_need_matrices = int(max_need_matrices)
+        self.max_array_bytes = int(max_array_bytes)
+        self._need: dict[int, np.ndarray] = {}
+        self._arrays: dict[tuple, GroupArrays] = {}
+        self._arrays_bytes = 0
+        self._single: dict[int, Cuts | None] = {}
+        self._coeffs: dict[tuple, GroupCoeffs] = {}
+        self._evaluations: dict[Plan, Evaluation] = {}
+
+    def check(self, state: SlotState) -> None:
+        """ValueError unless this cache belongs to `state` (entries of one state are wrong
+        for another)."""
+        if state is not self.state:
+            raise ValueError(f"cache: this SlotCache belongs to slot {self.state.t} of another "
+                             f"state object, got slot {state.t}; make one SlotCache per state")
+
+    def need(self, share: int) -> np.ndarray:
+        """(L+1, L+1) bytes a stage a..c-1 needs for `share` samples."""
+        s = int(share)
+        m = self._need.get(s)
+        if m is None:
+            st = self.state
+            wl = st.workload
+            pp, sp = st.param_prefix, st.stash_prefix
+            # fits iff free >= 0 and free >= (s - 1e-9 u) H, free = M - k_opt P (as share_cap rounds)
+            m = wl.opt_factor * (pp[None, :] - pp[:, None]) + (s - 1e-9 * wl.micro_batch) * (sp[None, :] - sp[:, None])
+            if len(self._need) >= self.max_need_matrices:
+                self._need.pop(next(iter(self._need)))
+            self._need[s] = m
+        return m
+
+    def group_arrays(self, devices: Sequence[int], min_share: int | None = None) -> GroupArrays | None:
+        """Arrays of an ordered group for stages within memory for `min_share` samples (default,
+        and always for one device: one micro-batch); None when it has no device or more devices
+        than layers."""
+        st = self.state
+        wl = st.workload
+        L, u = wl.num_layers, wl.micro_batch
+        k = len(devices)
+        if k == 0 or k > L:
+            return None
+        s = u if (min_share is None or k == 1) else max(int(min_share), u)
+        key = (tuple(int(x) for x in devices), s)
+        ga = self._arrays.get(key)
+        if ga is not None:
+            return ga
+        d = np.asarray(key[0], dtype=int)
+        mem = np.array([st.devices[i].memory_bytes for i in d], dtype=float)
+        lam = np.full((max(k - 1, 0), L + 1), INF)
+        if k > 1:
+            bw = st.bandwidth[d[:-1], d[1:]]
+            lat = st.latency[d[:-1], d[1:]] / u
+            lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
+        ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s), mem)
+        used = self._arrays_bytes + ga.nbytes
+        while self._arrays and used > self.max_array_bytes:
+            used -= self._arrays.pop(next(iter(self._arrays))).nbytes
+        self._arrays_bytes = used
+        self._arrays[key] = ga
+        return ga
+
+    def single_cuts(self, device: int) -> Cuts | None:
+        """(L,) when `device` alone holds the whole model with one micro-batch, else None."""
+        d = int(device)
+        if d not in self._single:
+            L = self.state.workload.num_layers
+            self._single[d] = (L,) if share_cap(self.state, (d,), (L,)) >= self.state.workload.micro_batch else None
+        return self._single[d]
+
+    def group_coeffs(self, devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe",
+                     recompute: bool = False) -> GroupCoeffs:
+        """`cost.pipeline.group_coeffs` of an ordered, cut group."""
+        key = (tuple(devices), tuple(cuts), schedule, bool(recompute))
+        gc = self._coeffs.get(key)
+        if gc is None:
+            gc = self._coeffs[key] = group_coeffs(self.state, devices, cuts, schedule, recompute)
+        return gc
+
+    def evaluation(self, plan: Plan) -> Evaluation:
+        """`cost.evaluate` of a structurally valid plan (the same numbers)."""
+        ev = self._evaluations.get(plan)
+        if ev is None:
+            coeffs = [self.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute) for g in plan.groups]
+            ev = self._evaluations[plan] = evaluate(plan, self.state, coeffs)
+        return ev
+
+
+def slot_cache(state: SlotState, cache: SlotCache | None = None) -> SlotCache:
+    """`cache` after checking that it belongs to `state`, or a new (throwaway) one."""
+    if cache is None:
+        return SlotCache(state)
+    cache.check(state)
+    return cache

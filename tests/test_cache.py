@@ -1,0 +1,124 @@
+"""The per-slot cache is owned by the caller: one SlotCache per state, passed explicitly, and
+results never depend on whether (or how widely) a cache was shared."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver import baselines
+from solver.io.synthetic import random_state
+from solver.solve import solve_exact, solve_slot
+from solver.subproblems.cache import SlotCache
+from solver.subproblems.cuts import (
+    balanced_cuts,
+    blind_cuts,
+    frontier_cuts,
+    min_bottleneck_cuts,
+)
+
+ROOT = Path(__file__).resolve().parents[1] / "solver"
+CORE = ("model", "io", "cost", "subproblems", "baselines", "solve", "online")
+
+
+def test_cache_belongs_to_one_state():
+    a, b = random_state(1, n=4, L=8), random_state(1, n=4, L=8)   # equal content, two objects
+    ca, cb = SlotCache(a), SlotCache(b)
+    ga, gb = ca.group_arrays((0, 1)), cb.group_arrays((0, 1))
+    assert ga is ca.group_arrays((0, 1)) and ga is not gb
+    assert ca.need(4) is not cb.need(4)
+    with pytest.raises(ValueError, match="SlotCache belongs to slot"):
+        min_bottleneck_cuts(b, (0, 1), cache=ca)
+    with pytest.raises(ValueError, match="one SlotCache per state"):
+        baselines.even_dp(b, cache=ca)
+
+
+def test_cut_functions_same_with_and_without_cache():
+    state = random_state(7, n=5, L=12, scale=10.0)
+    cache = SlotCache(state)
+    for devs in [(0, 1), (2, 0, 4), (4, 3, 2, 1), (3,)]:
+        for share in (None, 8, 32):
+            assert min_bottleneck_cuts(state, devs, share) == min_bottleneck_cuts(state, devs, share, cache=cache)
+            assert frontier_cuts(state, devs, 4, share) == frontier_cuts(state, devs, 4, share, cache=cache)
+            assert balanced_cuts(state, devs, share) == balanced_cuts(state, devs, share, cache=cache)
+
+
+def test_blind_cuts_is_the_mean_speed_balance():
+    state = random_state(3, n=4, L=10)
+    devs = (0, 1, 2)
+    w = (state.fwd_prefix[list(devs)] + state.bwd_prefix[list(devs)]).mean(axis=0)
+    t, cuts = blind_cuts(state, devs, w, np.zeros((2, 11)))
+    assert cuts == balanced_cuts(state, devs)
+    stages = np.diff(np.concatenate([[0.0], w[list(cuts)]]))
+    assert t == pytest.approx(float(stages.max()), rel=1e-12)
+
+
+def test_blind_cuts_keeps_nothing_of_its_arrays():
+    state = random_state(3, n=4, L=10)
+    cache = SlotCache(state)
+    ga = cache.group_arrays((0, 1, 2))
+    before = set(ga.cache)
+    blind_cuts(state, (0, 1, 2), state.fwd_prefix[0], np.zeros((2, 11)), cache=cache)
+    assert set(ga.cache) - before <= {"pen3"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_baselines_same_plan_with_and_without_shared_cache(seed):
+    state = random_state(seed, n=6, L=10, scale=10.0)
+    shared = SlotCache(state)
+    alone = {name: f(state) for name, f in baselines.ALL.items()}
+    # shared in reverse order, so each baseline finds entries the others left
+    together = {name: f(state, cache=shared) for name, f in reversed(list(baselines.ALL.items()))}
+    assert alone == together
+    assert baselines.cheapest(state, (1.0, 0.5)) == baselines.cheapest(state, (1.0, 0.5), cache=shared)
+
+
+def test_solves_same_with_and_without_shared_cache():
+    state = random_state(11, n=5, L=8, scale=10.0)
+    shared = SlotCache(state)
+    for Q in [(0.0, 0.0), (2.0, 1.0)]:
+        a, b = solve_slot(state, Q), solve_slot(state, Q, cache=shared)
+        assert (a.plan, a.objective) == (b.plan, b.objective)
+        a, b = solve_exact(state, Q), solve_exact(state, Q, cache=shared)
+        assert (a.plan, a.objective) == (b.plan, b.objective)
+
+
+def _modules(packages):
+    for pkg in packages:
+        yield from sorted((ROOT / pkg).rglob("*.py"))
+
+
+def test_no_private_name_imported_across_modules():
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                bad += [f"{path.relative_to(ROOT)}: {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+
+
+MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "WeakKeyDictionary",
+                 "WeakValueDictionary", "local"}
+
+
+def test_no_module_level_cache_in_the_core():
+    """No `global` statement and no module-level container or thread-local bound to a
+    lower-case or private name (constants are UPPER_CASE and never written to)."""
+    bad = []
+    for path in _modules(CORE):
+        tree = ast.parse(path.read_text())
+        bad += [f"{path.relative_to(ROOT)}: global" for n in ast.walk(tree) if isinstance(n, ast.Global)]
+        for node in tree.body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            v = node.value
+            mutable = isinstance(v, (ast.Dict, ast.List, ast.Set)) or (
+                isinstance(v, ast.Call) and getattr(v.func, "attr", getattr(v.func, "id", "")) in MUTABLE_CALLS)
+            bad += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                    if mutable and not n.isupper() and n != "__all__"]
+    assert bad == []
