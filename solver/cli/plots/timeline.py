@@ -137,7 +137,8 @@ def plot_timeline(plan: Plan, state: SlotState, path: Path, title: str = "", sch
         ax.axvline(tl.batch_time, color="k", lw=1)
     kinds = [k for k in COLOURS if any(b.kind == k for b in tl.bars)]
     handles = [Patch(facecolor=COLOURS[k], hatch="//" if k == "sync" else None, label=NAMES[k]) for k in kinds]
-    fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=7, bbox_to_anchor=(1.0, 1.0))
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, bbox_to_anchor=(0.5, 0.0),
+               frameon=False)
     sched = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, schedule)
     head = (f"simulated iteration {tl.batch_time:.4g} s = slowest group {max(tl.makespans):.4g} s + all-reduce "
             f"{tl.sync:.4g} s ({sched}; cost model {tl.model_batch_time:.4g} s); busy = a stage's compute "
