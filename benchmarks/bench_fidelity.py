@@ -151,8 +151,10 @@ def score(plan: Plan | None, state: SlotState) -> dict:
     bad = plan.validate(state)
     if bad:
         return {"fits": False, "why": str(bad[0])}
+    how = sorted({g.schedule + (" + recompute" if g.recompute else "") for g in plan.groups})
     return {"fits": True, "model_s": evaluate(plan, state).batch_time,
-            "simulated_s": simulate_plan(plan, state).batch_time, "plan": plan.summary(state)}
+            "simulated_s": float(simulate_plan(plan, state).batch_time), "plan": plan.summary(state),
+            "schedule": ", ".join(how)}
 
 
 def cluster_comparison(us=(1, 2, 4)) -> list[dict]:
@@ -191,7 +193,8 @@ def main(argv=None) -> int:
     print("Part 2: Metis-style cluster, 8 A100-40 + 8 V100-16, GPT-Neo-2.7, B = 128")
     cl = cluster_comparison((1, 2) if args.quick else (1, 2, 4))
     for r in cl:
-        fig = (f"model {r['model_s']:.3f} s, simulated {r['simulated_s']:.3f} s: {r['plan']}" if r.get("fits")
+        fig = (f"model {r['model_s']:.3f} s, simulated {r['simulated_s']:.3f} s ({r['schedule']}): {r['plan']}"
+               if r.get("fits")
                else f"no plan fits ({r.get('why', r.get('status', 'none'))})")
         print(f"  u={r['u']} {r['who']:<18} {fig}")
     result["cluster"] = cl

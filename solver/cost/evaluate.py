@@ -10,6 +10,7 @@ from ..model.plan import Plan
 from ..model.state import SlotState
 from .costs import budget_weights, cost_coeffs
 from .pipeline import GroupCoeffs, group_coeffs
+from .optimizer import optimizer_step_time
 from .sync import sync_time
 
 
@@ -17,9 +18,10 @@ from .sync import sync_time
 class Evaluation:
     """Predicted outcome of one plan in one slot.
 
-    batch_time: seconds per iteration (max group time + sync); group_times: seconds;
-    sync_time: seconds; costs: per budget, in state.budgets order (USD, joules);
-    limits: the budgets' limits, in the same order.
+    batch_time: seconds per iteration (max group time + sync + optimizer step); group_times:
+    seconds; sync_time: seconds; costs: per budget, in state.budgets order (USD, joules);
+    limits: the budgets' limits, in the same order; optimizer_time: seconds of the optimizer
+    step (cost.optimizer; 0 unless the workload models it).
     """
 
     batch_time: float
@@ -27,6 +29,7 @@ class Evaluation:
     sync_time: float
     costs: tuple[float, ...]
     limits: tuple[float, ...] = ()
+    optimizer_time: float = 0.0
 
     def objective(self, queues: Sequence[float], V: float) -> float:
         """Drift-plus-penalty V * T + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
@@ -40,10 +43,12 @@ def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None 
         coeffs = [group_coeffs(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule,
                                g.recompute) for g in plan.groups]
     times = tuple(c.time(g.share) for c, g in zip(coeffs, plan.groups))
-    ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
-    T = max(times) + ts
+    structure = [(g.devices, g.cuts) for g in plan.groups]
+    ts = sync_time(state, structure)
+    to = optimizer_step_time(state, structure)
+    T = max(times) + ts + to
     costs = cost_coeffs(state, coeffs).costs(T, plan.shares)
-    return Evaluation(T, times, ts, tuple(float(x) for x in costs), tuple(b.limit for b in state.budgets))
+    return Evaluation(T, times, ts, tuple(float(x) for x in costs), tuple(b.limit for b in state.budgets), to)
 
 
 def lower_bound_time(state: SlotState) -> float:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ..model.memory import stage_input_bytes, stage_params_and_stash
+from .optimizer import optimizer_step_time
 from .pipeline import stage_times
 from .sync import sync_time
 
@@ -208,8 +209,9 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
 @dataclass(frozen=True)
 class PlanSimulation:
     """A plan simulated in one slot. group_times: seconds per group (its pipeline's makespan);
-    sync_time: seconds of the cross-group gradient sync (the cost model's); batch_time:
-    max group time + sync; peak_stash: per group, per stage, most micro-batches stashed at
+    sync_time: seconds of the cross-group gradient sync (the cost model's); optimizer_time:
+    seconds of the optimizer step (cost.optimizer); batch_time: max group time + sync +
+    optimizer step; peak_stash: per group, per stage, most micro-batches stashed at
     once; peak_memory: per group, per stage, bytes held at the peak (k_opt * P_j + the peak
     activation bytes); groups: each group's SimResult."""
 
@@ -219,6 +221,7 @@ class PlanSimulation:
     peak_stash: tuple[tuple[int, ...], ...]
     peak_memory: tuple[tuple[float, ...], ...]
     groups: tuple[SimResult, ...]
+    optimizer_time: float = 0.0
 
 
 def simulate_plan(plan: "Plan", state: "SlotState", duplex: str = "full") -> PlanSimulation:
@@ -235,7 +238,9 @@ def simulate_plan(plan: "Plan", state: "SlotState", duplex: str = "full") -> Pla
                      saved=H, inputs=stage_input_bytes(st, g.cuts), duplex=duplex)
         results.append(r)
         memory.append(tuple(float(x) for x in wl.opt_factor * P + r.peak_bytes))
-    ts = sync_time(state, [(g.devices, g.cuts) for g in plan.groups])
+    structure = [(g.devices, g.cuts) for g in plan.groups]
+    ts = sync_time(state, structure)
+    to = optimizer_step_time(state, structure)
     times = tuple(r.makespan for r in results)
-    return PlanSimulation(times, ts, max(times) + ts, tuple(r.peak_stash for r in results),
-                          tuple(memory), tuple(results))
+    return PlanSimulation(times, ts, max(times) + ts + to, tuple(r.peak_stash for r in results),
+                          tuple(memory), tuple(results), to)

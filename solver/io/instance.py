@@ -15,12 +15,18 @@ Format (units in the key names; paths are relative to the instance file):
     precision = "fp32"             # optional (default: the table's `# precision:` line, else fp32):
                                    # fp32, or bf16 / fp16 (mixed: the fp32 table's bytes
                                    # halved, fp32 master weights and optimizer state; docs/MODEL.md)
+    optimizer_step = "none"        # optional: none, or bandwidth (each stage's step takes
+                                   # (2 k_opt - 1) P / memory bandwidth; devices need memory_bandwidth_gbs)
+
+    [memory_reserve_gb]            # optional: GB held back per device kind (framework context,
+    "V100-SXM2-16GB" = 1.0         # allocator slack), or "default" for every other kind
 
     [[devices]]                    # one table per device, names unique
     name = "v100-0"
     kind = "V100-SXM2-16GB"        # a kind (or alias) of models/hardware.csv, or of [[kinds]]
     server = "s0"                  # optional (default: its own server)
     efficiency = 0.5               # optional, in (0, 1]: sustained fraction of peak FLOP/s
+    memory_bandwidth_gbs = 900     # optional: memory bandwidth, GB/s (for optimizer_step = "bandwidth")
     # optional overrides of the hardware table: peak_tflops, memory_gb, busy_w, idle_w,
     # price_per_hour (USD)
 
@@ -66,6 +72,7 @@ import csv
 import math
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +96,10 @@ NETWORK_DEFAULTS = {"intra_server_gbps": 100.0, "inter_server_gbps": 10.0,
                     "intra_server_latency_ms": 0.005, "inter_server_latency_ms": 0.1}
 DEFAULT_EFFICIENCY = 0.5
 _TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces",
-        "kinds", "servers", "egress"}
-_WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes", "precision"}
-_DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour"}
+        "kinds", "servers", "egress", "memory_reserve_gb"}
+_WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes", "precision", "optimizer_step"}
+_DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour",
+           "memory_bandwidth_gbs"}
 _LINK = {"a", "b", "gbps", "latency_ms", "fit"}
 _BUDGET = {"name", "kind", "limit", "device"}
 _TRACES = {"devices", "links"}
@@ -186,6 +194,16 @@ def _resolve_model(f: _File, model: str) -> Path:
 
 
 def _workload(f: _File, doc: dict) -> Workload:
+    wl = _workload_bytes(f, doc)
+    w = doc["workload"]
+    step = f.string(w, "optimizer_step", "workload.optimizer_step", "none")
+    if step not in ("none", "bandwidth"):
+        raise f.error("workload.optimizer_step", "expected none or bandwidth (layer tables carry no measured "
+                      "optimizer seconds)", step)
+    return replace(wl, optimizer_step=step)
+
+
+def _workload_bytes(f: _File, doc: dict) -> Workload:
     w = f.table(doc, "workload", _WORKLOAD, required=True)
     model = f.string(w, "model", "workload.model")
     batch = int(f.number(w, "batch", "workload.batch", integer=True, rng=R.SAMPLES))
@@ -212,6 +230,7 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
     if not rows:
         raise f.error("devices", "missing required field: at least one [[devices]] table")
     devices, eff, servers, seen = [], [], [], set()
+    reserve = f.table(doc, "memory_reserve_gb", set(table) | set(declared) | {"default"})
     for i, d in enumerate(rows):
         at = f"devices[{i}]"
         name = f.string(d, "name", f"{at}.name")
@@ -222,6 +241,13 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
         spec: GpuSpec = kind_spec(f, kind, f"{at}.kind", declared, table)
         peak = f.number(d, "peak_tflops", f"{at}.peak_tflops", spec.peak_flops / 1e12, rng=R.PEAK_TFLOPS) * 1e12
         mem = f.number(d, "memory_gb", f"{at}.memory_gb", spec.memory_bytes / 1e9, rng=R.MEMORY_GB) * 1e9
+        key = kind if kind in reserve else spec.kind if spec.kind in reserve else "default"
+        held = f.number(reserve, key, f"memory_reserve_gb.{key}", 0.0, rng=R.RESERVE_GB) * 1e9 if key in reserve else 0.0
+        if held >= mem:
+            raise f.error(f"memory_reserve_gb.{key}", f"reserve leaves no memory on device {name} "
+                          f"({mem / 1e9:g} GB)", held / 1e9)
+        mem -= held
+        bwm = f.number(d, "memory_bandwidth_gbs", f"{at}.memory_bandwidth_gbs", 0.0, rng=R.RESERVE_GB) * 1e9
         busy = f.number(d, "busy_w", f"{at}.busy_w", spec.busy_w, rng=R.POWER_W)
         idle = f.number(d, "idle_w", f"{at}.idle_w", spec.idle_w, rng=R.POWER_W)
         if idle > busy:
@@ -229,7 +255,7 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
         price = f.number(d, "price_per_hour", f"{at}.price_per_hour", spec.price_per_hour, rng=R.PRICE_PER_HOUR)
         eff.append(f.number(d, "efficiency", f"{at}.efficiency", DEFAULT_EFFICIENCY, rng=R.EFFICIENCY))
         servers.append(f.string(d, "server", f"{at}.server", f"__{name}"))
-        devices.append(Device(name, spec.kind, peak, mem, busy, idle, price / 3600.0))
+        devices.append(Device(name, spec.kind, peak, mem, busy, idle, price / 3600.0, bwm))
     return tuple(devices), np.array(eff, dtype=float), servers
 
 

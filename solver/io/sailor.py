@@ -99,10 +99,13 @@ def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProf
 
 
 def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_factor: float = 4.0,
-                    reference: str = "A100-SXM4-40GB", efficiency: float = 0.5) -> Workload:
+                    reference: str = "A100-SXM4-40GB", efficiency: float = 0.5,
+                    optimizer_step: str = "none") -> Workload:
     """A Workload from a profile at micro-batch size `micro_batch`: measured per-sample seconds
     for every kind timed at that size, FLOPs from the reference kind (module doc), and the times
-    at every other profiled size dividing `batch` (Workload.measured_by_micro_batch)."""
+    at every other profiled size dividing `batch` (Workload.measured_by_micro_batch).
+    optimizer_step: as Workload.optimizer_step; the measured optimizer-step seconds per layer are
+    those recorded at `micro_batch` (Sailor times the step with each micro-batch size's run)."""
     if batch < 1 or micro_batch < 1 or batch % micro_batch:
         raise InstanceError(f"sailor {profile.model}: batch {batch} must be a positive multiple of "
                             f"micro_batch {micro_batch}")
@@ -121,4 +124,7 @@ def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_fa
             if batch % mbs == 0:
                 by_u.setdefault(mbs, {})[kind] = (tuple(f / mbs for f in t[0]), tuple(b / mbs for b in t[1]))
     return Workload(f"{profile.model}-tp{profile.tp}", layers, int(batch), int(micro_batch), float(opt_factor),
-                    profile.input_bytes, measured, measured_by_micro_batch=dict(sorted(by_u.items())))
+                    profile.input_bytes, measured, measured_by_micro_batch=dict(sorted(by_u.items())),
+                    optimizer_step=optimizer_step,
+                    optimizer_seconds={kind: t[micro_batch][2] for kind, t in profile.times.items()
+                                       if micro_batch in t})

@@ -13,7 +13,8 @@ class Device:
     peak_flops: FLOP/s at full efficiency; memory_bytes: usable memory;
     busy_power_w / idle_power_w: watts while computing / while held idle;
     price_per_s: base price in USD per second held; kind: hardware type
-    (a key of the measured per-layer times, e.g. "V100-SXM2-16GB").
+    (a key of the measured per-layer times, e.g. "V100-SXM2-16GB"); memory_bandwidth: bytes/s
+    of its own memory (0: unknown), for the optimizer-step estimate (cost.optimizer).
     """
 
     name: str
@@ -23,6 +24,7 @@ class Device:
     busy_power_w: float
     idle_power_w: float
     price_per_s: float
+    memory_bandwidth: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ def mixed_opt_factor(fp32_opt_factor: float, element_bytes: int) -> float:
     return (2.0 * element_bytes + FP32_MASTER_BYTES + state) / element_bytes
 
 
+OPTIMIZER_STEPS = ("none", "measured", "bandwidth")
+
+
 @dataclass(frozen=True)
 class Workload:
     """A DNN training job: layers in order, batch B samples, micro-batch u samples.
@@ -63,6 +66,10 @@ class Workload:
     layer)}}, times measured at several micro-batch sizes (per-sample time falls as u grows);
     a group of a plan may then train at any of those u (`micro_batch_options`,
     `at_micro_batch`). Empty: the workload's own u (and `measured`) only.
+    optimizer_step: how the optimizer step (once per iteration, after the gradient sync) is
+    charged (OPTIMIZER_STEPS): "none" (0 s, the default), "measured" (`optimizer_seconds` per
+    kind, else the bandwidth estimate) or "bandwidth" (always the estimate; cost.optimizer).
+    optimizer_seconds: {kind: seconds per iteration per layer}, measured.
     """
 
     name: str
@@ -75,6 +82,8 @@ class Workload:
     precision: str = "fp32"
     measured_by_micro_batch: Mapping[int, Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]]] = \
         field(default_factory=dict)
+    optimizer_step: str = "none"
+    optimizer_seconds: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def micro_batch_options(self) -> tuple[int, ...]:
         """Micro-batch sizes a group may choose: those with measured times, else the workload's u."""
