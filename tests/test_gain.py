@@ -51,3 +51,17 @@ def test_a_budget_the_instance_lacks_is_met_a_missing_figure_is_not():
                       "money_limit": [1.0, 1.0, 1.0], "money_overshoot_pct": [0.0, 0.0, float("nan")],
                       "energy_limit": [float("nan")] * 3, "energy_overshoot_pct": [float("nan")] * 3})
     assert list(meets_budgets(t)) == [True, True, False]
+
+
+def test_dynpar_compare_prints_the_note_and_writes_the_column(tmp_path, capsys):
+    from pathlib import Path
+
+    from solver.cli.commands import main
+    default = str(Path(__file__).resolve().parents[1] / "instances" / "default.toml")
+    assert main(["compare", default, "--slots", "2", "--policies", "ours,even-dp,lb-bsp", "--no-plots",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gain within budget:" in out
+    table = pd.read_csv(tmp_path / "default" / "compare.csv")
+    assert {"meets_budgets", "gain_within_budget_pct"} <= set(table.columns)
+    assert table.loc[~table.meets_budgets, "gain_within_budget_pct"].isna().all()

@@ -155,3 +155,21 @@ def test_solve_plot_and_run_plots_from_the_cli(tmp_path):
     assert main(["run", default, "--slots", "2", "--out", str(tmp_path)]) == 0
     assert_png(tmp_path / "default" / "ours" / "devices.png")
     assert_png(tmp_path / "default" / "ours" / "run.png")
+
+
+def test_report_draws_the_v_sweep_and_the_frontier_as_different_pictures(tmp_path):
+    needs_matplotlib()
+    from benchmarks.make_report import main as report
+    rows = [{"instance": name, "V": V, "avg_batch_time_s": t, "avg_money": m, "money_limit": 1.0,
+             "money_overshoot_pct": 100 * (m - 1)}
+            for name, pts in (("random-3", [(0.1, 2.0, 0.8), (1.0, 1.5, 0.95), (10.0, 1.2, 1.1)]),
+                              ("default", [(0.1, 3.0, 0.7), (1.0, 3.0, 0.7), (10.0, 2.5, 1.3)]))
+            for V, t, m in pts]
+    pd.DataFrame(rows).to_csv(tmp_path / "v_sweep.csv", index=False)
+    assert report(["--out", str(tmp_path)]) == 0
+    sweep, frontier = tmp_path / "v_sweep.png", tmp_path / "v_tradeoff.png"
+    assert_png(sweep)
+    assert_png(frontier)
+    assert sweep.read_bytes() != frontier.read_bytes()
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "![v_sweep.png](v_sweep.png)" in text and "![v_tradeoff.png](v_tradeoff.png)" in text
