@@ -26,6 +26,7 @@ from solver.runtime.binding import my_device, parse_map  # noqa: E402
 from solver.runtime.estimator import observed_state, predicted_compute, update_factors  # noqa: E402
 from solver.runtime.examples import mlp64  # noqa: E402
 from solver.runtime.profiler import profile_module  # noqa: E402
+from solver.runtime.seeding import batch_context  # noqa: E402
 from solver.runtime.spec import SpecError, blocks_of  # noqa: E402
 from solver.runtime.launch import launch  # noqa: E402
 from solver.runtime.trainer import TrainConfig, final_state, unsupported  # noqa: E402
@@ -36,12 +37,12 @@ B, U, STEPS, PER_SLOT = 32, 4, 12, 4
 LIMIT = 1e-7  # USD per iteration
 
 
-def write_instance(folder: Path) -> Path:
+def write_instance(folder: Path, factory=mlp64) -> Path:
     """4 CPU processes as devices of a declared kind "cpu" whose seconds the layer table holds
     (profiled here), 3 slots, a money budget, the mlp64 layer table."""
-    spec = mlp64()
+    spec = factory()
     x = torch.stack([spec.data[i][0] for i in range(8)])
-    wl = profile_module(copy.deepcopy(spec.model), x, "cpu", B, U, repeats=1)
+    wl = profile_module(nn.Sequential(*blocks_of(spec.model)).eval(), x, "cpu", B, U, repeats=1)
     write_workload_csv(wl, folder / "mlp64.csv")
     devs = "\n".join(f'[[devices]]\nname = "p{i}"\nkind = "cpu"\nserver = "s0"\n' for i in range(4))
     (folder / "cpu4.toml").write_text(
@@ -51,17 +52,19 @@ def write_instance(folder: Path) -> Path:
     return folder / "cpu4.toml"
 
 
-def reference(steps: int, factory=mlp64) -> dict[str, torch.Tensor]:
-    """Single-process full-batch training: what every run must end with."""
+def reference(steps: int, factory=mlp64, seeded: bool = True) -> dict[str, torch.Tensor]:
+    """Single-process full-batch training: what every run must end with (dropout seeded
+    per sample, runtime.seeding; seeded=False: the blocks as given, dropout off)."""
     spec = factory()
-    m = copy.deepcopy(spec.model)
+    m = nn.Sequential(*blocks_of(spec.model)) if seeded else copy.deepcopy(spec.model).eval()
     opt = spec.make_optimizer(m.parameters())
     n = len(spec.data)
     for i in range(steps):
         rows = [spec.data[(i * B + j) % n] for j in range(B)]
         x, y = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
         opt.zero_grad()
-        spec.loss(m(x), y).backward()
+        with batch_context(i):
+            spec.loss(m(x), y).backward()
         opt.step()
     return m.state_dict()
 
@@ -157,6 +160,24 @@ def test_torch_pipelining_equivalence_across_replan(tmp_path: Path, factory: str
         assert all(v > 0 for v in json.loads(js).values()) and len(json.loads(js)) == 4
 
 
+@pytest.mark.parametrize("engine", ["torch", "hand"])
+def test_dropout_masks_do_not_depend_on_the_plan(tmp_path: Path, engine: str) -> None:
+    """nn.Dropout is seeded per sample: two plans (re-planned mid-run, micro-batches and
+    processes all different) end where single-process training with the same seeding ends."""
+    from solver.runtime.examples import mlp64_dropout
+    inst = load_instance(write_instance(tmp_path, mlp64_dropout))
+    p1 = Plan((Group((0, 1), (4, 9), 20), Group((2, 3), (6, 9), 12, "1f1b" if engine == "torch" else "gpipe")))
+    p2 = Plan((Group((2,), (9,), 8), Group((3, 1, 0), (2, 5, 9), 24)))
+    cfg = TrainConfig("solver.runtime.examples:mlp64_dropout", 6, str(tmp_path / "ck"), iterations_per_slot=3,
+                      plans=(plan_to_json(p1), plan_to_json(p2)), engine=engine)
+    launch(inst, cfg)
+    ref, got = reference(6, mlp64_dropout), final_state(tmp_path / "ck", 9)
+    off = reference(6, mlp64_dropout, seeded=False)
+    assert max(float((ref[k] - off[k]).abs().max()) for k in ref) > 1e-3  # the masks matter
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
 def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:
     inst = load_instance(write_instance(tmp_path))
     st = inst.state(0)
@@ -196,8 +217,8 @@ def test_semantics_refused_and_caller_model_untouched() -> None:
         blocks_of(nn.Sequential(emb, head))
     with pytest.raises(SpecError, match="BatchNorm"):
         blocks_of(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)))
-    with pytest.raises(SpecError, match="Dropout"):
-        blocks_of(nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.1)))
+    with pytest.raises(SpecError, match=r"block 1 Dropout2d \(Dropout2d\)"):
+        blocks_of(nn.Sequential(nn.Linear(3, 3), nn.Dropout2d(0.1)))
     model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
     before = {k: v.clone() for k, v in model.state_dict().items()}
     blocks = blocks_of(model)

@@ -11,8 +11,8 @@ ranks pass a barrier), then LATEST is replaced atomically, so a kill at any mome
 the previous checkpoint intact. The two newest are kept. Every process reads the blocks it
 holds under the plan it resumes with, whatever wrote them (one machine or a shared folder).
 
-Randomness: the runtime draws none (models with dropout are refused: runtime.spec), so
-the step in meta.json is the whole RNG and data state.
+Randomness: dropout masks are a function of (seed, step, sample, site) (runtime.seeding)
+and the data of the step, so the step in meta.json is the whole RNG and data state.
 """
 from __future__ import annotations
 

@@ -38,6 +38,14 @@ def mlp64_adam() -> TrainSpec:
     return TrainSpec(spec.model, spec.loss, functools.partial(torch.optim.Adam, lr=1e-2), spec.data)
 
 
+def mlp64_dropout() -> TrainSpec:
+    """mlp64 with nn.Dropout(0.2) after the first two Tanh (9 blocks)."""
+    spec = mlp64()
+    m = list(spec.model)
+    model = nn.Sequential(m[0], m[1], nn.Dropout(0.2), m[2], m[3], nn.Dropout(0.2), m[4], m[5], m[6])
+    return TrainSpec(model, spec.loss, spec.make_optimizer, spec.data)
+
+
 def wide() -> TrainSpec:
     """A float32 MLP with real compute per block: DYNPAR_WIDE_BLOCKS (default 6) blocks of
     Linear(W, W) + Tanh with W = DYNPAR_WIDE_WIDTH (default 256), then Linear(W, 10); SGD."""

@@ -54,7 +54,7 @@ def _entry(rank: int, world: int, init: str, instance: Instance, cfg: TrainConfi
     try:
         train_worker(rank, world, init, instance, cfg, devices)
     except BaseException as e:  # one line for the launcher; the traceback to a file
-        Path(err_dir, f"rank-{rank}.err").write_text(f"{type(e).__name__}: {e}".splitlines()[0])
+        Path(err_dir, f"rank-{rank}.err").write_text(f"{type(e).__name__}: {' '.join(str(e).split())}"[:600])
         Path(err_dir, f"rank-{rank}.trace").write_text(traceback.format_exc())
         sys.exit(1)
 

@@ -2,6 +2,7 @@
 isend/recv, then the per-layer gradient all-reduce across groups."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -11,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .layout import StageRole, micro_sizes
+from .seeding import micro_batch as holding_rows
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,8 @@ def _tag(micro: int, backward: bool) -> int:
 def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Tensor | None,
                   y: torch.Tensor | None, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                   micro_batch: int, batch: int, in_shape: Sequence[int], in_dtype: torch.dtype,
-                  device: torch.device, pad: Pad | None = None, repeat: int = 1) -> tuple[float, float]:
+                  device: torch.device, pad: Pad | None = None, repeat: int = 1,
+                  step: int | None = None) -> tuple[float, float]:
     """Accumulate this stage's gradients for one iteration, already scaled by share / batch;
     return the stage's forward and backward compute seconds (receive waits excluded).
 
@@ -46,7 +49,9 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     mean loss, and the share / batch factor makes the SUM all-reduce a full-batch mean.
     repeat r > 1 emulates a device r times slower with real work: each micro-batch's
     forward runs r - 1 more times without grad, and its backward r - 1 more times through
-    torch.autograd.grad (results dropped), so gradients are unchanged.
+    torch.autograd.grad (results dropped), so gradients are unchanged. step: the global
+    batch's index, for per-sample dropout (runtime.seeding; the micro-batch's rows are
+    role.offset + its start).
     """
     mods = [layers[i] for i in role.layers]
     sizes = micro_sizes(role.share, micro_batch)
@@ -65,19 +70,20 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
             dist.recv(inp, src=role.prev, tag=_tag(m, False))
             inp.requires_grad_(inp.is_floating_point())
         t0 = time.perf_counter()
-        out = inp
-        for mod in mods:
-            out = mod(out)
-        if last:
-            out = loss_fn(out, y[start:start + s]) * (s / role.share)
-        if repeat > 1:
-            with torch.no_grad():
-                for _ in range(repeat - 1):
-                    o = inp
-                    for mod in mods:
-                        o = mod(o)
-                    if last:
-                        loss_fn(o, y[start:start + s])
+        with holding_rows(step, role.offset + start) if step is not None else contextlib.nullcontext():
+            out = inp
+            for mod in mods:
+                out = mod(out)
+            if last:
+                out = loss_fn(out, y[start:start + s]) * (s / role.share)
+            if repeat > 1:
+                with torch.no_grad():
+                    for _ in range(repeat - 1):
+                        o = inp
+                        for mod in mods:
+                            o = mod(o)
+                        if last:
+                            loss_fn(o, y[start:start + s])
         fwd_s += time.perf_counter() - t0
         _sleep_until(t0 + s * pad.fwd_s)
         if not last:

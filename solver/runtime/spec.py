@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import DynparError
+from .seeding import seed_dropout
 
 
 class SpecError(DynparError, ValueError):
@@ -61,7 +62,8 @@ def load_factory(ref: str) -> TrainSpec:
 
 
 def blocks_of(model: nn.Module) -> list[nn.Module]:
-    """The pipeline blocks of `model`, deep-copied (the caller's model is never touched)."""
+    """The pipeline blocks of `model`, deep-copied (the caller's model is never touched),
+    with every nn.Dropout seeded per sample (runtime.seeding)."""
     if isinstance(model, nn.Sequential):
         blocks = list(model)
     elif callable(getattr(model, "pipeline_blocks", None)):
@@ -72,13 +74,16 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
     if not blocks:
         raise SpecError("model: no pipeline block")
     check_semantics(blocks)
-    return copy.deepcopy(blocks)  # one deepcopy of the list keeps sharing visible, then gone
+    out = copy.deepcopy(blocks)  # the caller's model is never touched
+    seed_dropout(out)
+    return out
 
 
 def check_semantics(blocks: Sequence[nn.Module]) -> None:
     """Refuse what the runtime would train wrong: parameters shared by two blocks (tied
     weights), batch normalisation (statistics per group, not per global batch) and dropout
-    with p > 0 (its masks would depend on the plan's micro-batches and processes)."""
+    modules other than nn.Dropout (which runtime.seeding replaces by per-sample masks).
+    Randomness drawn by functional calls inside a block (F.dropout) cannot be seen: don't."""
     owner: dict[int, str] = {}
     tied: list[str] = []
     for i, b in enumerate(blocks):
@@ -95,11 +100,12 @@ def check_semantics(blocks: Sequence[nn.Module]) -> None:
     if bn:
         raise SpecError("model: BatchNorm is not supported (its statistics would be per group, "
                         f"not per global batch); use LayerNorm or GroupNorm: {', '.join(bn)}")
-    drop = [f"block {i} {n or type(m).__name__}" for i, b in enumerate(blocks) for n, m in b.named_modules()
-            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+    drop = [f"block {i} {n or type(m).__name__} ({type(m).__name__})" for i, b in enumerate(blocks)
+            for n, m in b.named_modules()
+            if isinstance(m, nn.modules.dropout._DropoutNd) and type(m) is not nn.Dropout and m.p > 0]
     if drop:
-        raise SpecError("model: Dropout is not supported yet (its masks would depend on the plan): "
-                        + ", ".join(drop))
+        raise SpecError("model: only nn.Dropout is seeded per sample (runtime.seeding); other dropout "
+                        f"modules would draw masks that depend on the plan: {', '.join(drop)}")
 
 
 class Batches:
@@ -129,8 +135,9 @@ class Batches:
 
 def input_shapes(blocks: Sequence[nn.Module], example: torch.Tensor
                  ) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """Per block, the per-sample shape and dtype of its input: a one-sample forward pass
-    on private copies in eval mode (no dropout draw, no statistic of the caller's touched)."""
+    """Per block, the per-sample shape and dtype of its input, then those of the model's
+    output (len(blocks) + 1 entries): a one-sample forward pass on private copies in eval
+    mode (no dropout draw, no statistic of the caller's touched)."""
     out = []
     x = example[:1]
     with torch.no_grad():
@@ -138,4 +145,5 @@ def input_shapes(blocks: Sequence[nn.Module], example: torch.Tensor
             out.append((tuple(x.shape[1:]), x.dtype))
             m = copy.deepcopy(b).eval()
             x = m(x)
+    out.append((tuple(x.shape[1:]), x.dtype))
     return out

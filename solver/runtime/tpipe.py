@@ -10,7 +10,8 @@ on the hand-written path (no communication there).
 Stage compute seconds (the estimator's input) are taken with module hooks: forward from
 the stage's forward pre-hook to its forward hook; backward from the moment the gradient of
 the stage's output arrives (a tensor hook) to the last gradient accumulated into the
-stage's parameters or its input's gradient, per micro-batch.
+stage's parameters or its input's gradient, per micro-batch. The forward pre-hook also
+tells per-sample dropout which rows the micro-batch holds (runtime.seeding).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from .layout import StageRole
+from .seeding import set_micro_batch
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -29,7 +31,11 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 class _Clock:
     """Forward and backward compute seconds of one stage module, from hooks."""
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, first_sample: Callable[[int], int]) -> None:
+        self.first_sample = first_sample
+        self.step = -1
+        self.micro = 0
+        self._live = False
         self.fwd = self.bwd = 0.0
         self._t = 0.0
         self._b0: float | None = None
@@ -37,7 +43,17 @@ class _Clock:
         self.handles = [module.register_forward_pre_hook(self._pre), module.register_forward_hook(self._post)]
         self.handles += [p.register_post_accumulate_grad_hook(self._grad_done) for p in module.parameters()]
 
+    @staticmethod
+    def _real(args: tuple) -> bool:
+        """A training forward (not the stage's shape inference: no grad, or meta tensors)."""
+        return torch.is_grad_enabled() and not any(isinstance(a, torch.Tensor) and a.is_meta for a in args)
+
     def _pre(self, mod: nn.Module, args: tuple) -> None:
+        set_micro_batch(self.step, self.first_sample(self.micro))  # micro-batches run forward in order
+        self.micro += 1
+        self._live = self._real(args)
+        if not self._live:
+            return
         self._close()
         self._t = time.perf_counter()
         for a in args:
@@ -45,6 +61,8 @@ class _Clock:
                 a.register_hook(self._input_grad)
 
     def _post(self, mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+        if not self._live:
+            return
         self.fwd += time.perf_counter() - self._t
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(self._out_grad)
@@ -90,16 +108,23 @@ class TorchStage:
                              f"got {n_micro}")
         self.role, self.batch = role, batch
         self.module = nn.Sequential(*(layers[i] for i in role.layers))
-        self.clock = _Clock(self.module)
+        self.clock = _Clock(self.module, lambda m: role.offset + m * micro_batch)
         self.stage = PipelineStage(self.module, role.stage, k, device, group=pg)
         order = sorted(group_ranks)  # a process group's ranks are sorted
         self.stage.stage_index_to_group_rank = {j: order.index(r) for j, r in enumerate(group_ranks)}
         self.schedule = SCHEDULES[schedule](self.stage, n_micro, loss_fn=loss_fn, scale_grads=True)
+        if not hasattr(self.schedule, "_stage_forward_initialized"):
+            raise RuntimeError("this torch's pipelining schedule lacks _stage_forward_initialized, which the "
+                               "per-sample dropout rows rely on; use --engine hand")
 
-    def step(self, x: torch.Tensor | None, y: torch.Tensor | None) -> tuple[float, float]:
-        """One iteration of this stage; gradients left scaled by share / B. Returns the
-        (forward, backward) compute seconds."""
+    def step(self, x: torch.Tensor | None, y: torch.Tensor | None, step: int) -> tuple[float, float]:
+        """One iteration (global batch `step`) of this stage; gradients left scaled by
+        share / B. Returns the (forward, backward) compute seconds."""
         first, last = self.role.prev is None, self.role.next is None
+        # the first step starts with one metadata-inference forward pass (outputs dropped):
+        # it counts as micro-batch -1 so that the real ones keep their rows
+        self.clock.step = step
+        self.clock.micro = 0 if getattr(self.schedule, "_stage_forward_initialized", True) else -1
         args = (x,) if first else ()
         if last:
             self.schedule.step(*args, target=y, losses=[], return_outputs=False)

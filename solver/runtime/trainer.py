@@ -343,12 +343,12 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                 rows = (role.offset, role.offset + role.share)
                 x, y = data.rows(step, *rows)
                 if tstage is not None:
-                    f, b = tstage.step(x if role.prev is None else None, y if role.next is None else None)
+                    f, b = tstage.step(x if role.prev is None else None, y if role.next is None else None, step)
                 else:
                         f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
                                          x if role.prev is None else None, y if role.next is None else None,
                                          spec.loss, wl.micro_batch, B, shapes[role.first][0],
-                                         shapes[role.first][1], torch.device("cpu"), None, repeat)
+                                         shapes[role.first][1], torch.device("cpu"), None, repeat, step)
                 c = f + b
                 allreduce_grads(rank, {i: held[i].module for i in role.layers}, bucket_groups)
                 for i in role.layers:
