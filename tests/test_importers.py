@@ -257,3 +257,25 @@ def test_tables_carry_micro_batch_sizes_and_precision(tmp_path):
     bad.write_text(out.read_text().replace("# precision: fp16", "# precision: fp12"))
     with pytest.raises(InstanceError, match=r"'# precision:' line: expected one of bf16, fp16, fp32"):
         read_workload_csv(bad, 4, 1)
+
+
+def test_optimizer_step_seconds_travel_in_opt_s_columns(tmp_path):
+    from solver.io.instance import load_instance
+    from solver.io.workloads import write_workload_csv
+    root = sailor_root(tmp_path)
+    out = write_table(import_any("sailor", root / "profiles" / "Toy"), tmp_path / "toy.csv")
+    wl = read_workload_csv(out, 4, 1)
+    assert wl.optimizer_seconds == {"A100-SXM4-40GB": (0.005,) * 3}
+    again = read_workload_csv(write_workload_csv(wl, tmp_path / "again.csv"), 4, 1)
+    assert again.optimizer_seconds == wl.optimizer_seconds
+    toml = ('name = "t"\nnum_slots = 1\n[workload]\nmodel = "{m}"\nbatch = 4\nmicro_batch = 1\n'
+            'optimizer_step = "measured"\n[[devices]]\nname = "a"\nkind = "A100-SXM4-40GB"\n')
+    (tmp_path / "t.toml").write_text(toml.format(m="toy.csv"))
+    assert load_instance(tmp_path / "t.toml").workload.optimizer_step == "measured"
+    (tmp_path / "t.toml").write_text(toml.format(m="mlp"))
+    with pytest.raises(InstanceError, match=r"measured needs opt_s:<kind> columns"):
+        load_instance(tmp_path / "t.toml")
+    (tmp_path / "bad.csv").write_text(out.read_text().replace("opt_s:A100-SXM4-40GB", "opt_s:V100"))
+    (tmp_path / "t.toml").write_text(toml.format(m="bad.csv"))
+    with pytest.raises(InstanceError, match=r"column 'opt_s:V100' matches no device kind \('V100' is an alias"):
+        load_instance(tmp_path / "t.toml")

@@ -135,14 +135,16 @@ def check_measured_kinds(f: Any, workload: Any, declared: dict[str, DeclaredKind
     the column would be silently unused)."""
     known = set(declared) | set(table)
     by_u = getattr(workload, "measured_by_micro_batch", {}) or {}
-    for k in sorted(set(workload.measured) | {k for per in by_u.values() for k in per}):
+    steps = getattr(workload, "optimizer_seconds", {}) or {}
+    for k in sorted(set(workload.measured) | {k for per in by_u.values() for k in per} | set(steps)):
         if k not in known:
             try:
                 hint = f" ({k!r} is an alias of {hardware_spec(k, table).kind}: name the column by the exact kind)"
             except KeyError:
                 hint = " (declare the kind in [[kinds]] or rename the column)"
             kinds = ", ".join(sorted(declared) + sorted(table))
-            raise f.error("workload.model", f"layer table {workload.name!r}: column 'fwd_s:{k}' matches no device "
+            col = f"fwd_s:{k}" if k in workload.measured or any(k in per for per in by_u.values()) else f"opt_s:{k}"
+            raise f.error("workload.model", f"layer table {workload.name!r}: column '{col}' matches no device "
                           f"kind{hint}; kinds: {kinds}", k)
 
 

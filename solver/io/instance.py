@@ -15,7 +15,8 @@ Format (units in the key names; paths are relative to the instance file):
     precision = "fp32"             # optional (default: the table's `# precision:` line, else fp32):
                                    # fp32, or bf16 / fp16 (mixed: the fp32 table's bytes
                                    # halved, fp32 master weights and optimizer state; docs/MODEL.md)
-    optimizer_step = "none"        # optional: none, or bandwidth (each stage's step takes
+    optimizer_step = "none"        # optional: none, measured (the table's opt_s:<kind> columns), or
+                                   # bandwidth (each stage's step takes
                                    # (2 k_opt - 1) P / memory bandwidth; devices need memory_bandwidth_gbs)
 
     [memory_reserve_gb]            # optional: GB held back per device kind (framework context,
@@ -197,9 +198,10 @@ def _workload(f: _File, doc: dict) -> Workload:
     wl = _workload_bytes(f, doc)
     w = doc["workload"]
     step = f.string(w, "optimizer_step", "workload.optimizer_step", "none")
-    if step not in ("none", "bandwidth"):
-        raise f.error("workload.optimizer_step", "expected none or bandwidth (layer tables carry no measured "
-                      "optimizer seconds)", step)
+    allowed = ("none", "bandwidth", "measured") if wl.optimizer_seconds else ("none", "bandwidth")
+    if step not in allowed:
+        raise f.error("workload.optimizer_step", f"expected one of {', '.join(allowed)}" + (
+            "" if wl.optimizer_seconds else " (measured needs opt_s:<kind> columns in the layer table)"), step)
     return replace(wl, optimizer_step=step)
 
 

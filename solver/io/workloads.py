@@ -32,6 +32,8 @@ tensor-parallel degrees named `fwd_s:<kind>@mbs<b>@tp<t>`, `param_bytes@tp<t>` e
 in place of the plain one, and every `@mbs<b>@tp1` column with b dividing the batch gives
 Workload.measured_by_micro_batch). A line `# precision: P` (fp32, bf16, fp16) says the bytes
 are already at P (Workload.precision; 16-bit: the mixed-precision model-state factor).
+Columns opt_s:<kind> give each layer's measured optimizer-step seconds per iteration on
+that kind (Workload.optimizer_seconds, for optimizer_step = "measured").
 Regenerate with `python -m solver.io.workloads [outdir]`.
 """
 from __future__ import annotations
@@ -249,7 +251,9 @@ def write_workload_csv(workload: Workload, path: str | Path, comment: str | None
     """Write `workload` as a layer table (per-sample figures, measured columns per kind)."""
     path = Path(path)
     kinds = sorted(workload.measured)
+    steps = sorted(workload.optimizer_seconds)
     header = list(BASE_COLUMNS) + [c for k in kinds for c in (f"fwd_s:{k}", f"bwd_s:{k}")]
+    header += [f"opt_s:{k}" for k in steps]
     lines = [f"# {line}" for line in (comment or f"dynpar layer table {workload.name}").splitlines()]
     lines.append(f"# input_bytes: {format_number(workload.input_bytes)}")
     rows = []
@@ -258,6 +262,7 @@ def write_workload_csv(workload: Workload, path: str | Path, comment: str | None
         for k in kinds:
             fw, bw = workload.measured[k]
             row += [repr(float(fw[i])), repr(float(bw[i]))]
+        row += [repr(float(workload.optimizer_seconds[k][i])) for k in steps]
         rows.append(row)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
@@ -325,7 +330,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             raise InstanceError(f"{path}: row {start + 1}: column {h!r} has no matching 'fwd_s:' column")
     source = {k: (f"fwd_s:{k}", f"bwd_s:{k}") for k in kinds}
     source.update({k: cols for (k, b, t), cols in variants.items() if b == micro_batch and t == 1})
-    extra: dict[str, list[float]] = {h: [] for h in header if "@" in h}
+    extra: dict[str, list[float]] = {h: [] for h in header if "@" in h or h.startswith("opt_s:")}
     layers, measured = [], {k: ([], []) for k in source}
     for lineno, row in enumerate(reader, start=start + 2):
         if not row or all(not c.strip() for c in row):
@@ -362,7 +367,8 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
         by_u.setdefault(int(micro_batch), measured)
     return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
                     float(input_bytes), measured, precision=precision,
-                    measured_by_micro_batch=dict(sorted(by_u.items())))
+                    measured_by_micro_batch=dict(sorted(by_u.items())),
+                    optimizer_seconds={h[len("opt_s:"):]: tuple(extra[h]) for h in header if h.startswith("opt_s:")})
 
 
 def generate_all(outdir: str | Path = MODELS_DIR) -> list[Path]:

@@ -18,10 +18,13 @@ EFFICIENCY = 0.5
 def from_grid(name: str, source: str, names: Sequence[str], param: Sequence[float], out: Sequence[float],
               stash: Sequence[float], input_bytes: float, variants: dict[tuple[str, int, int], Times],
               base_tp: int, *, minibatch: int | None = None, notes: Sequence[str] = (),
-              bytes_at: dict | None = None, precision: str | None = None) -> Imported:
+              bytes_at: dict | None = None, precision: str | None = None,
+              optimizer: dict[tuple[str, int, int], tuple[float, ...]] | None = None) -> Imported:
     """The plain columns at micro-batch size `minibatch` (default: the smallest timed at
     base_tp) and TP degree base_tp; FLOPs from the reference kind's seconds x TP degree x its
-    sustained FLOP/s (an estimate for kinds without measurements: a note says so)."""
+    sustained FLOP/s (an estimate for kinds without measurements: a note says so). optimizer:
+    (kind, mbs, tp) -> optimizer-step seconds per layer; those at the plain columns' size and
+    degree are kept."""
     if not variants:
         raise InstanceError(f"{source}: no measured times")
     sizes = sorted({b for _, b, t in variants if t == base_tp}) or sorted({b for _, b, _ in variants})
@@ -50,4 +53,5 @@ def from_grid(name: str, source: str, names: Sequence[str], param: Sequence[floa
     notes.append(f"fwd_flops, bwd_flops: {ref[0]}'s seconds at micro-batch {ref[1]}, tp {ref[2]} x {ref[2]} x "
                  f"{EFFICIENCY:g} x its peak FP32 FLOP/s: estimates, used only for kinds without measured times")
     wl = Workload(name, layers, mbs, mbs, 4.0, float(input_bytes), measured)
-    return Imported(wl, mbs, base_tp, source, dict(variants), dict(bytes_at or {}), tuple(notes), precision)
+    steps = {k: v for (k, b, t), v in (optimizer or {}).items() if b == mbs and t == base_tp}
+    return Imported(wl, mbs, base_tp, source, dict(variants), dict(bytes_at or {}), tuple(notes), precision, steps)

@@ -10,8 +10,9 @@ one profile.json (that GPU only); `<root>` is the nearest ancestor holding llm_i
 Written: per sample, seconds = measured / mbs under the kind of solver.io.sailor.SAILOR_KINDS
 (GH-96 stays GH-96: declare it in the instance's [[kinds]]; `--kind GPU=KIND` overrides);
 out_bytes = act_output_bytes, stash_bytes = act_mem_bytes, param_bytes = params_bytes at the
-smallest TP degree of llm_info.json (1), the other degrees in `@tp<t>` columns. Not written:
-the optimizer-step seconds (the cost model has no per-iteration optimizer term), degrees with
+smallest TP degree of llm_info.json (1), the other degrees in `@tp<t>` columns; the
+optimizer-step seconds per layer as `opt_s:<kind>` (at the plain columns' size and degree:
+Workload.optimizer_seconds, for optimizer_step = "measured"). Not written: degrees with
 no bytes in llm_info.json, and GPU files whose layers do not match llm_info.json (notes say so).
 The bytes are used as recorded: llm_info.json's `*_bytes` are 4 x its `*_floats` although
 the runs were mixed precision, so the table is an fp32 table (no `# precision:` line): with
@@ -74,6 +75,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     names = dict(SAILOR_KINDS, **(kinds or {}))
     wanted = None if gpu is None else names.get(gpu, gpu)
     variants: dict[tuple[str, int, int], Times] = {}
+    steps: dict[tuple[str, int, int], tuple[float, ...]] = {}
     notes: list[str] = []
     profiles = {}
     for t in degrees:
@@ -85,8 +87,9 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
             kind = names.get(gpu_name, sailor_kind)
             if wanted is not None and kind != wanted:
                 continue
-            for mbs, (fw, bw, _) in by_mbs.items():
+            for mbs, (fw, bw, opt) in by_mbs.items():
                 variants[(kind, int(mbs), t)] = (tuple(x / mbs for x in fw), tuple(x / mbs for x in bw))
+                steps[(kind, int(mbs), t)] = tuple(float(x) for x in opt)
     folder = root / "profiles" / model
     for prof_file in sorted(folder.glob("*/profile.json")):
         if gpu is not None and prof_file.parent.name != gpu:
@@ -98,12 +101,12 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     notes = _grouped(notes)
     notes.append("bytes as recorded in llm_info.json (4 bytes per float, an fp32 table; with optimizer_factor 4: "
                  "16 bytes of model state per parameter)")
-    notes.append("optimizer-step seconds (Sailor's third figure per layer) are not imported: the cost model has "
-                 "no per-iteration optimizer term")
+    notes.append("optimizer-step seconds (Sailor's third figure per layer): opt_s:<kind> columns at the plain "
+                 "columns' micro-batch size and degree (optimizer_step = \"measured\" in the instance uses them)")
     base_tp = degrees[0]
     base = profiles[base_tp]
     bytes_at = {t: (p.param_bytes, p.out_bytes, p.saved_bytes) for t, p in profiles.items() if t != base_tp}
     source = f"Sailor profile {model} ({root})"
     return from_grid(model, source, base.names, base.param_bytes, base.out_bytes, base.saved_bytes,
                      base.input_bytes, variants, base_tp, minibatch=minibatch, notes=notes, bytes_at=bytes_at,
-                     precision=precision)
+                     precision=precision, optimizer=steps)

@@ -27,7 +27,8 @@ class Imported:
     workload: the plain table (per-sample FLOP, bytes and measured seconds at micro-batch
     size `micro_batch` and TP degree `tp`); variants: every measured (kind, micro-batch size,
     TP degree) -> Times; bytes_at: TP degree -> (param, out, stash) bytes per layer for degrees
-    other than `tp`; notes: what was estimated or left out; source: format and file."""
+    other than `tp`; notes: what was estimated or left out; source: format and file;
+    optimizer: kind -> optimizer-step seconds per iteration of each layer (at degree `tp`)."""
 
     workload: Workload
     micro_batch: int
@@ -37,6 +38,7 @@ class Imported:
     bytes_at: dict[int, tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     precision: str | None = None
+    optimizer: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def kinds(self) -> list[str]:
@@ -54,6 +56,8 @@ def write_table(imp: Imported, out: str | Path) -> Path:
     header = list(BASE_COLUMNS) + [c for k in kinds for c in (time_column("fwd", k), time_column("bwd", k))]
     header += [c for k, b, t in var for c in (time_column("fwd", k, b, t), time_column("bwd", k, b, t))]
     header += [bytes_column(n, t) for t in degrees for n in ("param_bytes", "out_bytes", "stash_bytes")]
+    steps = sorted(imp.optimizer)
+    header += [f"opt_s:{k}" for k in steps]
     lines = [f"# dynpar layer table {wl.name}: imported from {imp.source}",
              f"# plain columns: micro-batch size {imp.micro_batch}, tensor-parallel degree {imp.tp}; "
              "other sizes and degrees in columns name@mbs<b>@tp<t> (solver.io.columns)"]
@@ -71,6 +75,7 @@ def write_table(imp: Imported, out: str | Path) -> Path:
             row += [repr(float(fw[i])), repr(float(bw[i]))]
         for t in degrees:
             row += [format_number(x[i]) for x in imp.bytes_at[t]]
+        row += [repr(float(imp.optimizer[k][i])) for k in steps]
         rows.append(row)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
