@@ -11,7 +11,7 @@ import pandas as pd
 from ...model import Instance, plan_from_json
 from .common import STRAGGLER_FACTOR, policy_label, pyplot, save
 
-MAX_TEXT_CELLS = 1500      # above this many cells, stage numbers are shaded only, not written
+MIN_TEXT_CELL_IN = 0.2     # cells smaller than this (inches) get their stage shaded only, not written
 
 
 @dataclass(frozen=True)
@@ -53,15 +53,15 @@ def device_map(df: pd.DataFrame, instance: Instance) -> DeviceMap:
     return DeviceMap(slots, group, stage, stages, unavailable, straggler, no_plan)
 
 
-def draw_device_map(ax, dm: DeviceMap, names: list[str]) -> dict:
-    """Draw `dm` on `ax`: one cell per device and slot. Returns the artists by role ("held",
-    "unavailable", "straggler") so that callers and tests can see what was marked."""
+def draw_device_map(ax, dm: DeviceMap, names: list[str], write: bool = True) -> dict:
+    """Draw `dm` on `ax`: one cell per device and slot, with the stage number written when
+    `write`. Returns the artists by role ("held", "unavailable", "straggler") so that callers
+    and tests can see what was marked."""
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
     plt = pyplot()
     cmap = plt.get_cmap("tab10")
     n, S = dm.group.shape
-    write = n * S <= MAX_TEXT_CELLS
 
     def cells(mask):
         return [(d, c) for d, c in zip(*np.nonzero(mask))]
@@ -107,11 +107,18 @@ def plot_device_map(df: pd.DataFrame, instance: Instance, out: Path) -> list[Pat
     plt = pyplot()
     dm = device_map(df, instance)
     n, S = dm.group.shape
-    fig, ax = plt.subplots(figsize=(min(max(6.0, 0.32 * S + 3.0), 22.0), min(max(2.5, 0.3 * n + 1.6), 28.0)))
-    draw_device_map(ax, dm, [f"{d.name} ({d.kind})" for d in instance.devices])
+    width, height = min(max(6.0, 0.32 * S + 3.0), 22.0), min(max(2.5, 0.3 * n + 1.6), 28.0)
+    write = min((width - 3.0) / S, (height - 1.6) / n) >= MIN_TEXT_CELL_IN
+    fig, ax = plt.subplots(figsize=(width, height))
+    draw_device_map(ax, dm, [f"{d.name} ({d.kind})" for d in instance.devices], write)
     cmap = plt.get_cmap("tab10")
     groups = int(dm.group.max()) + 1
-    handles = [Patch(color=cmap(g % 10), label=f"group {g}") for g in range(groups)]
+
+    def same_colour(c: int) -> str:
+        ids = list(range(c, groups, 10))
+        return ", ".join(map(str, ids)) if len(ids) <= 4 else f"{ids[0]}, {ids[1]}, ... {ids[-1]} (every 10th)"
+
+    handles = [Patch(color=cmap(c), label=f"group {same_colour(c)}") for c in range(min(groups, 10))]
     handles += [Patch(facecolor="0.85", edgecolor="0.55", hatch="xxx", label="unavailable"),
                 Patch(facecolor="none", edgecolor="red", lw=1.8, label=f"straggler (speed x < {STRAGGLER_FACTOR:g})"),
                 Patch(facecolor="white", edgecolor="0.7", label="available, not held")]
@@ -119,5 +126,5 @@ def plot_device_map(df: pd.DataFrame, instance: Instance, out: Path) -> list[Pat
     policy = str(df["policy"].iloc[0]) if "policy" in df and len(df) else ""
     V = float(df["V"].iloc[0]) if "V" in df and len(df) else None
     ax.set_title(f"{instance.name}, {policy_label(policy, V)}: group (colour) and pipeline stage "
-                 f"({'number' if n * S <= MAX_TEXT_CELLS else 'shade'}, 0 = first) of each device", fontsize=9)
+                 f"({'number' if write else 'shade'}, 0 = first) of each device", fontsize=9)
     return [save(fig, Path(out) / "devices.png")]
