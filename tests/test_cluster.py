@@ -315,3 +315,14 @@ def test_declared_peak_at_the_workloads_precision(tmp_path):
     inst = load_instance(p)
     assert inst.devices[0].peak_flops == pytest.approx(700e12)
     assert inst.devices[1].peak_flops == pytest.approx(15.67e12)      # packaged kinds: FP32 peak
+
+
+def test_cut_dp_boundaries_use_the_fit_like_stage_times(tmp_path):
+    from solver.subproblems.cache import slot_cache
+    body = NET.replace("[network]\n", "[network]\ninter_server_fit = [0.1, 1.0, 2.0]\n") + FOUR
+    st = load_instance(write(tmp_path, body)).state(0)
+    ga = slot_cache(st).group_arrays((0, 2))
+    for c in (1, 2, 3):
+        assert ga.lam[0, c] == pytest.approx(stage_times(st, (0, 2), (c, 4))[2][0], rel=1e-12)
+    plain = slot_cache(replace(st, network=None)).group_arrays((0, 2))
+    assert plain.lam[0, 1] == pytest.approx(4e6 / (100 * GBIT))

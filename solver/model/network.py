@@ -20,8 +20,9 @@ the micro-batch's message size, NICs shared among the group's senders), cost.syn
 (every bucket's ring at once: fits at the bucket's size, NICs shared among the ring senders)
 and cost.costs (egress into money). Two simplifications, both conservative or neutral for a
 plan's figures: transfers of different groups are not counted against each other's NICs,
-and the cut DPs (subproblems.cuts) place cuts with the pair bandwidth alone; every plan is
-then scored with the figures above, so the search and evaluate agree. Re-planning transfers
+and the cut DPs (subproblems.cuts) see the fits but not the NIC sharing (which depends on
+all of a group's cuts at once); every plan is then scored with the figures above, so the
+search and evaluate agree. Re-planning transfers
 (cost.migration) use the pair bandwidth and pay no egress.
 """
 from __future__ import annotations

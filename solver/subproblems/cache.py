@@ -15,6 +15,7 @@ import numpy as np
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.pipeline import GroupCoeffs, group_coeffs
 from ..model.memory import share_cap
+from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
 from ..model.state import SlotState
 
@@ -120,7 +121,12 @@ class SlotCache:
         if k > 1:
             bw = st.bandwidth[d[:-1], d[1:]]
             lat = st.latency[d[:-1], d[1:]] / u
-            lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
+            if st.network is None or st.network.fit is None:
+                lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
+            else:       # the pair's bandwidth at each boundary's micro-batch message (model.network)
+                o = wl.out_bytes[None, : L - 1]
+                lam[:, 1:L] = o / fitted_bandwidth(st.network.fit[d[:-1], d[1:]][:, None, :], bw[:, None], o * u) \
+                    + lat[:, None]
         ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s), mem)
         used = self._arrays_bytes + ga.nbytes
         while self._arrays and used > self.max_array_bytes:
