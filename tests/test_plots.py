@@ -108,6 +108,19 @@ def test_timeline_bars_are_the_simulated_operations(inst):
             assert not syncs
 
 
+def test_timeline_places_the_optimizer_step_after_the_sync(inst):
+    devices = tuple(replace(d, memory_bandwidth=2e11) for d in inst.devices)
+    opt = replace(inst, devices=devices, workload=replace(inst.workload, optimizer_step="bandwidth"))
+    state = opt.state(0)
+    plan = even_dp(state)
+    tl = timeline(plan, state)
+    steps = [b for b in tl.bars if b.kind == "optim"]
+    assert len(steps) == sum(g.num_stages for g in plan.groups) and tl.optimizer > 0
+    assert all(b.start == pytest.approx(max(tl.makespans) + tl.sync) for b in steps)
+    assert tl.batch_time == pytest.approx(evaluate(plan, state).batch_time, rel=1e-9)
+    assert max(b.end for b in tl.bars) == pytest.approx(tl.batch_time)
+
+
 def test_policy_labels_say_what_they_are():
     assert policy_label("even-dp") == "even DP" and policy_label("lb-bsp") == "LB-BSP"
     assert policy_label("ours", 1.0) == "ours (V=1)" and policy_label("ours@V=0.1") == "ours (V=0.1)"

@@ -9,22 +9,24 @@ from pathlib import Path
 
 
 from ...cost.evaluate import evaluate
+from ...cost.optimizer import stage_optimizer_seconds
 from ...cost.pipeline import stage_times
 from ...cost.simulator import simulate
 from ...cost.sync import sync_time
 from ...model import Plan, SlotState
 from .common import STRAGGLER_FACTOR, pyplot, save
 
-COLOURS = {"F": "C0", "B": "C1", "sendF": "#9ecae1", "sendB": "#fdd0a2", "sync": "C4"}
+COLOURS = {"F": "C0", "B": "C1", "sendF": "#9ecae1", "sendB": "#fdd0a2", "sync": "C4", "optim": "C2"}
 NAMES = {"F": "forward", "B": "backward", "sendF": "activations sent", "sendB": "gradients sent",
-         "sync": "gradient all-reduce"}
+         "sync": "gradient all-reduce", "optim": "optimizer step"}
 
 
 @dataclass(frozen=True)
 class Bar:
     """One bar: group gi; lane "stage" (index = stage, 0-based) or "link" (index = link from
-    stage index to index + 1); kind F | B | sendF | sendB (from the simulator) or sync;
-    micro_batch (-1 for sync); start and end in seconds from the start of the iteration."""
+    stage index to index + 1); kind F | B | sendF | sendB (from the simulator), sync or optim
+    (the stage's optimizer step, cost.optimizer); micro_batch (-1 for sync and optim); start and
+    end in seconds from the start of the iteration."""
 
     group: int
     lane: str
@@ -38,13 +40,15 @@ class Bar:
 @dataclass(frozen=True)
 class Timeline:
     """bars: every bar; makespans: simulated seconds per group; sync: all-reduce seconds
-    (cost.sync.sync_time, after the slowest group); batch_time: max makespan + sync;
+    (cost.sync.sync_time, after the slowest group); optimizer: seconds of the optimizer step
+    (the slowest stage's, after the sync); batch_time: max makespan + sync + optimizer;
     model_batch_time: the cost model's batch time (cost.evaluate) of the same plan;
     lam: per group, per link, transfer seconds per sample (one way)."""
 
     bars: tuple[Bar, ...]
     makespans: tuple[float, ...]
     sync: float
+    optimizer: float
     batch_time: float
     model_batch_time: float
     lam: tuple[tuple[float, ...], ...]
@@ -53,7 +57,7 @@ class Timeline:
 
 def timeline(plan: Plan, state: SlotState, schedule: str = "gpipe") -> Timeline:
     """Simulate every group of `plan` in `state` (per-stage times from cost.pipeline.stage_times)
-    and place the all-reduce after the slowest one."""
+    and place the all-reduce after the slowest one, then each stage's optimizer step."""
     u = state.workload.micro_batch
     bars: list[Bar] = []
     spans, lams = [], []
@@ -69,7 +73,13 @@ def timeline(plan: Plan, state: SlotState, schedule: str = "gpipe") -> Timeline:
     if ts > 0:
         bars += [Bar(gi, "stage", j, "sync", -1, top, top + ts)
                  for gi, g in enumerate(plan.groups) for j in range(g.num_stages)]
-    return Timeline(tuple(bars), tuple(spans), ts, top + ts, evaluate(plan, state).batch_time,
+    opt = 0.0
+    for gi, g in enumerate(plan.groups):
+        for j, x in enumerate(stage_optimizer_seconds(state, g.devices, g.cuts)):
+            if x > 0:
+                bars.append(Bar(gi, "stage", j, "optim", -1, top + ts, top + ts + float(x)))
+                opt = max(opt, float(x))
+    return Timeline(tuple(bars), tuple(spans), ts, opt, top + ts + opt, evaluate(plan, state).batch_time,
                     tuple(lams), schedule)
 
 
@@ -122,7 +132,7 @@ def plot_timeline(plan: Plan, state: SlotState, path: Path, title: str = "", sch
             if marked:
                 tick.set_color("red")
         busy = {j: sum(b.end - b.start for b in tl.bars if b.group == gi and b.lane == "stage"
-                       and b.index == j and b.kind in ("F", "B")) for j in range(g.num_stages)}
+                       and b.index == j and b.kind in ("F", "B", "optim")) for j in range(g.num_stages)}
         for j, s in busy.items():
             ax.text(1.005, 1 - (2 * j + 0.5) / heights[gi], f"busy {100 * s / tl.batch_time:.0f}%",
                     transform=ax.transAxes, fontsize=7, va="center")
@@ -141,7 +151,8 @@ def plot_timeline(plan: Plan, state: SlotState, path: Path, title: str = "", sch
                frameon=False)
     sched = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, schedule)
     head = (f"simulated iteration {tl.batch_time:.4g} s = slowest group {max(tl.makespans):.4g} s + all-reduce "
-            f"{tl.sync:.4g} s ({sched}; cost model {tl.model_batch_time:.4g} s); busy = a stage's compute "
+            f"{tl.sync:.4g} s" + (f" + optimizer step {tl.optimizer:.4g} s" if tl.optimizer > 0 else "")
+            + f" ({sched}; cost model {tl.model_batch_time:.4g} s); busy = a stage's compute "
             "share of the iteration, gaps = bubbles")
     height = fig.get_size_inches()[1]
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.4 if title else 0.25) / height))
