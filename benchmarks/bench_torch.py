@@ -18,8 +18,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
-from solver.runtime.demo import SLOWDOWNS, measure, plan_for, scenario, table, teacher_data  # noqa: E402
-from solver.runtime.emulate import even_dp  # noqa: E402
+from solver.baselines import even_dp  # noqa: E402
+from solver.runtime.demo import (  # noqa: E402
+    SLOWDOWNS,
+    measure,
+    plan_for,
+    scenario,
+    table,
+    teacher_data,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

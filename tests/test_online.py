@@ -18,7 +18,8 @@ from solver.model import Budget
 from solver.online.offline import calibrate_budgets
 from solver.model import plan_from_json, plan_to_json
 from solver.online import charge_plan, run_online, summarise
-from solver.online.policies import POLICY_NAMES, even_shares
+from solver.baselines import even_split
+from solver.online.policies import POLICY_NAMES
 from solver.online.queues import queue_bound, update_queues
 from solver.io.synthetic import random_instance
 
@@ -201,9 +202,9 @@ def test_plan_json_roundtrip(seed):
 
 
 @given(st.integers(1, 8), st.integers(1, 40), st.sampled_from([1, 2, 4]))
-def test_even_shares(m, n_units, u):
+def test_even_split(m, n_units, u):
     B = n_units * u
-    sh = even_shares(m, B, u)
+    sh = even_split(m, B, u)
     if m > n_units:
         assert sh is None
     else:

@@ -113,7 +113,7 @@ def test_work_budget_is_deterministic():
 def test_sync_segments_match_per_layer_buckets(seed, n, L):
     """costmodel.sync_time (buckets = segments between all cut points) equals the definition:
     layers grouped by their tuple of holders across groups, computed layer by layer."""
-    from solver.cost import holders, sync_time
+    from solver.cost import sync_time
     rng = np.random.default_rng(seed)
     state = random_state(seed, n=n, L=L)
     s = []
@@ -122,20 +122,22 @@ def test_sync_segments_match_per_layer_buckets(seed, n, L):
         if g:
             c = sorted(int(x) for x in rng.choice(np.arange(1, L), len(g) - 1, replace=False)) + [L]
             s.append((g, tuple(c)))
-    assert sync_time(state, tuple(s)) == pytest.approx(per_layer_sync(state, s, holders), rel=1e-12, abs=1e-300)
+    assert sync_time(state, tuple(s)) == pytest.approx(per_layer_sync(state, s), rel=1e-12, abs=1e-300)
 
 
-def per_layer_sync(state, structure, holders) -> float:
+def per_layer_sync(state, structure) -> float:
     """The bucket rule of DESIGN.md, layer by layer: the reference for costmodel.sync_time."""
     m = len(structure)
     if m <= 1:
         return 0.0
     L, p = state.workload.num_layers, state.workload.param_bytes
-    H = np.stack([holders(d, c, L) for d, c in structure])
+    from solver.model import Group, Plan
+    from solver.model.plan import layer_holders
+    H = layer_holders(Plan(tuple(Group(tuple(d), tuple(c), 1) for d, c in structure)), L)
     buckets: dict[tuple, float] = {}
     for l in range(L):
         if p[l] > 0:
-            key = tuple(int(x) for x in H[:, l])
+            key = H[l]
             buckets[key] = buckets.get(key, 0.0) + float(p[l])
     per_device = np.zeros(state.n)
     for ring, nbytes in buckets.items():
@@ -196,6 +198,7 @@ def test_sources_in_a_users_words():
     assert describe("balanced2") == "speed-balanced groups (2)"
     assert describe("ls-add-alone") == "local search: a device added as its own group"
     assert describe("dapple+lp") == "baseline DAPPLE, with re-optimised shares"
+    assert describe("even-dp") == "baseline even DP"
     assert describe("clusters1.25e+10") == "groups of devices linked at 100 Gbit/s or faster"
     state = random_state(4, n=9, L=10)
     sc = Scorer(state, np.zeros(2), 1.0, SolveOptions(), None)

@@ -71,10 +71,30 @@ def holders(state: SlotState, *, cache: SlotCache | None = None) -> list[int]:
     return sorted(hs, key=lambda d: (per_sample_time(state, d), d))
 
 
-def even_split(m: int, B: int, u: int) -> list[int]:
-    """m shares (samples), multiples of u summing to B, as even as possible; larger first."""
-    base, r = divmod(B // u, m)
-    return [(base + (1 if i < r else 0)) * u for i in range(m)]
+def even_split(m: int, B: int, u: int, caps: Sequence[int] | None = None) -> list[int] | None:
+    """m shares (samples), multiples of u summing to B, as even as possible, each >= u: the
+    remainder micro-batches go one each to the first groups; with caps (samples), no share
+    above its cap, the excess handed to the smallest shares with room (first first). None when
+    impossible (m < 1, B not a multiple of u, fewer than m micro-batches, caps too small)."""
+    if m <= 0 or B % u != 0 or B // u < m:
+        return None
+    n = B // u
+    units = [n // m + (1 if g < n % m else 0) for g in range(m)]
+    if caps is not None:
+        cap_u = [max(int(c) // u, 0) for c in caps]
+        if sum(cap_u) < n or min(cap_u) < 1:
+            return None
+        over = 0
+        for g in range(m):
+            if units[g] > cap_u[g]:
+                over += units[g] - cap_u[g]
+                units[g] = cap_u[g]
+        while over:
+            room = [g for g in range(m) if units[g] < cap_u[g]]
+            g = min(room, key=lambda x: units[x])
+            units[g] += 1
+            over -= 1
+    return [x * u for x in units]
 
 
 def proportional_split(weights: Sequence[float], B: int, u: int, caps: Sequence[int] | None = None) -> list[int] | None:
@@ -247,7 +267,7 @@ ALL: dict[str, Callable[..., Plan | None]] = {
     "dapple": dapple, "pipedream": pipedream, "hetpipe": hetpipe,
 }
 
-LABELS = {"even-dp": "even data parallelism (DDP)", "lb-bsp": "LB-BSP", "gpipe": "GPipe",
+LABELS = {"even-dp": "even DP", "lb-bsp": "LB-BSP", "gpipe": "GPipe",
           "dapple": "DAPPLE", "pipedream": "PipeDream", "hetpipe": "HetPipe"}
 """The name a user reads for each baseline of ALL."""
 

@@ -6,7 +6,7 @@ c_k = R_k T + sum_g e_kg b_g + F_k.
 from .costs import CostCoeffs, budget_weights, cost_coeffs
 from .evaluate import Evaluation, evaluate, lower_bound_time
 from .pipeline import GroupCoeffs, gpipe_coeffs, group_coeffs, stage_times
-from .sync import holders, sync_time
+from .sync import sync_time
 
 __all__ = ["CostCoeffs", "Evaluation", "GroupCoeffs", "budget_weights", "cost_coeffs", "evaluate",
-           "gpipe_coeffs", "group_coeffs", "holders", "lower_bound_time", "stage_times", "sync_time"]
+           "gpipe_coeffs", "group_coeffs", "lower_bound_time", "stage_times", "sync_time"]

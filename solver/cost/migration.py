@@ -12,15 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Plan, SlotState
+from ..model.plan import layer_holders
 
 
 def holder_mask(plan: Plan, state: SlotState) -> np.ndarray:
     """(n, L) bool: device i holds layer l in some group of the plan."""
     L = state.workload.num_layers
     held = np.zeros((state.n, L), dtype=bool)
-    for g in plan.groups:
-        for d, a, c in g.stages():
-            held[d, a:c] = True
+    for layer, devices in enumerate(layer_holders(plan, L)):
+        held[list(devices), layer] = True
     return held
 
 

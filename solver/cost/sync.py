@@ -12,15 +12,6 @@ Structure = Sequence[tuple[Sequence[int], Sequence[int]]]
 """Groups without shares: ((devices, cuts), ...)."""
 
 
-def holders(devices: Sequence[int], cuts: Sequence[int], num_layers: int) -> np.ndarray:
-    """(L,) the device holding each layer in this group."""
-    c = np.asarray(cuts, dtype=int)
-    sizes = np.diff(np.concatenate([[0], c]))
-    out = np.repeat(np.asarray(devices, dtype=int), sizes)
-    assert len(out) == num_layers
-    return out
-
-
 def buckets(state: SlotState, structure: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The sync's rings: (cols, nxt, nbytes) with cols[g, b] the device of group g holding
     bucket b, nxt[g, b] its ring successor (the holder in group g+1, cyclically) and nbytes[b]

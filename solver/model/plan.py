@@ -152,6 +152,17 @@ class Plan:
             f"{g.share}:" + ">".join(f"{state.devices[d].name}" for d in g.devices) for g in self.groups)
 
 
+def layer_holders(plan: Plan, num_layers: int) -> list[tuple[int, ...]]:
+    """Per layer, the devices holding it, in group order (one per group that covers it): the
+    one per-layer holder map (gradient buckets, sync rings, migration all derive from it)."""
+    out: list[list[int]] = [[] for _ in range(num_layers)]
+    for g in plan.groups:
+        for d, a, b in g.stages():
+            for layer in range(a, min(b, num_layers)):
+                out[layer].append(d)
+    return [tuple(h) for h in out]
+
+
 def _group_dict(g: Group) -> dict:
     d = {"devices": [int(x) for x in g.devices], "cuts": [int(c) for c in g.cuts], "share": int(g.share)}
     if g.schedule != "gpipe":

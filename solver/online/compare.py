@@ -8,9 +8,9 @@ import pandas as pd
 from ..model import Instance
 from .controller import run_online
 from .gain import add_gain_within_budget
+from .policies import POLICY_NAMES
 
-POLICIES = ("ours", "even-dp", "lb-bsp", "gpipe", "dapple", "pipedream", "hetpipe",
-            "frozen", "shares-only", "cuts-only", "v-inf", "v-zero")
+POLICIES = POLICY_NAMES
 
 
 def policy_row(instance: Instance, policy: str, V: float | None, label: str | None = None,

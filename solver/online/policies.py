@@ -34,11 +34,11 @@ import numpy as np
 from .. import baselines
 from ..cost import budget_weights, cost_coeffs, group_coeffs
 from ..errors import InfeasibleSlotError
-from ..model import Group, Plan, SlotState, plan_from_dict, plan_to_dict, share_cap
+from ..model import Plan, SlotState, plan_from_dict, plan_to_dict, share_cap
 from ..solve import SolveOptions, solve_slot
 from ..subproblems.shares import solve_shares
 
-BASELINE_NAMES = ("even-dp", "lb-bsp", "gpipe", "dapple", "pipedream", "hetpipe")
+BASELINE_NAMES = tuple(baselines.ALL)
 ABLATION_NAMES = ("frozen", "shares-only", "cuts-only", "v-inf", "v-zero")
 POLICY_NAMES = ("ours", *BASELINE_NAMES, *ABLATION_NAMES)
 
@@ -60,50 +60,11 @@ class Decision:
 
 # ---------------------------------------------------------------- helpers
 
-def even_shares(m: int, B: int, u: int, caps: Sequence[int] | None = None) -> tuple[int, ...] | None:
-    """B samples over m groups in whole micro-batches of u, as even as possible (the first
-    groups take the remainder), each >= u and <= its cap; None when impossible."""
-    if m <= 0 or B % u != 0 or B // u < m:
-        return None
-    n = B // u
-    units = [n // m + (1 if g < n % m else 0) for g in range(m)]
-    if caps is not None:
-        cap_u = [max(int(c) // u, 0) for c in caps]
-        if sum(cap_u) < n or min(cap_u) < 1:
-            return None
-        over = 0
-        for g in range(m):
-            if units[g] > cap_u[g]:
-                over += units[g] - cap_u[g]
-                units[g] = cap_u[g]
-        while over:
-            room = [g for g in range(m) if units[g] < cap_u[g]]
-            g = min(room, key=lambda x: units[x])   # keep as even as possible
-            units[g] += 1
-            over -= 1
-    return tuple(x * u for x in units)
-
-
-def even_dp_fallback(state: SlotState) -> Plan | None:
-    """Even DP over the available devices that hold the whole model with one micro-batch:
-    the fastest B/u of them, each its own group, shares as even as possible; None if none fits."""
-    wl = state.workload
-    L, B, u = wl.num_layers, wl.batch, wl.micro_batch
-    fits = [i for i in state.available_indices if share_cap(state, [i], [L]) >= u]
-    if not fits:
-        return None
-    fits.sort(key=lambda i: (-float(state.speed[i]), i))
-    fits = fits[:B // u]
-    shares = even_shares(len(fits), B, u)
-    if shares is None:
-        return None
-    return Plan(tuple(Group((i,), (L,), s) for i, s in zip(sorted(fits), shares)))
-
 
 def with_even_shares(plan: Plan, state: SlotState) -> Plan | None:
     """The same groups and cuts with shares as even as possible within memory; None if impossible."""
     caps = [share_cap(state, g.devices, g.cuts) for g in plan.groups]
-    shares = even_shares(len(plan.groups), state.workload.batch, state.workload.micro_batch, caps)
+    shares = baselines.even_split(len(plan.groups), state.workload.batch, state.workload.micro_batch, caps)
     if shares is None:
         return None
     return Plan(tuple(replace(g, share=s) for g, s in zip(plan.groups, shares)))
@@ -135,7 +96,7 @@ def _with_fallback(plan: Plan | None, state: SlotState, name: str, status: str, 
         return Decision(plan, status, "", time.perf_counter() - t0)
     why = f"{name} has no plan" if plan is None else (
         f"{name}'s plan is invalid: " + "; ".join(str(v) for v in plan.validate(state)[:3]))
-    fb = even_dp_fallback(state)
+    fb = baselines.even_dp(state)
     if fb is not None and not fb.validate(state):
         return Decision(fb, "fallback", f"{why}; fell back to even DP over devices that fit",
                         time.perf_counter() - t0)

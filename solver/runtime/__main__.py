@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from ..baselines import even_dp
 from .demo import (
     HAND,
     SLOWDOWNS,
@@ -21,7 +22,6 @@ from .demo import (
     table,
     teacher_data,
 )
-from .emulate import even_dp
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -119,15 +119,6 @@ def brute_force_plan(state: SlotState, max_stages: int = 3) -> Plan:
     return best_plan
 
 
-def even_dp(state: SlotState) -> Plan:
-    """Plain data parallelism: each available device one whole-model group, shares as
-    even as micro-batches allow."""
-    devs = state.available_indices
-    B, u, L = state.workload.batch, state.workload.micro_batch, state.workload.num_layers
-    per, extra = divmod(B // u, len(devs))
-    return Plan(tuple(Group((d,), (L,), u * (per + (i < extra))) for i, d in enumerate(devs)))
-
-
 def solver_plan(state: SlotState, V: float = 1.0) -> Plan:
     """The project solver's plan (solver.solve_slot), when solver/search.py exists."""
     import solver

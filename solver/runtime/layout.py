@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cost.simulator import micro_batches
 from ..model import Plan
+from ..model.plan import layer_holders
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,6 @@ def roles(plan: Plan) -> dict[int, StageRole]:
     return out
 
 
-def layer_holders(plan: Plan, num_layers: int) -> list[tuple[int, ...]]:
-    """Per layer, the ranks holding it, in group order (one per group)."""
-    out: list[list[int]] = [[] for _ in range(num_layers)]
-    for g in plan.groups:
-        for d, a, b in g.stages():
-            for layer in range(a, b):
-                out[layer].append(d)
-    return [tuple(h) for h in out]
-
-
 def buckets(plan: Plan, num_layers: int, has_params: list[bool]) -> dict[tuple[int, ...], list[int]]:
     """Gradient buckets: sorted holder-rank set -> the layers (with parameters) it holds,
     in layer order. Only sets of >= 2 ranks need an all-reduce. Keys iterate sorted, so
@@ -60,7 +52,6 @@ def buckets(plan: Plan, num_layers: int, has_params: list[bool]) -> dict[tuple[i
     return dict(sorted(out.items()))
 
 
-def micro_sizes(share: int, micro_batch: int) -> list[int]:
-    """Split `share` samples into micro-batches of `micro_batch`, the last one shorter."""
-    full, rest = divmod(share, micro_batch)
-    return [micro_batch] * full + ([rest] if rest else [])
+micro_sizes = micro_batches
+"""Split a share into micro-batches of `micro_batch`, the last one shorter: the cost model's
+own splitter (cost.simulator.micro_batches), so the runtime runs the micro-batches it times."""

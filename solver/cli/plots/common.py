@@ -5,6 +5,8 @@ import math
 import re
 from pathlib import Path
 
+from ...baselines import LABELS
+
 STRAGGLER_FACTOR = 0.8
 """A device straggles in a slot when its speed factor is below this (a fifth slower than its
 own sustained speed: the kind of slowdown the Alibaba straggler trace shows)."""
@@ -12,12 +14,7 @@ own sustained speed: the kind of slowdown the Alibaba straggler trace shows)."""
 DPI = 110
 
 _LABELS = {
-    "even-dp": "even DP",
-    "lb-bsp": "LB-BSP",
-    "gpipe": "GPipe",
-    "dapple": "DAPPLE",
-    "pipedream": "PipeDream",
-    "hetpipe": "HetPipe",
+    **LABELS,
     "frozen": "ours, slot-0 plan kept",
     "shares-only": "DAPPLE plan, our shares",
     "cuts-only": "our plan, even shares",
