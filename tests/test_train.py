@@ -20,12 +20,11 @@ from torch import nn  # noqa: E402
 
 from solver.cli import main  # noqa: E402
 from solver.io.instance import load_instance  # noqa: E402
-from solver.io.workloads import write_workload_csv  # noqa: E402
+from solver.io.workloads import read_workload_csv  # noqa: E402
 from solver.model import Group, Plan, plan_to_json  # noqa: E402
 from solver.runtime.binding import my_device, parse_map  # noqa: E402
 from solver.runtime.estimator import observed_state, predicted_compute, update_factors  # noqa: E402
 from solver.runtime.examples import mlp64  # noqa: E402
-from solver.runtime.profiler import profile_module  # noqa: E402
 from solver.runtime.seeding import batch_context  # noqa: E402
 from solver.runtime.spec import SpecError, blocks_of  # noqa: E402
 from solver.runtime.launch import launch  # noqa: E402
@@ -39,11 +38,10 @@ LIMIT = 1e-7  # USD per iteration
 
 def write_instance(folder: Path, factory=mlp64) -> Path:
     """4 CPU processes as devices of a declared kind "cpu" whose seconds the layer table holds
-    (profiled here), 3 slots, a money budget, the mlp64 layer table."""
-    spec = factory()
-    x = torch.stack([spec.data[i][0] for i in range(8)])
-    wl = profile_module(nn.Sequential(*blocks_of(spec.model)).eval(), x, "cpu", B, U, repeats=1)
-    write_workload_csv(wl, folder / "mlp64.csv")
+    (`dynpar profile` here: the round trip profile -> instance -> train), 3 slots, a money
+    budget."""
+    assert main(["profile", f"solver.runtime.examples:{factory.__name__}", "--kind", "cpu", "--batch", str(B),
+                 "--micro-batch", str(U), "--repeats", "1", "-o", str(folder / "mlp64.csv"), "--force"]) == 0
     devs = "\n".join(f'[[devices]]\nname = "p{i}"\nkind = "cpu"\nserver = "s0"\n' for i in range(4))
     (folder / "cpu4.toml").write_text(
         f'name = "cpu4"\nnum_slots = 3\n\n[workload]\nmodel = "mlp64.csv"\nbatch = {B}\nmicro_batch = {U}\n\n'
@@ -176,6 +174,22 @@ def test_dropout_masks_do_not_depend_on_the_plan(tmp_path: Path, engine: str) ->
     assert max(float((ref[k] - off[k]).abs().max()) for k in ref) > 1e-3  # the masks matter
     for k, v in ref.items():
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
+def test_profile_counts_composite_blocks(tmp_path: Path) -> None:
+    os.environ["DYNPAR_WIDE_BLOCKS"], os.environ["DYNPAR_WIDE_WIDTH"] = "2", "16"
+    try:
+        assert main(["profile", "solver.runtime.examples:wide", "--kind", "cpu", "--repeats", "1",
+                     "-o", str(tmp_path / "w.csv")]) == 0
+        assert main(["profile", "solver.runtime.examples:wide", "--kind", "cpu", "-o", str(tmp_path / "w.csv")]) == 2
+    finally:
+        del os.environ["DYNPAR_WIDE_BLOCKS"], os.environ["DYNPAR_WIDE_WIDTH"]
+    wl = read_workload_csv(tmp_path / "w.csv", 32, 4)
+    assert wl.num_layers == 3
+    # Sequential(Linear(16, 16), Tanh) blocks: 2 * 16 * 16 FLOP per sample; the head 2 * 16 * 10
+    assert list(wl.fwd_flops) == [512.0, 512.0, 320.0]
+    f, b = wl.measured["cpu"]
+    assert all(v > 0 for v in f) and all(v > 0 for v in b)
 
 
 def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:

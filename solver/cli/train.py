@@ -1,4 +1,6 @@
-"""`dynpar train`: the online controller inside a torch job (needs the torch extra).
+"""`dynpar train` and `dynpar profile`: torch jobs (need the torch extra).
+
+    dynpar profile MODULE:FACTORY --kind NAME [-o FACTORY.csv] [--batch 32] [--micro-batch 4]
 
     dynpar train INSTANCE --model MODULE:FACTORY --steps N --checkpoint-dir DIR
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
@@ -76,8 +78,51 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    _torch()
+    import torch
+    from torch import nn
+
+    from ..io.workloads import write_workload_csv
+    from ..runtime.profiler import profile_module
+    from ..runtime.seeding import batch_context
+    from ..runtime.spec import Batches, blocks_of, load_factory
+    if args.batch < 1 or args.micro_batch < 1 or args.batch % args.micro_batch:
+        raise ValueError(f"--batch / --micro-batch: expected B a multiple of u >= 1, got {args.batch} / "
+                         f"{args.micro_batch}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: expected >= 1, got {args.repeats}")
+    out = Path(args.out or f"{args.model.rpartition(':')[2]}.csv")
+    if out.exists() and not args.force:
+        raise ValueError(f"--out: {out} exists (use --force to overwrite)")
+    torch.set_num_threads(args.threads)
+    spec = load_factory(args.model)
+    blocks = nn.Sequential(*blocks_of(spec.model))
+    x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0]
+    with batch_context(0):
+        wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
+                            name=args.model.rpartition(":")[2])
+    write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "
+                                         f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s)")
+    f, b = wl.measured[args.kind]
+    print(f"{wl.name}: {wl.num_layers} blocks, forward {sum(f) * 1e3:.4g} ms and backward {sum(b) * 1e3:.4g} ms "
+          f"per sample on kind {args.kind!r}, {wl.param_bytes.sum():.4g} parameter bytes -> {out}")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register `train` on the dynpar subcommand parser."""
+    """Register `train` and `profile` on the dynpar subcommand parser."""
+    p = sub.add_parser("profile", help="measure a torch model's blocks on this device -> layer table CSV (torch extra)")
+    p.add_argument("model", help="MODULE:FACTORY returning a solver.runtime.TrainSpec")
+    p.add_argument("--kind", required=True, help="device kind the seconds belong to (an instance's [[kinds]] or hardware kind)")
+    p.add_argument("--batch", type=int, default=32, help="global batch B written into the table (32)")
+    p.add_argument("--micro-batch", type=int, default=4, help="micro-batch u: samples per timed pass (4)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes per block, median taken (5)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads while timing (1, as dynpar train)")
+    p.add_argument("-o", "--out", default=None, help="output CSV (default FACTORY.csv)")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.set_defaults(func=cmd_profile)
+
     t = sub.add_parser("train", help="train a torch model with the online controller in the loop (torch extra)")
     t.add_argument("instance", help="instance TOML: devices, traces, budgets, the workload's layer table")
     t.add_argument("--model", required=True, help="MODULE:FACTORY returning a solver.runtime.TrainSpec")

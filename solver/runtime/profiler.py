@@ -1,8 +1,8 @@
 """Profile an nn.Sequential into a workload table, and probe a device's matmul speed.
 
 Per layer, per sample: forward / backward seconds (median of `repeats`, divided by the
-example's batch size), output activation bytes, stashed bytes, FLOPs (Linear and Conv2d
-only; 0 for other layers), and parameter bytes.
+example's batch size), output activation bytes, stashed bytes, FLOPs (of the Linear and
+Conv2d modules inside each block, composite blocks included), and parameter bytes.
 
 Stashed bytes: the tensors autograd saves for backward during this layer's forward,
 captured with saved_tensors_hooks, counted once per storage and excluding parameters and
@@ -32,6 +32,23 @@ def _flops(mod: nn.Module, out: torch.Tensor, n: int) -> float:
         kh, kw = mod.kernel_size
         return 2.0 * (mod.in_channels // mod.groups) * kh * kw * out.numel() / n
     return 0.0
+
+
+def block_flops(block: nn.Module, x: torch.Tensor) -> float:
+    """Forward FLOP per sample of a (possibly composite) block: the Linear and Conv2d
+    modules inside it, counted by forward hooks during one pass on `x` (n samples);
+    other operators (attention matmuls, norms, activations) are not counted."""
+    n = int(x.shape[0])
+    total = [0.0]
+    hooks = [m.register_forward_hook(lambda mod, a, out: total.__setitem__(0, total[0] + _flops(mod, out, n)))
+             for m in block.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    try:
+        with torch.no_grad():
+            block(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return total[0]
 
 
 def _stash_bytes(mod: nn.Module, x: torch.Tensor) -> int:
@@ -98,7 +115,7 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
             bwd_s.append(statistics.median(step() for _ in range(repeats)) / n)
         else:
             bwd_s.append(0.0)
-        f = _flops(mod, out, n)
+        f = block_flops(mod, inp)
         params = sum(_nbytes(p) for p in mod.parameters())
         layers.append(Layer(f"{i}:{type(mod).__name__}", f, 2.0 * f, _nbytes(out) / n, stash / n, float(params)))
         x = out
