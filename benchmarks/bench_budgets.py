@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="first 5 slots of each instance, 150-slot long run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--instances", default="", help="comma-separated instance names (default all)")
-    ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150)")
+    ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -133,8 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(bench_instance(inst, inst.num_slots <= MILP_SLOTS and inst.n <= MILP_DEVICES))
     table = pd.DataFrame(rows)
     table.to_csv(out / "budgets_instances.csv", index=False)
-    long = long_run(args.long_slots or (150 if args.quick else 1000))
-    long.to_csv(out / "budgets_long.csv", index=False)
+    long = long_run(args.long_slots or (150 if args.quick else 1000)) if args.long_slots != 0 else pd.DataFrame()
+    if len(long):
+        long.to_csv(out / "budgets_long.csv", index=False)
     cols = ["instance", "slots", "V", "ours_s", "ours_worst_over_pct", "plain_s", "plain_worst_over_pct",
             "tracker_cost_pct", "best_meeting_baseline", "ours_vs_best_meeting_pct", "online_over_offline"]
     with pd.option_context("display.width", 220, "display.max_columns", 30, "display.float_format", "{:.4g}".format):

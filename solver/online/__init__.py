@@ -1,7 +1,9 @@
-"""Online control over slots: virtual queues, policies, charging, the controller loop, its
-saved state, run summaries, the comparison of policies and the offline reference."""
+"""Online control over slots: virtual queues, policies, charging, the controller loop, the
+default V and the budget tracker, its saved state, run results and summaries, the comparison
+of policies and the offline reference."""
 from .charge import Charge, charge_plan
 from .controller import rows_frame, run_online
+from .result import OnlineRun
 from .summary import summarise
 
-__all__ = ["Charge", "charge_plan", "rows_frame", "run_online", "summarise"]
+__all__ = ["Charge", "OnlineRun", "charge_plan", "rows_frame", "run_online", "summarise"]

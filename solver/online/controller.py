@@ -191,7 +191,9 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 ch0 = charge(slack) if slack is not None else None
                 if ch0 is not None:
                     tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs)
-                tr = track(tracker, d.plan, ch, Q, Vt, lambda q: pol.solve(state, q, Vt, prev), charge, slack)
+                tr = track(tracker, d.plan, ch, Q, Vt, lambda q: pol.solve(state, q, Vt, prev), charge, slack,
+                           remaining=instance.num_slots - t - 1,
+                           cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev))
                 if tr.how != "plan":
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
                                  d.solve_time + tr.extra_solve_time)

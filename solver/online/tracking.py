@@ -16,9 +16,13 @@ m = 1, 4, 16, 64 up to the first admissible plan, then one geometric bisection s
 towards the last weight that was not), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
 with every queue 1, charged with migration like any plan). Among the candidates it takes the
 admissible one with the least slot objective V T + sum_k Q_k c_k / Cbar_k at the real queues.
-When no candidate is admissible (the premise below fails in this slot), it keeps the
-drift-plus-penalty plan and says so in the row (the queues go on pushing the costs down, and
-guarantee (a) still bounds the overshoot).
+When no candidate is admissible (the premise below fails in this slot), the investment test
+follows: a candidate (the cheapest plan from the previous one, V = 0 with migration weighed,
+among them) is taken when, kept for the rest of the run at its own cost per iteration, it ends
+every budget within the allowance (y_k + R ybar_k <= a_k with ybar_k <= 0, R the slots left):
+a move whose migration is paid once and repaid later, which the per-slot test cannot see.
+When none passes either, it keeps the drift-plus-penalty plan and says so in the row (the
+queues go on pushing the costs down, and guarantee (a) still bounds the overshoot).
 
 Guarantee (c). If in every slot the slack plan x0 is admissible, as it is whenever
 c_k(x0) <= Cbar_k for every budget (charged, migration included), then E_k <= eps * H after
@@ -162,6 +166,15 @@ class Tracker:
         att = np.asarray(self.attainable, dtype=bool)
         return float(over[att].sum()), float(over[~att].sum())
 
+    def repaid(self, ch: Charge, remaining: int) -> bool:
+        """The investment test: kept for the `remaining` slots after this one at its own cost per
+        iteration (no migration), the plan ends every attainable budget within its allowance,
+        y_k + remaining * ybar_k <= a_k with ybar_k <= 0."""
+        y, ybar, a = self.use(ch.costs), self.use(ch.evaluation.costs), self.allowance()
+        att = np.asarray(self.attainable, dtype=bool)
+        ok = (ybar <= 1e-12) & (y + remaining * ybar <= a + 1e-12)
+        return bool(remaining > 0 and np.all(ok[att]))
+
     def record(self, costs: Sequence[float]) -> None:
         self.excess = [float(e + y) for e, y in zip(self.excess, self.use(costs))]
         self.executed += 1
@@ -201,9 +214,12 @@ class Tracked:
 
 def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: float,
           resolve: Callable[[tuple[float, ...]], Any], charge: Callable[[Plan], Charge],
-          slack: Plan | None) -> Tracked:
+          slack: Plan | None, remaining: int = 0,
+          cheapest_now: Callable[[], Any] | None = None) -> Tracked:
     """Keep `plan` when admissible, else search with tracking weights and the slack plan
-    (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge."""
+    (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge;
+    remaining: slots of the run after this one; cheapest_now() -> SlotResult: the least charged
+    cost from the previous plan (for the investment test)."""
     import time
     Q = np.asarray(queues, dtype=float)
     if tracker.violations(ch.costs)[0] == 0.0:
@@ -234,6 +250,11 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
         cands.append((slack, charge(slack), "slack plan"))
 
     ok = [x for x in cands if tracker.violations(x[1].costs)[0] == 0.0]
+    if not ok and cheapest_now is not None:
+        res = cheapest_now()
+        if res.plan is not None:
+            cands.append((res.plan, charge(res.plan), "cheapest from the previous plan"))
+        ok = [(p, c, f"investment: {how}") for p, c, how in cands if tracker.repaid(c, remaining)]
     if not ok:   # nothing keeps the attainable budgets: the drift-plus-penalty plan, said so
         return Tracked(plan, ch, "no admissible plan: drift-plus-penalty plan kept", time.perf_counter() - t0)
     best = min(ok, key=lambda x: x[1].objective(queues, V))
