@@ -6,7 +6,8 @@ r_d times (`--repeat`, the hand-written engine repeats each micro-batch's forwar
 backward). The instance says nothing of it (every speed factor 1); the controller learns
 the slowdowns from the first slot's measurements (runtime.estimator). The model is
 solver.runtime.examples:wide (float32 Linear + Tanh blocks), profiled first on this
-machine (`dynpar profile`, kind "cpu", one thread).
+machine (`dynpar profile`, kind "cpu", one thread); the instance's link latency and
+bandwidth are measured first too (gloo ping-pong of 8 B and 1 MiB between two processes).
 
 Per policy (ours and the baselines, the same controller, observations and processes),
 one run of S slots; figures from slot 1 on (after the first measurements):
@@ -44,15 +45,58 @@ REPEAT = {"p0": 1, "p1": 1, "p2": 2, "p3": 4}
 POLICIES = ("ours", "even-dp", "lb-bsp", "dapple", "gpipe")
 
 
-def instance(folder: Path, batch: int, micro: int, slots: int) -> Path:
+def _pingpong(rank: int, init: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    res = {}
+    for n in (2, 1 << 18):  # 8 bytes and 1 MiB of float32
+        t = torch.zeros(n)
+        times = []
+        for _ in range(30):
+            dist.barrier()
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(t, 1)
+                dist.recv(t, 1)
+            else:
+                dist.recv(t, 0)
+                dist.send(t, 0)
+            times.append((time.perf_counter() - t0) / 2)
+        res[4 * n] = statistics.median(times)
+    if rank == 0:
+        Path(out).write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+
+def measure_link() -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of one gloo message between two processes here:
+    median one-way time of an 8-byte and a 1-MiB message (ping-pong)."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "link.json")
+        mp.start_processes(_pingpong, args=(f"tcp://127.0.0.1:{port}", out), nprocs=2, start_method="spawn")
+        res = {int(k): v for k, v in json.loads(Path(out).read_text()).items()}
+    small, big = min(res), max(res)
+    lat = res[small]
+    return lat, (big - small) / max(res[big] - lat, 1e-9)
+
+
+def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float, float]) -> Path:
     assert dynpar(["profile", MODEL, "--kind", "cpu", "--batch", str(batch), "--micro-batch", str(micro),
                    "--repeats", "7", "-o", str(folder / "wide.csv"), "--force"]) == 0
     devs = "".join(f'[[devices]]\nname = "{d}"\nkind = "cpu"\nserver = "s0"\n' for d in REPEAT)
     path = folder / "cpu_wide.toml"
     path.write_text(f'name = "cpu_wide"\nnum_slots = {slots}\n[workload]\nmodel = "wide.csv"\nbatch = {batch}\n'
                     f'micro_batch = {micro}\n[[kinds]]\nkind = "cpu"\npeak_tflops = 0.004\nmemory_gb = 4\n'
-                    f'busy_w = 15\nidle_w = 5\nprice_per_hour = 0.01\n[network]\nintra_server_gbps = 10\n'
-                    f'intra_server_latency_ms = 0.05\n{devs}')
+                    f'busy_w = 15\nidle_w = 5\nprice_per_hour = 0.01\n[network]\nintra_server_gbps = {link[1] * 8 / 1e9:.4g}\n'
+                    f'intra_server_latency_ms = {link[0] * 1e3:.4g}\n{devs}')
     return path
 
 
@@ -93,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                  "load_avg_1min_at_start": round(os.getloadavg()[0], 2), "policies": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots))
+        link = measure_link()
+        out["link_measured"] = {"latency_ms": round(link[0] * 1e3, 4), "gbps": round(link[1] * 8 / 1e9, 3)}
+        inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link))
         for pol in policies:
             t0 = time.perf_counter()
             df = run_policy(inst, pol, slots * per, per, tmp / pol)
