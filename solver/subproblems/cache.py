@@ -21,6 +21,7 @@ from ..model.state import SlotState
 
 Cuts = tuple[int, ...]
 INF = float("inf")
+DP_BACKENDS = ("compiled", "numpy")
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,7 +31,8 @@ class GroupArrays:
     lam[j, c]: seconds per sample across the boundary after stage j when it ends at layer c
     (inf where c is not a cut point); need[a, c]: bytes a stage a..c-1 needs for `share`
     samples; mem[j]: memory of stage j's device (bytes); cache: the DPs' scratch for this
-    group (cost windows, frontiers), kept with it."""
+    group (cost windows, frontiers), kept with it; dp: the cut DP implementation
+    (SlotCache.dp_backend)."""
 
     devices: tuple[int, ...]
     L: int
@@ -41,6 +43,7 @@ class GroupArrays:
     need: np.ndarray
     mem: np.ndarray
     cache: dict = field(default_factory=dict, repr=False)
+    dp: str = "compiled"
 
     @property
     def nbytes(self) -> int:
@@ -64,10 +67,16 @@ class SlotCache:
 
     Bounds: at most `max_need_matrices` memory-need matrices (one per share) and about
     `max_array_bytes` bytes of group arrays are kept; the oldest go first.
+
+    dp_backend: the cut DPs' implementation, "compiled" (subproblems.dp_kernel, default) or
+    "numpy" (the vectorised reference); both give the same values and cuts.
     """
 
     def __init__(self, state: SlotState, *, max_need_matrices: int = 32,
-                 max_array_bytes: int = 256 << 20) -> None:
+                 max_array_bytes: int = 256 << 20, dp_backend: str = "compiled") -> None:
+        if dp_backend not in DP_BACKENDS:
+            raise ValueError(f"dp_backend: expected one of {DP_BACKENDS}, got {dp_backend!r}")
+        self.dp_backend = dp_backend
         self.state = state
         self.max_need_matrices = int(max_need_matrices)
         self.max_array_bytes = int(max_array_bytes)
@@ -127,7 +136,8 @@ class SlotCache:
                 o = wl.out_bytes[None, : L - 1]
                 lam[:, 1:L] = o / fitted_bandwidth(st.network.fit[d[:-1], d[1:]][:, None, :], bw[:, None], o * u) \
                     + lat[:, None]
-        ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s), mem)
+        ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s), mem,
+                         dp=self.dp_backend)
         used = self._arrays_bytes + ga.nbytes
         while self._arrays and used > self.max_array_bytes:
             used -= self._arrays.pop(next(iter(self._arrays))).nbytes

@@ -13,7 +13,11 @@ over stages and boundaries. So the minimum of X + Y lies on the (X, Y) Pareto fr
     b_1 = min Y;  a_1 = min X s.t. Y <= b_1;  b_2 = min Y s.t. X < a_1;  a_2 = ...
 
 stopping when b_i + min X can no longer beat the best a_i + b_i. Each DP is
-O(k L^2), vectorised over (start, end) pairs with the prefix sums of the state.
+O(k L^2): by default the compiled scalar recurrence of `dp_kernel.cut_dp` (no temporaries;
+its memory rule `maxend` is built from the same need matrix and comparisons as the numpy
+masks); a SlotCache made with dp_backend="numpy" selects the vectorised numpy recurrence
+below instead (the same operations in the same order, so the same values and cuts; kept as
+the reference the kernel is tested and benchmarked against).
 
 Memory: stage j fits when k_opt * P_j + s * H_j <= M_{d_j} with s = the share the group must
 be able to hold (one micro-batch by default; a one-stage group only ever stashes one
@@ -27,10 +31,10 @@ import numpy as np
 
 from ..cost.pipeline import gpipe_coeffs, stage_times
 from ..model import SlotState
+from . import dp_kernel
 from .cache import Cuts, GroupArrays, SlotCache, slot_cache
 
 INF = float("inf")
-
 
 def group_arrays(state: SlotState, devices: Sequence[int], min_share: int | None = None, *,
                  cache: SlotCache | None = None) -> GroupArrays | None:
@@ -227,14 +231,47 @@ def _constrained(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constra
     return cost, bnd
 
 
+def _maxend(ga: GroupArrays) -> np.ndarray:
+    """(k, L+1) last end layer of a stage of ga starting at a that fits its device's memory,
+    from the same need matrix and comparisons as _penalty3 (cached)."""
+    me = ga.cache.get("maxend")
+    if me is None:
+        me = ga.cache["maxend"] = dp_kernel.maxend_need(np.ascontiguousarray(ga.need, dtype=float),
+                                                        np.ascontiguousarray(ga.mem, dtype=float))
+    return me
+
+
+def _kernel_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constraints: Sequence[Constraint],
+               minsum: bool, cuts: bool) -> tuple[float, Cuts | None]:
+    """_minmax_dp on the compiled kernel."""
+    k, L = len(ga.devices), ga.L
+    cons = [c for c in constraints if not (c[2] == INF and not c[3])]
+    if cons:
+        CS = np.stack([np.ascontiguousarray(c[0], dtype=float) for c in cons])
+        CB = np.stack([np.ascontiguousarray(c[1], dtype=float) for c in cons])
+    else:
+        CS, CB = np.empty((0, k, L + 1)), np.empty((0, max(k - 1, 0), L + 1))
+    lims = np.array([float(c[2]) for c in cons], dtype=float)
+    strict = np.array([bool(c[3]) for c in cons], dtype=np.bool_)
+    S = np.ascontiguousarray(np.broadcast_to(prefix, (k, L + 1)), dtype=float)
+    B = np.ascontiguousarray(bound, dtype=float).reshape(max(k - 1, 0), L + 1)
+    val, cut = dp_kernel.cut_dp(S, ga.lam, B, _maxend(ga), CS, CB, lims, strict, bool(minsum))
+    val = float(val)
+    if not val < INF:
+        return INF, None
+    return val, (tuple(int(x) for x in cut) if cuts else None)
+
+
 def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
                constraints: Sequence[Constraint] = (), minsum: bool = False, cuts: bool = True,
                memo: bool = True) -> tuple[float, Cuts | None]:
     """Minimise the max (with minsum: the sum) over stages of prefix[j, c] - prefix[j, a] and
     over boundaries of bound[j, c], every stage non-empty and within memory, subject to the
     constraints. Returns (value, cuts) or (inf, None); with cuts=False only the value (cuts
-    None). memo=False: keep nothing of `prefix` and `bound` (one-off arrays). O(k (L-k+1)^2),
-    a few numpy calls per stage."""
+    None). memo=False: keep nothing of `prefix` and `bound` (one-off arrays). O(k (L-k+1)^2):
+    the compiled kernel, or with the numpy backend a few numpy calls per stage."""
+    if ga.dp == "compiled":
+        return _kernel_dp(ga, prefix, bound, constraints, minsum, cuts)
     cost, bnd = _constrained(ga, prefix, bound, constraints, memo)
     val, prevs = _recurrence(cost, bnd, minsum)
     val = float(val)
@@ -267,14 +304,10 @@ def _alpha_frontier(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
 
 def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
     Fp, Gp, lam = ga.Fp, ga.Gp, ga.lam
-    # min X and min Y (no constraint) in one stacked pass
-    if len(ga.devices) > 1:
-        bl = _bwin(ga, lam)
-        bl = np.broadcast_to(bl, (2,) + bl.shape)
+    if ga.dp == "compiled":
+        a_min, b_min = _kernel_dp(ga, Fp, lam, (), False, False)[0], _kernel_dp(ga, Gp, lam, (), False, False)[0]
     else:
-        bl = None
-    dp, _ = _recurrence(_fg3(ga), bl, False)
-    a_min, b_min = float(dp[0]), float(dp[1])
+        a_min, b_min = _min_xy_numpy(ga)
     if not a_min < INF:
         return []
     points: list[tuple[float, float, Cuts]] = []
@@ -292,6 +325,17 @@ def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]
         best = min(best, a + b)
         a_lim, strict = a, True
     return points
+
+
+def _min_xy_numpy(ga: GroupArrays) -> tuple[float, float]:
+    """(min X, min Y) with no constraint, in one stacked numpy pass."""
+    if len(ga.devices) > 1:
+        bl = _bwin(ga, ga.lam)
+        bl = np.broadcast_to(bl, (2,) + bl.shape)
+    else:
+        bl = None
+    dp, _ = _recurrence(_fg3(ga), bl, False)
+    return float(dp[0]), float(dp[1])
 
 
 def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None,

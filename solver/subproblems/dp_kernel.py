@@ -133,3 +133,26 @@ def maxend_prefix(pp: np.ndarray, sp: np.ndarray, kopt: float, live: np.ndarray,
                     hi = mid - 1
             out[j, a] = lo
     return out
+
+
+@njit(cache=True)
+def maxend_need(need: np.ndarray, mem: np.ndarray) -> np.ndarray:
+    """(k, L+1) int64 from a need matrix: the last end layer c such that need[a, c] <= mem[j]
+    (need (L+1, L+1) bytes a stage a..c-1 needs, non-decreasing in c for each a, as the
+    memory rule of `subproblems.cache.SlotCache.need` is; mem (k,) bytes); a itself when no
+    non-empty stage fits. The same comparisons as the numpy masks `need <= mem`, found by
+    binary search: O(k L log L)."""
+    k = mem.shape[0]
+    L = need.shape[0] - 1
+    out = np.empty((k, L + 1), dtype=np.int64)
+    for j in range(k):
+        for a in range(L + 1):
+            lo, hi = a, L
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if need[a, mid] <= mem[j]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[j, a] = lo
+    return out

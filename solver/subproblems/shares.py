@@ -9,6 +9,8 @@ cap_g (samples; model.memory.NO_CAP when unbounded, 0 when not even one micro-ba
 (W = V + sum_k Q_k R_k >= 0 per second, q_g = sum_k Q_k e_kg per sample; T_sync and F_k are
 constants and are left out.) Everything exact below works in micro-batch units n_g = b_g / u.
 
+* One group (most calls of the search): b = B when it fits, no LP and no hand-out.
+
 * q constant (q = 0 included): min-max of increasing per-group times. Handing micro-batches out
   one at a time to the group that is fastest after receiving one is exactly optimal; we start
   that hand-out from the floor of the capped water-filling LP solution (only <= m steps remain).
@@ -316,6 +318,10 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
         return _fail("infeasible", f"groups {bad} cannot hold one micro-batch of u={u} (cap < u)")
     if int(capn.sum()) < N:
         return _fail("infeasible", f"sum of caps {int(capn.sum()) * u} < B={B}")
+    if m == 1:      # the whole batch (it fits, checked above): integer and LP optimum alike
+        z = float(a[0] * B + c[0])
+        value = float(W) * z + float(qq[0]) * B
+        return ShareResult((int(B),), z, value, value, "optimal")
     au = a * u
     b_lp, z_lp = water_fill(a, c, float(B), lo=float(u), cap=(capn * u).astype(float))
     start = np.clip(np.floor((z_lp - c) / au - _TOL_N).astype(np.int64), 1, capn)
