@@ -1,55 +1,140 @@
-"""Wall time of solve_slot against pool size n and model depth L.
+"""Median solve_slot time on the issue-12 cases, side by side with an earlier solver.
 
-    python benchmarks/bench_speed.py [--out OUTDIR] [--quick]
+    python benchmarks/bench_speed.py [--out OUTDIR] [--quick] [--against COMMIT] [--new COMMIT] [--no-1024]
 
-n in {4, 8, 16, 32, 64}, L in {20, 50, 200}; random slots with zero and with positive queues.
-Prints median / p95 seconds per cell; writes OUTDIR/speed.csv (default results/bench/).
+Cases: random slots n = 8, L = 50; n = 16, L = 50; n = 64, L = 200; n = 8 with a 354-layer
+imported model (the PipeDream resnet50 profile of instances/pipedream_resnet50_layers.csv,
+177 layers, stacked twice); n = 1024, L = 50 (one slot). Half the slots have zero queues,
+half positive ones. Each case runs in two worker processes, one importing this tree's solver
+(or --new COMMIT's) and one importing --against COMMIT's (a `git worktree` of it in a
+temporary folder; default: the commit before the compiled cut DP), on the same seeded slots, one after the other, so both see the
+same machine load. Wall seconds per solve_slot call (after one untimed warm-up solve per
+worker: imports, HiGHS, numba's compiled kernels). Prints per case the medians, their ratio
+and how many answers (plan and objective to 12 digits) are identical; writes
+OUTDIR/speed.csv (default benchmarks/results/).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+OLD_COMMIT = "816dfdf"      # the solver before the compiled cut DP and the one-group shortcut
+TARGET_MS = {"n8-L50": 20, "n16-L50": 50, "n64-L200": 300, "n8-resnet50x2-L354": 150, "n1024-L50": 5000}
 
-from solver.solve import solve_slot  # noqa: E402
-from solver.io.synthetic import random_state  # noqa: E402
 
-NS = (4, 8, 16, 32, 64)
-LS = (20, 50, 200)
+def case_list(quick: bool, big: bool) -> list[tuple[str, int, int, int]]:
+    """(name, n, L, slots): L = 0 marks the imported model."""
+    r = 3 if quick else 8
+    out = [("n8-L50", 8, 50, r), ("n16-L50", 16, 50, r), ("n64-L200", 64, 200, max(2, r // 2)),
+           ("n8-resnet50x2-L354", 8, 0, max(2, r // 2))]
+    if big:
+        out.append(("n1024-L50", 1024, 50, 1))
+    return out
+
+
+def _states(name: str, n: int, L: int, slots: int):
+    """The seeded slots of one case (worker side: imports whichever solver is on sys.path)."""
+    from solver import load_instance
+    from solver.io.synthetic import random_instance, random_state
+    seed = sum(map(ord, name)) * 1000
+    if L:
+        return [random_state(seed + r, n=n, L=L) for r in range(slots)]
+    wl = load_instance(ROOT / "instances" / "pipedream_resnet50.toml").workload
+    twice = replace(wl, name=wl.name + "_x2", layers=wl.layers + wl.layers,
+                    measured={k: (f + f, b + b) for k, (f, b) in wl.measured.items()})
+    inst = replace(random_instance(seed, n=n, L=4, slots=slots), workload=twice)
+    return [inst.state(t) for t in range(slots)]
+
+
+def worker(spec: dict) -> dict:
+    """Solve each case's slots; returns {case: [(seconds, answer line), ...]}."""
+    from solver.io.synthetic import random_state
+    from solver.solve import solve_slot
+    solve_slot(random_state(0, n=4, L=8), (1.0, 0.5), 1.0)        # warm-up, untimed
+    out = {}
+    for name, n, L, slots in spec["cases"]:
+        rows = []
+        for r, state in enumerate(_states(name, n, L, slots)):
+            Q = (0.0,) * len(state.budgets) if r % 2 == 0 else tuple([2.0, 0.5, 1.0][:len(state.budgets)])
+            t0 = time.perf_counter()
+            res = solve_slot(state, Q, 1.0)
+            dt = time.perf_counter() - t0
+            plan = None if res.plan is None else [[list(g.devices), list(g.cuts), g.share] for g in res.plan.groups]
+            rows.append((dt, json.dumps([plan, f"{res.objective:.12g}"])))
+        out[name] = rows
+    return out
+
+
+def _run_worker(tree: Path, cases: list) -> dict:
+    env = dict(os.environ, BENCH_SPEED_TREE=str(tree))
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps({"cases": cases})],
+                       capture_output=True, text=True, env=env, cwd=tree)
+    if p.returncode != 0:
+        raise SystemExit(f"bench_speed worker in {tree} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", nargs="?", default=None, help="output folder (same as --out)")
-    ap.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
-    ap.add_argument("--quick", action="store_true", help="3 slots per cell instead of 10")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output folder")
+    ap.add_argument("--quick", action="store_true", help="3 slots per case instead of 8, no n = 1024")
+    ap.add_argument("--against", default=OLD_COMMIT, help=f"commit of the earlier solver (default {OLD_COMMIT})")
+    ap.add_argument("--new", default=None, help="commit of the new solver (default: this working tree)")
+    ap.add_argument("--no-1024", action="store_true", help="leave out the n = 1024 case")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    reps = 3 if args.quick else 10
-    solve_slot(random_state(0, n=4, L=8))   # warm imports and HiGHS
-    rows = []
-    for n in NS:
-        for L in LS:
-            for r in range(reps):
-                state = random_state(1000 * n + 10 * L + r, n=n, L=L)
-                Q = (0.0, 0.0) if r % 2 == 0 else (2.0, 0.5)   # queues in budget units
-                res = solve_slot(state, Q, 1.0)
-                rows.append(dict(n=n, L=L, rep=r, seconds=res.solve_time, candidates=res.candidates,
-                                 groups=len(res.plan.groups) if res.plan else 0, status=res.status))
-    df = pd.DataFrame(rows)
-    table = df.groupby(["n", "L"])["seconds"].agg(median="median", p95=lambda s: float(np.quantile(s, 0.95)))
-    print((table * 1e3).round(1).rename(columns=lambda c: c + "_ms").to_string())
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    cases = case_list(args.quick, not (args.quick or args.no_1024))
+    rows, table = [], []
+    with tempfile.TemporaryDirectory(prefix="bench_speed_") as tmp:
+        old_tree = Path(tmp) / "old"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), args.against],
+                       check=True, capture_output=True)
+        new_tree = ROOT
+        if args.new:
+            new_tree = Path(tmp) / "new"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(new_tree), args.new],
+                           check=True, capture_output=True)
+        try:
+            for case in cases:
+                old = _run_worker(old_tree, [case])[case[0]]
+                new = _run_worker(new_tree, [case])[case[0]]
+                same = sum(a[1] == b[1] for a, b in zip(old, new))
+                for who, res in (("old", old), ("new", new)):
+                    for r, (sec, _) in enumerate(res):
+                        rows.append(dict(case=case[0], n=case[1], L=case[2] or 354, rep=r, solver=who, seconds=sec))
+                mo, mn = float(np.median([x[0] for x in old])), float(np.median([x[0] for x in new]))
+                table.append(dict(case=case[0], slots=len(new), old_ms=1e3 * mo, new_ms=1e3 * mn,
+                                  speedup=mo / mn, target_ms=TARGET_MS[case[0]], same_answers=f"{same}/{len(new)}"))
+                print(f"{case[0]}: old {1e3 * mo:.1f} ms, new {1e3 * mn:.1f} ms", flush=True)
+        finally:
+            for tree in {old_tree, new_tree} - {ROOT}:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                               capture_output=True)
+    print(f"median wall ms per solve_slot; old = {args.against}, new = {args.new or 'this working tree'}")
+    print(pd.DataFrame(table).round(2).to_string(index=False))
     out = Path(args.outdir or args.out)
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "speed.csv", index=False)
+    pd.DataFrame(rows).to_csv(out / "speed.csv", index=False)
     print(f"wrote {out / 'speed.csv'}")
     return 0
 
 
 if __name__ == "__main__":
+    if os.environ.get("BENCH_SPEED_TREE"):
+        sys.path.insert(0, os.environ["BENCH_SPEED_TREE"])
     sys.exit(main())
