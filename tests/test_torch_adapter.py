@@ -184,3 +184,21 @@ def test_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--slots", "2", "--steps", "2", "--t-ref", "1e-3", "--samples", "256"]) == 0
     out = capsys.readouterr().out
     assert "predicted ms" in out and out.count("hand ") >= 2 and "loss" in out
+
+
+@pytest.mark.parametrize("bad, constraint", [
+    (plan(((0, 1), (3, 6), 32)), "layers_covered"),
+    (plan(((0, 1, 2), (3, 7), 32)), "cuts_match_stages"),
+    (plan(((0, 1), (3, 7), 20), ((2, 3), (5, 7), 8)), "shares_sum"),
+    (plan(((1, 0), (0, 7), 32)), "stage_nonempty"),
+])
+def test_one_structural_check(bad: Plan, constraint: str) -> None:
+    """The runtime's check_plan and Plan.validate report a structural fault in the same words
+    (model.plan.structure_violations)."""
+    from solver.runtime import check_plan
+    state = tiny_state(mem=1e9)
+    details = [v.detail for v in bad.validate(state) if v.constraint == constraint]
+    assert details
+    with pytest.raises(PlanMismatchError) as e:
+        check_plan(bad, 7, 4, B)
+    assert all(d in str(e.value) for d in details)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Sequence
 
 from .memory import MEM_RTOL, SCHEDULES, memory_use
 from .state import SlotState, measurement_notes
@@ -74,7 +75,7 @@ class Plan:
         B, u = state.workload.batch, state.workload.micro_batch
         if not self.groups:
             return [Violation("nonempty", "the plan has no group")]
-        seen: set[int] = set()
+        v += structure_violations(self, L, state.n, B, [d.name for d in state.devices])
         options = state.workload.micro_batch_options()
         for gi, g in enumerate(self.groups):
             where = f"group {gi}"
@@ -85,39 +86,17 @@ class Plan:
                 else:
                     v.append(Violation("micro_batch", f"{where} micro_batch: expected one of {options}, "
                                                       f"got {g.micro_batch!r}"))
-            if len(g.devices) == 0:
-                v.append(Violation("nonempty", f"{where} has no device"))
-                continue
-            if len(g.cuts) != len(g.devices):
-                v.append(Violation("cuts_match_stages",
-                                   f"{where} has {len(g.devices)} devices but {len(g.cuts)} cut points"))
+            if len(g.devices) == 0 or len(g.cuts) != len(g.devices):
                 continue
             for d in g.devices:
-                if not (0 <= d < state.n):
-                    v.append(Violation("known_device", f"{where} names device index {d} of {state.n}"))
-                    continue
-                if d in seen:
-                    v.append(Violation("device_once", f"device {state.devices[d].name} appears twice"))
-                seen.add(d)
-                if not state.available[d]:
+                if 0 <= d < state.n and not state.available[d]:
                     v.append(Violation("available", f"device {state.devices[d].name} is unavailable in slot {state.t}"))
-            prev = 0
-            for j, c in enumerate(g.cuts):
-                if c <= prev:
-                    v.append(Violation("stage_nonempty", f"{where} stage {j} ends at layer {c} <= its start {prev}"))
-                prev = max(prev, c)
-            if g.cuts and g.cuts[-1] != L:
-                v.append(Violation("layers_covered",
-                                   f"{where} ends at layer {g.cuts[-1]}, model has {L} layers"))
             if g.share < u:
                 v.append(Violation("share_positive", f"{where} share {g.share} < one micro-batch ({u})"))
             if g.share % u != 0:
                 v.append(Violation("share_multiple", f"{where} share {g.share} is not a multiple of u={u}"))
             if g.schedule not in SCHEDULES:
                 v.append(Violation("schedule", f"{where} schedule: expected one of {SCHEDULES}, got {g.schedule!r}"))
-        total = sum(g.share for g in self.groups)
-        if total != B:
-            v.append(Violation("shares_sum", f"shares sum to {total}, batch is {B}"))
         if any(x.constraint in ("known_device", "cuts_match_stages", "stage_nonempty", "layers_covered",
                                 "schedule", "micro_batch") for x in v):
             return v
@@ -150,6 +129,50 @@ class Plan:
         """One-line summary for tables: groups separated by ' | ', stages by '>'."""
         return " | ".join(
             f"{g.share}:" + ">".join(f"{state.devices[d].name}" for d in g.devices) for g in self.groups)
+
+
+def structure_violations(plan: Plan, num_layers: int, num_devices: int, batch: int,
+                         names: Sequence[str] | None = None) -> list[Violation]:
+    """What any plan must meet whatever the slot, for a model of `num_layers` layers over
+    devices 0..num_devices-1 and a batch of `batch` samples: at least one group; per group at
+    least one device, one cut point per device, known devices, each used once, non-empty
+    stages ending at the last layer; shares summing to the batch. `names`: device names for
+    the messages. The one structural check: Plan.validate (a slot's numbers) and the runtime's
+    check_plan (the module list's and the process world's) both use it."""
+    if not plan.groups:
+        return [Violation("nonempty", "the plan has no group")]
+    v: list[Violation] = []
+    seen: set[int] = set()
+    for gi, g in enumerate(plan.groups):
+        where = f"group {gi}"
+        if len(g.devices) == 0:
+            v.append(Violation("nonempty", f"{where} has no device"))
+            continue
+        if len(g.cuts) != len(g.devices):
+            v.append(Violation("cuts_match_stages",
+                               f"{where} has {len(g.devices)} devices but {len(g.cuts)} cut points"))
+            continue
+        for d in g.devices:
+            if not (0 <= d < num_devices):
+                v.append(Violation("known_device", f"{where} names device index {d}, but there are "
+                                                    f"{num_devices} devices (0..{num_devices - 1})"))
+                continue
+            if d in seen:
+                name = f"{names[d]} (index {d})" if names is not None else f"index {d}"
+                v.append(Violation("device_once", f"device {name} appears twice"))
+            seen.add(d)
+        prev = 0
+        for j, c in enumerate(g.cuts):
+            if c <= prev:
+                v.append(Violation("stage_nonempty", f"{where} stage {j} ends at layer {c} <= its start {prev}"))
+            prev = max(prev, c)
+        if g.cuts and g.cuts[-1] != num_layers:
+            v.append(Violation("layers_covered", f"layer count mismatch: {where} ends at layer "
+                                                 f"{g.cuts[-1]}, the model has {num_layers} layers"))
+    total = sum(g.share for g in plan.groups)
+    if total != batch:
+        v.append(Violation("shares_sum", f"shares sum to {total}, the batch is {batch}"))
+    return v
 
 
 def layer_holders(plan: Plan, num_layers: int) -> list[tuple[int, ...]]:

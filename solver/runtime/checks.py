@@ -5,6 +5,7 @@ from typing import Sequence
 
 from ..errors import DynparError
 from ..model import Plan, SlotState
+from ..model.plan import structure_violations
 
 # The runtime splits a share into micro-batches of u with a shorter last one, so these
 # two solver-side constraints do not bind it (a share only needs >= 1 sample).
@@ -20,35 +21,8 @@ def check_plan(plan: Plan, num_layers: int, world_size: int, batch: int,
     """Raise PlanMismatchError naming every problem of `plan` for a model of `num_layers`
     modules run on `world_size` processes (device index = rank) with a global batch of
     `batch` samples; with a `state`, also its memory and availability constraints."""
-    problems: list[str] = []
-    if not plan.groups:
-        problems.append("the plan has no group")
-    seen: set[int] = set()
-    for gi, g in enumerate(plan.groups):
-        if not g.devices:
-            problems.append(f"group {gi} has no device")
-        if len(g.cuts) != len(g.devices):
-            problems.append(f"group {gi} has {len(g.devices)} devices but {len(g.cuts)} cut points")
-        for d in g.devices:
-            if not 0 <= d < world_size:
-                problems.append(f"group {gi} names device index {d}, but the world has "
-                                f"{world_size} processes (0..{world_size - 1})")
-            if d in seen:
-                problems.append(f"device index {d} appears twice")
-            seen.add(d)
-        prev = 0
-        for j, c in enumerate(g.cuts):
-            if c <= prev:
-                problems.append(f"group {gi} stage {j} ends at layer {c} <= its start {prev}")
-            prev = max(prev, c)
-        if g.cuts and g.cuts[-1] != num_layers:
-            problems.append(f"layer count mismatch: group {gi} ends at layer {g.cuts[-1]}, "
-                            f"the model has {num_layers} layers")
-        if g.share < 1:
-            problems.append(f"group {gi} share {g.share} < 1 sample")
-    total = sum(g.share for g in plan.groups)
-    if total != batch:
-        problems.append(f"shares sum to {total}, the global batch is {batch}")
+    problems = [v.detail for v in structure_violations(plan, num_layers, world_size, batch)]
+    problems += [f"group {gi} share {g.share} < 1 sample" for gi, g in enumerate(plan.groups) if g.share < 1]
     if state is not None:
         if state.workload.num_layers != num_layers:
             problems.append(f"layer count mismatch: the workload has {state.workload.num_layers} "
