@@ -257,16 +257,30 @@ def write_workload_csv(workload: Workload, path: str | Path, comment: str | None
     lines = [f"# {line}" for line in (comment or f"dynpar layer table {workload.name}").splitlines()]
     lines.append(f"# input_bytes: {format_number(workload.input_bytes)}")
     rows = []
-    for i, l in enumerate(workload.layers):
-        row = [l.name] + [format_number(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
-        for k in kinds:
-            fw, bw = workload.measured[k]
-            row += [repr(float(fw[i])), repr(float(bw[i]))]
+    for i in range(workload.num_layers):
+        row = base_cells(workload, i)
         row += [repr(float(workload.optimizer_seconds[k][i])) for k in steps]
         rows.append(row)
+    return write_table_csv(path, lines, header, rows)
+
+
+def base_cells(workload: Workload, i: int) -> list[str]:
+    """Layer i's cells of the BASE_COLUMNS and of every measured kind's fwd_s/bwd_s pair
+    (kinds in sorted order), as written in a layer table."""
+    l = workload.layers[i]
+    row = [l.name] + [format_number(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
+    for k in sorted(workload.measured):
+        fw, bw = workload.measured[k]
+        row += [repr(float(fw[i])), repr(float(bw[i]))]
+    return row
+
+
+def write_table_csv(path: Path, comments: Sequence[str], header: Sequence[str], rows: Sequence[Sequence[str]]
+                    ) -> Path:
+    """Write a layer table: the `# ...` comment lines, the header, the rows (parent folder created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
-        fh.write("\n".join(lines) + "\n")
+        fh.write("\n".join(comments) + "\n")
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(header)
         w.writerows(rows)

@@ -8,13 +8,12 @@ measured (kind, micro-batch size, TP degree) is written as `fwd_s:<kind>@mbs<b>@
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...model import Workload
 from ..columns import bytes_column, time_column
-from ..workloads import BASE_COLUMNS, format_number
+from ..workloads import BASE_COLUMNS, base_cells, format_number, write_table_csv
 
 Times = tuple[tuple[float, ...], tuple[float, ...]]
 """(forward seconds per sample, backward seconds per sample), one per layer."""
@@ -66,10 +65,8 @@ def write_table(imp: Imported, out: str | Path) -> Path:
     if imp.precision:
         lines.append(f"# precision: {imp.precision}")
     rows = []
-    for i, l in enumerate(wl.layers):
-        row = [l.name] + [format_number(x) for x in (l.fwd_flops, l.bwd_flops, l.out_bytes, l.stash_bytes, l.param_bytes)]
-        for k in kinds:
-            row += [repr(float(wl.measured[k][0][i])), repr(float(wl.measured[k][1][i]))]
+    for i in range(wl.num_layers):
+        row = base_cells(wl, i)
         for key in var:
             fw, bw = imp.variants[key]
             row += [repr(float(fw[i])), repr(float(bw[i]))]
@@ -77,10 +74,4 @@ def write_table(imp: Imported, out: str | Path) -> Path:
             row += [format_number(x[i]) for x in imp.bytes_at[t]]
         row += [repr(float(imp.optimizer[k][i])) for k in steps]
         rows.append(row)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        fh.write("\n".join(lines) + "\n")
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(header)
-        w.writerows(rows)
-    return out
+    return write_table_csv(out, lines, header, rows)
