@@ -140,7 +140,9 @@ class SlotResult:
     the model, or for the frontier cut sets the message names), FEASIBLE from the search,
     INFEASIBLE with plan None and the reason in message; message: what was done, in words;
     solve_time, migration_time: seconds; candidates: structures scored; candidate_pool:
-    (Plan, batch_time, costs) when asked."""
+    (Plan, batch_time, costs) when asked; lower_bound: a value no plan's objective is below
+    (solve.bounds; nan with no plan); gap: the certified gap (objective - lower_bound) /
+    objective."""
 
     plan: Plan | None
     batch_time: float
@@ -153,6 +155,17 @@ class SlotResult:
     migration_time: float = 0.0
     evaluation: Evaluation | None = None
     candidate_pool: tuple = ()
+    lower_bound: float = math.nan
+
+    @property
+    def gap(self) -> float:
+        """(objective - lower_bound) / objective: how far above the best possible plan this
+        one can be, at most (nan with no plan or no bound; 0 when both are 0)."""
+        if not (math.isfinite(self.objective) and math.isfinite(self.lower_bound)):
+            return math.nan
+        if self.objective == 0:
+            return 0.0
+        return max(0.0, (self.objective - self.lower_bound) / self.objective)
 
     @property
     def success(self) -> bool:

@@ -3,8 +3,9 @@
 Enumerates every non-empty selection of the available devices (n <= 6), every set partition of
 it into groups and every order inside each group (8,463 sets of ordered groups at n = 6), and
 for each ordered group either every memory-feasible cut set (`all_cuts`: then the result is
-exact for the model) or the frontier cut sets of `cuts.frontier_cuts` (for one micro-batch and
-for the whole batch of memory; exact relative to them). Shares are exact integers
+exact for the model) or the frontier cut sets of `cuts.frontier_cuts` at every memory level
+the integer shares can reach (`cuts.frontier_cuts_all_levels`: each share u..B at which the
+stages that fit change), with the min-alpha cuts; exact relative to them. Shares are exact integers
 (`shares.solve_shares`). Structures are skipped only by valid lower bounds (never by
 heuristics). The baselines and the previous plan are scored too, so the oracle never loses to
 them even when it works on frontier cuts.
@@ -19,7 +20,7 @@ from typing import Iterator, Sequence
 from ..model import Plan, SlotState, share_cap
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
-from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
+from ..subproblems.cuts import frontier_cuts_all_levels, min_bottleneck_cuts
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .options import SearchTuning, SlotResult, SolveOptions
@@ -98,8 +99,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
                 cut_options[g] = all_cut_sets(state, g)
             else:
                 fr = dict(cache=cache, relax=tune.frontier_relax, seeds=tune.frontier_seeds)
-                found = dict.fromkeys(frontier_cuts(state, g, tune.oracle_frontier, **fr)
-                                      + frontier_cuts(state, g, tune.oracle_frontier, B, **fr))
+                found = dict.fromkeys(frontier_cuts_all_levels(state, g, tune.oracle_frontier, B, **fr))
                 mb = min_bottleneck_cuts(state, g, cache=cache)
                 if mb is not None:
                     found[mb] = None
@@ -122,5 +122,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         return SlotResult.infeasible(
             f"slot {state.t}: no group of available devices can hold the model "
             f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
-    what = "exact for the model (every cut set)" if all_cuts else "exact relative to frontier cuts"
+    what = "exact for the model (every cut set)" if all_cuts else (
+        f"exact relative to the frontier cut sets (up to {tune.oracle_frontier} per ordered group and "
+        f"memory level, at every share level u..B, plus the min-alpha cuts), not every cut set")
     return slot_result(state, sc, Q, V, Status.OPTIMAL, f"oracle: {what}; {sc.count} structures scored", t0)

@@ -28,6 +28,7 @@ from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
+from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders
@@ -290,5 +291,11 @@ def slot_result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: S
     ev = sc.cache.evaluation(plan)
     pool = tuple((s.plan, s.batch_time, tuple(sc.cache.evaluation(s.plan).costs)) for s in sc.pool) \
         if sc.opt.keep_candidates else ()
+    single = None
+    if len(state.available_indices) == 1:       # its only plan, without migration
+        d = state.available_indices[0]
+        alone = Scorer(state, Q, V, sc.opt, None, cache=sc.cache).score((((d,), (state.workload.num_layers,)),))
+        single = alone.objective if alone is not None else math.inf
     return SlotResult(plan, ev.batch_time, ev.costs, best.objective, status, message,
-                      time.perf_counter() - t0, sc.count, best.migration, ev, pool)
+                      time.perf_counter() - t0, sc.count, best.migration, ev, pool,
+                      slot_lower_bound(state, Q, V, single))

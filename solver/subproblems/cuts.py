@@ -451,3 +451,39 @@ def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | Non
         w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
         _, ga.cache["balanced"] = blind_cuts(state, devices, w, np.zeros_like(ga.lam), min_share, cache=sc)
     return ga.cache["balanced"]
+
+
+def memory_levels(state: SlotState, devices: Sequence[int], max_share: int | None = None, *,
+                  cache: SlotCache | None = None) -> list[int]:
+    """The shares u, 2u, ..., max_share (default the batch) at which the set of stages that
+    fit this ordered group's memory changes: the smallest share of each distinct set (a cut
+    DP's answer depends on the share only through that set)."""
+    sc = slot_cache(state, cache)
+    wl = state.workload
+    u = wl.micro_batch
+    top = wl.batch if max_share is None else int(max_share)
+    if len(devices) <= 1:
+        return [u]
+    levels, last = [], None
+    for s in range(u, top + 1, u):
+        ga = sc.group_arrays(devices, s)
+        if ga is None:
+            return []
+        me = _maxend(ga)
+        if last is None or not np.array_equal(me, last):
+            levels.append(s)
+            last = me
+        if not np.any(me[:, :-1] > np.arange(ga.L)[None, :]):
+            break                               # no stage fits any more: larger shares neither
+    return levels
+
+
+def frontier_cuts_all_levels(state: SlotState, devices: Sequence[int], limit: int = 4,
+                             max_share: int | None = None, *, cache: SlotCache | None = None,
+                             relax: Sequence[float] = RELAX, seeds: int = 2) -> list[Cuts]:
+    """frontier_cuts at every memory level of `memory_levels` (each share the integer shares
+    can reach, up to max_share), in that order, without repeats."""
+    found: dict[Cuts, None] = {}
+    for s in memory_levels(state, devices, max_share, cache=cache):
+        found.update(dict.fromkeys(frontier_cuts(state, devices, limit, s, cache=cache, relax=relax, seeds=seeds)))
+    return list(found)
