@@ -190,3 +190,16 @@ def test_every_group_at_its_cap():
     assert r.shares == (8, 4) and np.isfinite(r.lp_value) and r.lp_value == pytest.approx(r.value)
     r = solve_shares(np.array([0.0106]), np.array([1.2]), [8], 8, 2, 20.0, np.array([0.07]))
     assert r.shares == (8,) and r.lp_value == pytest.approx(r.value)
+
+
+@pytest.mark.parametrize("cap, q", [(64, 0.0), (NO_CAP, 0.3), (80, 1.5)])
+def test_one_group_gets_the_whole_batch_without_an_lp(cap, q):
+    r = solve_shares([0.01], [0.2], [cap], 64, 4, 2.0, [q], lp=None)
+    assert r.status == "optimal" and r.shares == (64,)
+    assert r.z == pytest.approx(0.01 * 64 + 0.2)
+    assert r.value == pytest.approx(2.0 * r.z + q * 64) and r.lp_value == r.value
+
+
+def test_one_group_that_cannot_hold_the_batch_is_infeasible():
+    r = solve_shares([0.01], [0.2], [60], 64, 4, 1.0, [0.0])
+    assert r.status == "infeasible" and "sum of caps" in r.message
