@@ -131,8 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.quick:
             inst = inst.head(min(5, inst.num_slots))
         rows.append(bench_instance(inst, inst.num_slots <= MILP_SLOTS and inst.n <= MILP_DEVICES))
+        pd.DataFrame(rows).to_csv(out / "budgets_instances.csv", index=False)   # after each instance
     table = pd.DataFrame(rows)
-    table.to_csv(out / "budgets_instances.csv", index=False)
     long = long_run(args.long_slots or (150 if args.quick else 1000)) if args.long_slots != 0 else pd.DataFrame()
     if len(long):
         long.to_csv(out / "budgets_long.csv", index=False)
