@@ -1,6 +1,6 @@
 """Median solve_slot time on the issue-12 cases, side by side with an earlier solver.
 
-    python benchmarks/bench_speed.py [--out OUTDIR] [--quick] [--against COMMIT] [--new COMMIT] [--no-1024]
+    python benchmarks/bench_speed.py [--out OUTDIR] [--quick] [--against COMMIT] [--new COMMIT] [--no-1024] [--only CASES]
 
 Cases: random slots n = 8, L = 50; n = 16, L = 50; n = 64, L = 200; n = 8 with a 354-layer
 imported model (the PipeDream resnet50 profile of instances/pipedream_resnet50_layers.csv,
@@ -93,12 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", default=OLD_COMMIT, help=f"commit of the earlier solver (default {OLD_COMMIT})")
     ap.add_argument("--new", default=None, help="commit of the new solver (default: this working tree)")
     ap.add_argument("--no-1024", action="store_true", help="leave out the n = 1024 case")
+    ap.add_argument("--only", default=None, help="comma-separated case names to run (default: all)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0
     cases = case_list(args.quick, not (args.quick or args.no_1024))
+    if args.only:
+        want = set(args.only.split(","))
+        cases = [c for c in case_list(False, True) if c[0] in want]
+        if len(cases) != len(want):
+            raise SystemExit(f"--only: expected names from {[c[0] for c in case_list(False, True)]}, got {args.only!r}")
     rows, table = [], []
     with tempfile.TemporaryDirectory(prefix="bench_speed_") as tmp:
         old_tree = Path(tmp) / "old"
