@@ -16,11 +16,17 @@ not planners over our model; we keep what each one decides and score it with our
             fit the whole batch's stashed activations in memory, else None.
 - dapple    m equal groups of k consecutive available devices (index order = DAPPLE's
             topology-aware placement), m = n // k; homogeneous balanced cuts, even shares;
-            the (m, k) with the smallest batch time under our cost model.
+            the (m, k) with the smallest batch time under our cost model; 1F1B (DAPPLE's
+            early-backward schedule), cuts within memory for its peak stash.
 - pipedream PipeDream's planner with uniform stage replication (m replicas of a k-stage
             pipeline): cuts and (m, k) chosen by its own heterogeneity-blind estimate (mean
             device time per layer, mean link bandwidth and latency, ring all-reduce of each
-            stage's parameters); scored synchronously (PipeDream-flush), even shares.
+            stage's parameters); scored synchronously under 1F1B (PipeDream-flush, its
+            one-forward-one-backward order with a flush per batch), even shares.
+
+A 1F1B stage keeps at most min(k, share / u) micro-batches (model.memory), so its cuts are
+those for one_f_one_b_peak(k, share, u) samples; a one-stage group stays "gpipe" (gradient
+accumulation: one micro-batch live under either schedule).
 - hetpipe   HetPipe's virtual workers: static groups from static device data (peak FLOP/s,
             index): ceil(n/4) workers balanced by peak speed (LPT); in a slot, each worker's
             available members in index order, heterogeneity-aware min-bottleneck cuts (HetPipe
@@ -45,9 +51,20 @@ def _checked(plan: Plan | None, state: SlotState) -> Plan | None:
     return plan if plan is not None and not plan.validate(state) else None
 
 
-def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], cutter: Cutter) -> Plan | None:
+def one_f_one_b_peak(k: int, share: int, u: int) -> int:
+    """Samples a 1F1B stage of a k-stage group keeps at most: u * min(k, share / u)."""
+    return u * min(k, -(-share // u))
+
+
+def _schedule(k: int, one_f_one_b: bool) -> str:
+    return "1f1b" if one_f_one_b and k > 1 else "gpipe"
+
+
+def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], cutter: Cutter,
+                            one_f_one_b: bool = False) -> Plan | None:
     """_equal_groups without Plan.validate: the cutters guarantee memory for each share, the
-    chunks are distinct available devices (the caller validates the plan it keeps)."""
+    chunks are distinct available devices (the caller validates the plan it keeps); with
+    one_f_one_b, multi-stage groups run 1F1B."""
     wl = state.workload
     shares = even_split(len(chunks), wl.batch, wl.micro_batch)
     groups = []
@@ -55,7 +72,7 @@ def _unchecked_equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], c
         cuts = cutter(ch, s)
         if cuts is None:
             return None
-        groups.append(Group(tuple(ch), cuts, s))
+        groups.append(Group(tuple(ch), cuts, s, _schedule(len(ch), one_f_one_b)))
     return Plan(tuple(groups))
 
 
@@ -151,8 +168,9 @@ def gpipe(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     return _checked(Plan((Group(tuple(devs), cuts, wl.batch),)), state)
 
 
-def _equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], cutter: Cutter) -> Plan | None:
-    plan = _unchecked_equal_groups(state, chunks, cutter)
+def _equal_groups(state: SlotState, chunks: Sequence[Sequence[int]], cutter: Cutter,
+                  one_f_one_b: bool = False) -> Plan | None:
+    plan = _unchecked_equal_groups(state, chunks, cutter, one_f_one_b)
     return None if plan is None else _checked(plan, state)
 
 
@@ -176,7 +194,10 @@ def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     best, best_t = None, np.inf
     for m, k in _configs(state):
         chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
-        plan = _unchecked_equal_groups(state, chunks, lambda ch, b: balanced_cuts(state, ch, min_share=b, cache=sc))
+        u = state.workload.micro_batch
+        plan = _unchecked_equal_groups(
+            state, chunks, lambda ch, b: balanced_cuts(state, ch, min_share=one_f_one_b_peak(len(ch), b, u), cache=sc),
+            one_f_one_b=True)
         if plan is not None and not plan.validate(state):
             t = sc.evaluation(plan).batch_time
             if t < best_t:
@@ -216,14 +237,15 @@ def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | Non
     for m, k in _configs(state):
         chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
         shares = even_split(m, wl.batch, wl.micro_batch)
-        t, cuts = _pipedream_cuts(state, chunks[0], shares[0], bw, lat, sc)
+        t, cuts = _pipedream_cuts(state, chunks[0], one_f_one_b_peak(k, shares[0], wl.micro_batch), bw, lat, sc)
         if cuts is None:
             continue
         stage_params = np.diff(np.concatenate([[0.0], state.param_prefix[list(cuts)]]))
         sync = 2.0 * (m - 1) / m * float(stage_params.max()) / bw + 2.0 * (m - 1) * lat if m > 1 else 0.0
         est = t * shares[0] + sync
         if est < best_est:
-            plan = _equal_groups(state, chunks, lambda ch, b, c=cuts: c if share_cap(state, ch, c) >= b else None)
+            plan = _equal_groups(state, chunks, lambda ch, b, c=cuts: c if share_cap(
+                state, ch, c, _schedule(len(ch), True)) >= b else None, one_f_one_b=True)
             if plan is not None:
                 best, best_est = plan, est
     return best

@@ -93,3 +93,21 @@ def families(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuning
     for j in _levels(len(holders), tuning.levels_all):
         out.append((f"dp{j}", [(d,) for d in holders[:j]]))
     return out
+
+
+def split_pipes(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuning
+                ) -> list[tuple[str, list[Ordered]]]:
+    """The k fastest devices as m pipelines of similar speed (m = 2, 4, ... while each keeps
+    two stages or more): the dp x pp shapes that pay where 1F1B or recomputation is what lets
+    a pipeline hold its share."""
+    avail = list(state.available_indices)
+    by_speed = speed_order(state, avail)
+    out: list[tuple[str, list[Ordered]]] = []
+    for k in _levels(min(len(avail), max_depth * len(avail)), tuning.levels_all):
+        m = 2
+        while k // m >= 2 and m <= sc.B // sc.u:
+            if -(-k // m) <= min(max_depth, sc.L):
+                chain = list(nn_order(state, by_speed[:k]))
+                out.append((f"pipes{k}x{m}", [nn_order(state, g) for g in chain_chunks(state, chain, m)]))
+            m *= 2
+    return out

@@ -10,6 +10,7 @@ from .. import baselines
 from ..model.plan import Plan
 from ..model.state import SlotState
 from ..subproblems.cache import SlotCache
+from .schedules import group_entry, plain
 from .scoring import Scorer
 
 
@@ -31,8 +32,11 @@ def score_incumbents(state: SlotState, sc: Scorer, Q: np.ndarray, previous_plan:
     shares (source = its name) and with exact shares (name + "+lp"); with recut_previous, the
     previous plan's device groups are also cut afresh for this slot ("previous-recut")."""
     for name, p in fixed_candidates(state, Q, previous_plan, sc.cache):
-        s = tuple((g.devices, g.cuts) for g in p.groups)
+        s = tuple(group_entry(g) for g in p.groups)
         sc.score(s, p.shares, source=name)
         sc.score(s, source=name + "+lp")
+        gp = plain(s)
+        if gp != s:         # the same groups under GPipe without recomputation, with exact shares
+            sc.score(gp, source=name + "-gpipe+lp")
         if recut_previous and name == "previous":
             sc.score_groups([g.devices for g in p.groups], source="previous-recut", prune=False)

@@ -89,21 +89,21 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
     for _ in range(rounds):
         improved = False
         for gi in range(len(cur.structure)):
-            d, _ = cur.structure[gi]
+            d, how = cur.structure[gi][0], cur.structure[gi][2:]
             share = cur.plan.groups[gi].share
             def options():
                 for o in group_orders(state, d, all_up_to):
-                    yield from ((o, c) for c in (sc.cuts(o), sc.cuts(o, share)) if c is not None)
-                yield from ((d, c) for c in sc.frontier(d) + sc.frontier(d, share))
+                    yield from ((o, c, *how) for c in (sc.cuts(o), sc.cuts(o, share)) if c is not None)
+                yield from ((d, c, *how) for c in sc.frontier(d) + sc.frontier(d, share))
 
             tried = set()
-            for o, c in options():
+            for e in options():
                 if sc.exhausted() or (deadline < math.inf and time.perf_counter() > deadline):
                     return cur
-                if (o, c) in tried:
+                if e in tried:
                     continue
-                tried.add((o, c))
-                s = cur.structure[:gi] + ((o, c),) + cur.structure[gi + 1:]
+                tried.add(e)
+                s = cur.structure[:gi] + (e,) + cur.structure[gi + 1:]
                 cand = sc.score(s, source="polish", prune=True)
                 if cand is not None and better(cand, cur):
                     cur, improved = cand, True

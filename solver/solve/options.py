@@ -118,7 +118,10 @@ class SolveOptions:
     deterministic work budget, the most structures the search tries after the fixed candidates
     (work units, see default_work_budget; None: default_work_budget(n, L)); time_limit_s: optional extra wall-clock limit (seconds,
     opt-in: it makes results depend on machine load); the fixed candidates (baselines, cheapest,
-    previous plan) are always scored; tuning: the search's tuning numbers (SearchTuning)."""
+    previous plan) are always scored; tuning: the search's tuning numbers (SearchTuning);
+    schedules: also try 1F1B and activation recomputation per group where a memory cap binds
+    (solve.schedules; False: GPipe without recomputation only, except plans the baselines or
+    the previous plan bring)."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -130,6 +133,7 @@ class SolveOptions:
     time_limit_s: float | None = None
     max_structures: float | None = None
     tuning: SearchTuning = field(default_factory=SearchTuning)
+    schedules: bool = True
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ exact for the model) or the frontier cut sets of `cuts.frontier_cuts` at every m
 the integer shares can reach (`cuts.frontier_cuts_all_levels`: each share u..B at which the
 stages that fit change), with the min-alpha cuts; exact relative to them. Shares are exact integers
 (`shares.solve_shares`). Structures are skipped only by valid lower bounds (never by
-heuristics). The baselines and the previous plan are scored too, so the oracle never loses to
+heuristics). Each cut set is also tried under 1F1B and with activation recomputation where
+that lifts its memory cap (solve.schedules.variant_entries; a dominance rule, so still exact).
+The baselines and the previous plan are scored too, so the oracle never loses to
 them even when it works on frontier cuts.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..subproblems.cuts import frontier_cuts_all_levels, min_bottleneck_cuts
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .options import SearchTuning, SlotResult, SolveOptions
+from .schedules import variant_entries
 from .scoring import Scorer, slot_result
 
 MAX_DEVICES = 6
@@ -104,6 +107,8 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
                 if mb is not None:
                     found[mb] = None
                 cut_options[g] = list(found)
+            cut_options[g] = [e for c in cut_options[g]
+                              for e in [(g, c), *variant_entries(sc, g, c)]]
         return cut_options[g]
 
     # incumbents first (they make the bounds bite): baselines, cheapest, previous plan
@@ -116,8 +121,8 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         per_group = [options_of(g) for g in groups]
         if any(not o for o in per_group):
             continue
-        for cuts in itertools.product(*per_group):
-            sc.score(tuple(zip(groups, cuts)), source="oracle", prune=True)
+        for entries in itertools.product(*per_group):
+            sc.score(entries, source="oracle", prune=True)
     if sc.best is None:
         return SlotResult.infeasible(
             f"slot {state.t}: no group of available devices can hold the model "

@@ -32,8 +32,11 @@ from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders
+from .schedules import plain, relieve_by_schedule, simulated_note
 
-Structure = tuple[tuple[Ordered, tuple[int, ...]], ...]
+Structure = tuple[tuple, ...]
+"""((devices, cuts), ...), an entry (devices, cuts, schedule, recompute) where a group is not
+GPipe without recomputation (solve.schedules)."""
 
 
 @dataclass
@@ -87,8 +90,9 @@ class Scorer:
         self.count = 0
 
     # ---- caches -------------------------------------------------------------------------
-    def coeffs(self, devices: Ordered, cuts: tuple[int, ...]) -> GroupCoeffs:
-        return self.cache.group_coeffs(devices, cuts)
+    def coeffs(self, devices: Ordered, cuts: tuple[int, ...], schedule: str = "gpipe",
+               recompute: bool = False) -> GroupCoeffs:
+        return self.cache.group_coeffs(devices, cuts, schedule, recompute)
 
     def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
         key = (devices, min_share)
@@ -115,7 +119,7 @@ class Scorer:
     def sync(self, s: Structure) -> float:
         v = self._sync.get(s)
         if v is None:
-            v = self._sync[s] = sync_time(self.state, s)
+            v = self._sync[s] = sync_time(self.state, plain(s))
         return v
 
     def exhausted(self) -> bool:
@@ -160,7 +164,7 @@ class Scorer:
         if self.opt.max_groups is not None and len(s) > self.opt.max_groups:
             return None
         self.tries += 1
-        gcs = [self.coeffs(d, c) for d, c in s]
+        gcs = [self.coeffs(*e) for e in s]
         m = len(gcs)
         if m > self.B // self.u or any(g.cap < self.u for g in gcs):
             self._seen[key] = None
@@ -194,7 +198,7 @@ class Scorer:
         self.count += 1
         z = float(np.max(alpha * b + beta))
         ts = self.sync(s)
-        plan = Plan(tuple(Group(d, c, int(x)) for (d, c), x in zip(s, b)))
+        plan = Plan(tuple(Group(e[0], e[1], int(x), *e[2:]) for e, x in zip(s, b)))
         mig = 0.0
         if self.prev is not None:
             mig = migration_time(self.prev, plan, self.state, self.prev_held)
@@ -230,11 +234,17 @@ class Scorer:
             cand = self.score(s2, source=source + "+mem", prune=prune)
             if cand is not None and (sc is None or better(cand, sc)):
                 sc = cand
+        if self.opt.schedules and not self.exhausted():
+            s3 = relieve_by_schedule(self, s2 if s2 is not None else tuple(s))
+            if s3 is not None:
+                cand = self.score(s3, source=source + "+schedule", prune=prune)
+                if cand is not None and (sc is None or better(cand, sc)):
+                    sc = cand
         return sc
 
     def wanted_shares(self, s: Structure) -> np.ndarray:
         """Shares (samples, multiples of u) the structure would get if memory did not bind."""
-        gcs = [self.coeffs(d, c) for d, c in s]
+        gcs = [self.coeffs(*e) for e in s]
         b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=float(self.u))
         return np.maximum(np.ceil(b / self.u - 1e-9), 1).astype(int) * self.u
 
@@ -244,13 +254,14 @@ class Scorer:
         no cap binds or nothing changes."""
         if len(s) > self.B // self.u:
             return None
-        if all(self.coeffs(d, c).cap >= self.B for d, c in s):
+        if all(self.coeffs(*e).cap >= self.B for e in s):
             return None            # no cap can bind
         want = self.wanted_shares(s)
         out, changed = [], False
-        for (d, c), w in zip(s, want):
-            if self.coeffs(d, c).cap >= w:
-                out.append((d, c))
+        for e, w in zip(s, want):
+            d = e[0]
+            if self.coeffs(*e).cap >= w:
+                out.append(e)
                 continue
             options = []
             for o in group_orders(self.state, d, self.all_orders_up_to):
@@ -261,7 +272,7 @@ class Scorer:
                 out.append(min(options)[1:])
                 changed = True
             else:
-                out.append((d, c))
+                out.append(e)
         return tuple(out) if changed else None
 
 
@@ -296,6 +307,7 @@ def slot_result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: S
         d = state.available_indices[0]
         alone = Scorer(state, Q, V, sc.opt, None, cache=sc.cache).score((((d,), (state.workload.num_layers,)),))
         single = alone.objective if alone is not None else math.inf
-    return SlotResult(plan, ev.batch_time, ev.costs, best.objective, status, message,
+    batch_time, how = simulated_note(plan, state, ev.batch_time)
+    return SlotResult(plan, batch_time, ev.costs, best.objective, status, message + how,
                       time.perf_counter() - t0, sc.count, best.migration, ev, pool,
                       slot_lower_bound(state, Q, V, single))

@@ -19,7 +19,7 @@ from ..model.plan import Plan
 from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
-from .families import families
+from .families import families, split_pipes
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .local import local_search, polish
@@ -69,6 +69,14 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
         if sc.exhausted():
             break
         sc.score_groups(groups, source=name)
+    if opt.schedules and sc.best is not None and any(len(e) > 2 for e in sc.best.structure):
+        # memory binds in this slot: dp x pp shapes of the fastest devices, on a quarter more budget
+        sc.budget = max(sc.budget, sc.tries) + 0.25 * (opt.max_structures if opt.max_structures is not None
+                                                        else tune.work_budget(n))
+        for name, groups in split_pipes(state, sc, max_depth, tune):
+            if sc.exhausted():
+                break
+            sc.score_groups(groups, source=name)
     if sc.best is None:
         return SlotResult.infeasible(
             f"slot {state.t}: no device or group of available devices can hold the model "

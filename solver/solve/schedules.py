@@ -1,0 +1,118 @@
+"""Schedule and recomputation choices of the search and the oracle.
+
+A structure entry is (devices, cuts) for a GPipe group without recomputation (the default, so
+that GPipe-only structures keep their old keys), or (devices, cuts, schedule, recompute).
+For fixed devices and cuts, a variant never has a smaller time (1F1B's upper bound
+u C + (b - u)(max F + max G + 2 max lam) is >= GPipe's exact time, recomputation adds each
+stage's forward to its backward) nor a smaller cost (busy energy is the same or larger), so a
+variant can only pay where it lifts the group's memory cap: `variant_entries` keeps a variant
+only when its cap (up to the batch) is above the cap of every choice that dominates it. This
+is a valid dominance rule, so the oracle stays exact for the model.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..cost.pipeline import GroupCoeffs
+from ..cost.simulator import simulate_plan
+from ..model.plan import Group, Plan
+from ..model.state import SlotState
+
+
+class Scorer(Protocol):
+    """What these functions use of solve.scoring.Scorer (batch B and micro-batch u in samples)."""
+
+    B: int
+    u: int
+
+    def coeffs(self, devices: tuple[int, ...], cuts: tuple[int, ...], schedule: str = "gpipe",
+               recompute: bool = False) -> GroupCoeffs: ...
+
+    def cuts(self, devices: tuple[int, ...], min_share: int | None = None) -> tuple[int, ...] | None: ...
+
+    def wanted_shares(self, s: tuple) -> np.ndarray: ...
+
+VARIANTS: tuple[tuple[str, bool], ...] = (("1f1b", False), ("gpipe", True), ("1f1b", True))
+"""The non-default (schedule, recompute) choices, after ("gpipe", False)."""
+
+_ORDER = {"gpipe": 0, "1f1b": 1}
+
+
+def entry(devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe", recompute: bool = False) -> tuple:
+    """A structure entry; the two-element form for GPipe without recomputation."""
+    d, c = tuple(devices), tuple(cuts)
+    return (d, c) if (schedule, bool(recompute)) == ("gpipe", False) else (d, c, schedule, bool(recompute))
+
+
+def group_entry(g: Group) -> tuple:
+    """The structure entry of a plan's group."""
+    return entry(g.devices, g.cuts, g.schedule, g.recompute)
+
+
+def plain(structure: Sequence[tuple]) -> tuple:
+    """The structure as ((devices, cuts), ...), what sync and optimizer times depend on."""
+    return tuple((e[0], e[1]) for e in structure)
+
+
+def _dominates(a: tuple[str, bool], b: tuple[str, bool]) -> bool:
+    return a != b and _ORDER[a[0]] <= _ORDER[b[0]] and a[1] <= b[1]
+
+
+def variant_entries(sc: Scorer, devices: tuple[int, ...], cuts: tuple[int, ...]) -> list[tuple]:
+    """The non-default entries of an ordered, cut group worth scoring: those whose memory cap
+    (samples, at most the batch) is above the cap of every choice that dominates them (module
+    doc); none for one stage (one micro-batch live under any schedule) or when GPipe's cap
+    already holds the batch."""
+    if len(devices) < 2:
+        return []
+    B = sc.B
+    caps = {("gpipe", False): min(sc.coeffs(devices, cuts).cap, B)}
+    if caps[("gpipe", False)] >= B:
+        return []
+    for v in VARIANTS:
+        caps[v] = min(sc.coeffs(devices, cuts, *v).cap, B)
+    return [entry(devices, cuts, *v) for v in VARIANTS
+            if caps[v] >= sc.u and all(caps[v] > caps[w] for w in caps if _dominates(w, v))]
+
+
+def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
+    """For each group whose memory cap is below the share it would get without caps: the
+    fastest (smallest alpha) variant entry that holds that share, else the one with the largest
+    cap, over the group's cuts for one micro-batch and for the 1F1B peak of that share
+    (u min(k, share / u) samples); None when no cap binds or nothing changes."""
+    if len(s) > sc.B // sc.u or all(sc.coeffs(*e).cap >= sc.B for e in s):
+        return None
+    want = sc.wanted_shares(s)
+    out, changed = [], False
+    for e, w in zip(s, want):
+        gc = sc.coeffs(*e)
+        d, k = e[0], len(e[0])
+        if gc.cap >= w or k < 2:
+            out.append(e)
+            continue
+        peak = sc.u * min(k, int(w) // sc.u)
+        cut_sets = dict.fromkeys(c for c in (sc.cuts(d), sc.cuts(d, None if peak <= sc.u else peak)) if c is not None)
+        options = []
+        for c in cut_sets:
+            for v in variant_entries(sc, d, c):
+                g = sc.coeffs(*v)
+                options.append((g.cap < w, -min(g.cap, int(w)), g.alpha, v))
+        best = min(options, key=lambda o: o[:3], default=None)
+        if best is not None and best[1] < -gc.cap:
+            out.append(best[3])
+            changed = True
+        else:
+            out.append(e)
+    return tuple(out) if changed else None
+
+
+def simulated_note(plan: Plan, state: SlotState, closed_form: float) -> tuple[float, str]:
+    """(batch time, message part): the event simulator's batch time (seconds) of a plan with a
+    multi-stage 1F1B group, whose closed form is only an upper bound; else closed_form and ""."""
+    if not any(g.schedule == "1f1b" and len(g.devices) > 1 for g in plan.groups):
+        return closed_form, ""
+    sim = simulate_plan(plan, state)
+    return sim.batch_time, (f"; batch time {sim.batch_time:.6g} s from the event simulator (1F1B group; "
+                            f"the objective uses the closed-form upper bound {closed_form:.6g} s)")
