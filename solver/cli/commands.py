@@ -272,36 +272,29 @@ def _version() -> str:
         return "dynpar (version unknown: the package is not installed; pip install .)"
 
 
+def _parsed(text: str, cast, ok, expected: str):
+    """`cast(text)` when `ok` holds for it, else the one-line argparse error 'expected ..., got ...'."""
+    try:
+        v = cast(text)
+    except ValueError:
+        v = None
+    if v is None or not ok(v):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return v
+
+
 def _tolerance(text: str) -> float | None:
     if text.strip().lower() in ("off", "none"):
         return None
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) or 'off', got {text!r}") from None
-    if not (0 <= v < 1):
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) or 'off', got {text!r}")
-    return v
+    return _parsed(text, float, lambda v: 0 <= v < 1, "a fraction in [0, 1) or 'off'")
 
 
 def _v_weight(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return v
+    return _parsed(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 
 def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return v
+    return _parsed(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
 class _Parser(argparse.ArgumentParser):
