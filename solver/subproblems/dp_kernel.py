@@ -35,13 +35,14 @@ def _combine(x: float, y: float, minsum: bool) -> float:
 
 
 @njit(cache=True)
+def _within(v: float, lim: float, strict: bool) -> bool:
+    return v < lim if strict else v <= lim
+
+
+@njit(cache=True)
 def _stage_ok(j: int, a: int, c: int, CS: np.ndarray, lims: np.ndarray, strict: np.ndarray) -> bool:
     for m in range(CS.shape[0]):
-        v = CS[m, j, c] - CS[m, j, a]
-        if strict[m]:
-            if not v < lims[m]:
-                return False
-        elif not v <= lims[m]:
+        if not _within(CS[m, j, c] - CS[m, j, a], lims[m], strict[m]):
             return False
     return True
 
@@ -49,11 +50,7 @@ def _stage_ok(j: int, a: int, c: int, CS: np.ndarray, lims: np.ndarray, strict: 
 @njit(cache=True)
 def _bound_ok(j: int, a: int, CB: np.ndarray, lims: np.ndarray, strict: np.ndarray) -> bool:
     for m in range(CB.shape[0]):
-        v = CB[m, j, a]
-        if strict[m]:
-            if not v < lims[m]:
-                return False
-        elif not v <= lims[m]:
+        if not _within(CB[m, j, a], lims[m], strict[m]):
             return False
     return True
 
