@@ -134,3 +134,15 @@ def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],
             n = p.numel()
             p.grad = flat[off:off + n].view_as(p).clone()
             off += n
+
+
+def sync_and_step(rank: int, held: Mapping[int, object], layers: Sequence[int],
+                  bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]]) -> None:
+    """The end of one iteration on a stage: all-reduce its gradients with the holders of the same
+    layers in other groups, then step and clear each held layer's optimizer. held[i] has
+    `.module` and `.opt` (replan.LayerState)."""
+    allreduce_grads(rank, {i: held[i].module for i in layers}, bucket_groups)
+    for i in layers:
+        if held[i].opt is not None:
+            held[i].opt.step()
+            held[i].opt.zero_grad(set_to_none=True)

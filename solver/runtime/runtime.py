@@ -27,7 +27,7 @@ from ..model import Plan, SlotState
 from ..status import Status
 from .checks import check_slots
 from .layout import buckets, layer_holders, roles
-from .pipeline import Pad, allreduce_grads, pipeline_step
+from .pipeline import Pad, pipeline_step, sync_and_step
 from .replan import LayerState, OptFactory, migrate, new_layer
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -216,11 +216,7 @@ def _train(rank: int, job: Job, device: torch.device) -> RunResult | None:
                               y[rows].to(device) if role.next is None else None,
                               job.loss_fn, job.micro_batch, job.data.batch, shape, dtype,
                               device, slot.pads.get(rank))
-                allreduce_grads(rank, {i: held[i].module for i in role.layers}, bucket_groups)
-                for i in role.layers:
-                    if held[i].opt is not None:
-                        held[i].opt.step()
-                        held[i].opt.zero_grad(set_to_none=True)
+                sync_and_step(rank, held, role.layers, bucket_groups)
             elapsed.append(time.perf_counter() - t0)
         t = torch.tensor(elapsed, dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)

@@ -45,7 +45,7 @@ from ..online.summary import summarise
 from . import ckpt
 from .estimator import observed_state, predicted_compute, update_factors
 from .layout import buckets, layer_holders, roles
-from .pipeline import allreduce_grads, pipeline_step
+from .pipeline import pipeline_step, sync_and_step
 from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
 from .tpipe import TorchStage
@@ -350,11 +350,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                                          spec.loss, wl.micro_batch, B, shapes[role.first][0],
                                          shapes[role.first][1], torch.device("cpu"), None, repeat, step)
                 c = f + b
-                allreduce_grads(rank, {i: held[i].module for i in role.layers}, bucket_groups)
-                for i in role.layers:
-                    if held[i].opt is not None:
-                        held[i].opt.step()
-                        held[i].opt.zero_grad(set_to_none=True)
+                sync_and_step(rank, held, role.layers, bucket_groups)
             elapsed.append(time.perf_counter() - s0)
             compute.append(c)
             step += 1
