@@ -159,3 +159,11 @@ def test_v_rule_and_tracker_arguments():
     inst = random_instance(0, n=3, L=4, slots=2, budgets=(Budget("money", "money", 1.0),))
     with pytest.raises(ValueError, match="budget_tolerance"):
         run_online(inst, budget_tolerance=1.5)
+
+
+def test_v_rule_says_when_the_tracker_is_off() -> None:
+    from solver.online.vrule import choose_V
+    on, off = choose_V(2.0, 50, 0.01), choose_V(2.0, 50, 0.01, tracked=False)
+    assert on.V == off.V == 0.01 * 50 / 2.0
+    assert "tolerance 1%" in on.describe() and "tracker is off" not in on.describe()
+    assert "tracker is off" in off.describe()

@@ -81,14 +81,14 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
 
 
 def _decide_V(V: float | None, state: SlotState, opts: SolveOptions, horizon: int,
-              tolerance: float) -> VChoice | None:
+              tolerance: float, tracked: bool) -> VChoice | None:
     """The V in force: the caller's, or the default rule from this slot's fastest plan (None:
     the slot has no plan; the rule waits for the next slot)."""
     if V is not None:
         return given_V(V, horizon, tolerance)
     fast = solve_slot(state, (0.0,) * len(state.budgets), 1.0,
                       options=replace(opts, replan=False, keep_candidates=False))
-    return choose_V(fast.batch_time, horizon, tolerance) if fast.plan is not None else None
+    return choose_V(fast.batch_time, horizon, tolerance, tracked) if fast.plan is not None else None
 
 
 def run_online(instance: Instance, V: float | None = None, policy: str | Policy = "ours", *, options: Any = None,
@@ -157,7 +157,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         prev = cs.previous_plan
         slack = (pre.plan(t) if pre is not None else cheapest_plan(state, opts)) if tracked else None
         if vc is None:
-            vc = _decide_V(V, state, opts, horizon, tol)
+            vc = _decide_V(V, state, opts, horizon, tol, budget_tolerance is not None)
         Vt = vc.V if vc is not None else 1.0
         extra: dict[str, Any] = {}
         if tracked:

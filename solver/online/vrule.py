@@ -38,7 +38,8 @@ class VChoice:
     """The V in force and where it came from.
 
     V: 1/s; v: dimensionless (V * T_ref); T_ref: seconds (nan when V was given); horizon:
-    slots; tolerance: fraction; rule: "default" (this module) or "given" (the caller's V)."""
+    slots; tolerance: fraction; rule: "default" (this module), "default-untracked" (this module with the
+    budget tracker off: the tolerance only sets the scale) or "given" (the caller's V)."""
 
     V: float
     v: float
@@ -50,8 +51,10 @@ class VChoice:
     def describe(self) -> str:
         if self.rule == "given":
             return f"V = {self.V:.4g} 1/s (given)"
+        eps = (f"tolerance {100 * self.tolerance:g}%" if self.rule == "default" else
+               f"eps {100 * self.tolerance:g}%, the default tolerance, for scale only: the budget tracker is off")
         return (f"V = {self.V:.4g} 1/s = v / T_ref with v = eps H = {self.v:.4g}, T_ref = {self.T_ref:.4g} s "
-                f"(horizon {self.horizon} slots, tolerance {100 * self.tolerance:g}%)")
+                f"(horizon {self.horizon} slots, {eps})")
 
     def to_dict(self) -> dict:
         return {"V": self.V, "v": self.v, "T_ref": self.T_ref, "horizon": self.horizon,
@@ -72,12 +75,13 @@ def default_v(horizon: int, tolerance: float) -> float:
     return tolerance * horizon
 
 
-def choose_V(T_ref: float, horizon: int, tolerance: float) -> VChoice:
+def choose_V(T_ref: float, horizon: int, tolerance: float, tracked: bool = True) -> VChoice:
     """The default V = eps H / T_ref from the fastest plan's batch time T_ref (seconds)."""
     if not (T_ref > 0 and math.isfinite(T_ref)):
         raise ValueError(f"choose_V: reference batch time must be positive and finite, got {T_ref}")
     v = default_v(horizon, tolerance)
-    return VChoice(v / float(T_ref), v, float(T_ref), int(horizon), float(tolerance), "default")
+    return VChoice(v / float(T_ref), v, float(T_ref), int(horizon), float(tolerance),
+                   "default" if tracked else "default-untracked")
 
 
 def given_V(V: float, horizon: int, tolerance: float) -> VChoice:
