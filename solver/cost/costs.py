@@ -66,14 +66,26 @@ def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
             R[k] = float(sum(state.devices[d].idle_power_w for d in held))
             e[k] = [float(g.busy_j_per_sample.sum()) for g in groups]
         elif b.kind == "device_energy":
-            i = state.device_index(b.device)
+            i, frac = _budget_device(state, b.device)
             for gi, g in enumerate(groups):
                 if i in g.devices:
-                    R[k] = state.devices[i].idle_power_w
-                    e[k, gi] = float(g.busy_j_per_sample[g.devices.index(i)])
+                    R[k] = state.devices[i].idle_power_w * frac
+                    e[k, gi] = float(g.busy_j_per_sample[g.devices.index(i)]) * frac
         else:
             raise ValueError(f"budget {b.name!r}: unknown kind {b.kind!r}")
     return CostCoeffs(R, e, F)
+
+
+def _budget_device(state: SlotState, name: str) -> tuple[int, float]:
+    """(index in state, fraction of its power that is the named device's): on a state of TP
+    units, the unit holding that device and 1/t (its members draw alike)."""
+    if state.members is None:
+        return state.device_index(name), 1.0
+    i = state.base.device_index(name)
+    for k, unit in enumerate(state.members):
+        if i in unit:
+            return k, 1.0 / len(unit)
+    return -1, 0.0
 
 
 def budget_weights(limits: Sequence[float], queues: Sequence[float]) -> np.ndarray:

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..model.plan import Plan
+from ..model.plan import Plan, to_units
 from ..model.state import SlotState
 from .costs import budget_weights, cost_coeffs
 from .pipeline import GroupCoeffs, group_coeffs
@@ -38,7 +38,12 @@ class Evaluation:
 
 def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None = None) -> Evaluation:
     """Batch time, per-group times, sync time and costs of any structurally valid plan
-    (feasibility is Plan.validate's job). coeffs: the groups' GroupCoeffs, if already known."""
+    (feasibility is Plan.validate's job). coeffs: the groups' GroupCoeffs, if already known.
+    A plan with TP stages is evaluated on its units (model.units)."""
+    if plan.uses_tp:
+        if coeffs is not None:
+            raise ValueError("evaluate: coeffs are per unit; pass none for a plan with TP stages")
+        state, plan = to_units(plan, state)
     if coeffs is None:
         coeffs = [group_coeffs(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule,
                                g.recompute) for g in plan.groups]
@@ -55,3 +60,4 @@ def lower_bound_time(state: SlotState) -> float:
     """B * sum_l (f_l + g_l) / sum of available speeds: no plan is faster (FLOP-based)."""
     s = float(state.speed[state.available.astype(bool)].sum())
     return state.workload.batch * state.workload.total_flops / s if s > 0 else float("inf")
+

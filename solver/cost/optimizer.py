@@ -31,7 +31,7 @@ def stage_optimizer_seconds(state: SlotState, devices: Sequence[int], cuts: Sequ
     k = len(devices)
     if wl.optimizer_step == "none":
         return np.zeros(k)
-    P, _ = stage_params_and_stash(state, cuts)
+    P, _ = stage_params_and_stash(state, cuts, devices)
     starts = (0, *cuts[:-1])
     out = np.empty(k)
     for j, (d, a, c) in enumerate(zip(devices, starts, cuts)):

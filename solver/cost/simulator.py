@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ..model.memory import stage_input_bytes, stage_params_and_stash
+from ..model.plan import to_units
 from .optimizer import optimizer_step_time
 from .pipeline import stage_times
 from .sync import sync_time
@@ -226,14 +227,17 @@ class PlanSimulation:
 
 def simulate_plan(plan: "Plan", state: "SlotState", duplex: str = "full") -> PlanSimulation:
     """Simulate every group of a structurally valid plan under its own schedule, recomputation
-    and micro-batch size (links full duplex by default), with the cost model's sync time."""
+    and micro-batch size (links full duplex by default), with the cost model's sync time (a plan
+    with TP stages on its units, model.units)."""
+    if plan.uses_tp:
+        state, plan = to_units(plan, state)
     results = []
     memory = []
     for g in plan.groups:
         st = state.at_micro_batch(g.micro_batch)
         wl = st.workload
         F, G, lam = stage_times(st, g.devices, g.cuts)
-        P, H = stage_params_and_stash(st, g.cuts)
+        P, H = stage_params_and_stash(st, g.cuts, g.devices)
         r = simulate(F, G, lam, wl.micro_batch, g.share, g.schedule, recompute=g.recompute,
                      saved=H, inputs=stage_input_bytes(st, g.cuts), duplex=duplex)
         results.append(r)

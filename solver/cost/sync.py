@@ -43,17 +43,25 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     of all groups' cut points (segments without parameter bytes cost nothing). With a
     state.network, every bucket's ring runs at once: the bandwidth at the bucket's size, and a
     server's NIC shared by its distinct devices with a ring edge to another server.
+
+    Tensor parallelism (state.tp): a stage of t devices holds its bucket in t shards and runs
+    t rings at once, one per shard; a ring edge between stages of degrees t_a and t_b moves
+    the bucket over min(t_a, t_b) links in parallel (each physical device of a server counts
+    against its NIC), so its bandwidth is min(t_a, t_b) times the per-link figure.
     """
     rings = buckets(state, structure)
     if rings is None:
         return 0.0
     cols, nxt, nbytes = rings
     m = len(structure)
+    par = 1.0 if state.tp is None else np.minimum(np.asarray(state.tp)[cols], np.asarray(state.tp)[nxt])
     if state.network is None:
-        bw = state.bandwidth[cols, nxt].min(axis=0)
+        bw = (state.bandwidth[cols, nxt] * par).min(axis=0)
     else:
-        bw = effective_bandwidth(state.network, state.bandwidth, cols.ravel(), nxt.ravel(),
-                                 np.broadcast_to(nbytes, cols.shape).ravel()).reshape(cols.shape).min(axis=0)
+        weights = None if state.tp is None else np.asarray(state.tp)
+        bw = (effective_bandwidth(state.network, state.bandwidth, cols.ravel(), nxt.ravel(),
+                                  np.broadcast_to(nbytes / par, cols.shape).ravel(), weights).reshape(cols.shape)
+              * par).min(axis=0)
     lat = state.latency[cols, nxt].max(axis=0)
     cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
     per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)

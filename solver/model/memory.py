@@ -32,11 +32,21 @@ MEM_RTOL = 1e-12
 """Relative slack on device memory, shared by share_cap and Plan.validate so that they agree."""
 
 
-def stage_params_and_stash(state: SlotState, cuts: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per stage: parameter bytes P_j and stashed activation bytes per sample H_j."""
+def stage_params_and_stash(state: SlotState, cuts: Sequence[int], devices: Sequence[int] | None = None
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage: parameter bytes P_j and stashed activation bytes per sample H_j that one
+    device of the stage holds (its shard at the stage's TP degree, state.degree; devices None:
+    degree 1, the whole layers)."""
     c = np.asarray(cuts, dtype=int)
     start = np.concatenate([[0], c[:-1]])
-    return state.param_prefix[c] - state.param_prefix[start], state.stash_prefix[c] - state.stash_prefix[start]
+    if devices is None or state.tp is None:
+        return state.param_prefix[c] - state.param_prefix[start], state.stash_prefix[c] - state.stash_prefix[start]
+    P, H = np.empty(len(c)), np.empty(len(c))
+    for j, d in enumerate(devices):
+        t = state.degree(int(d))
+        pp, sp = state.param_prefix_at(t), state.stash_prefix_at(t)
+        P[j], H[j] = pp[c[j]] - pp[start[j]], sp[c[j]] - sp[start[j]]
+    return P, H
 
 
 def stage_input_bytes(state: SlotState, cuts: Sequence[int]) -> np.ndarray:
@@ -65,7 +75,7 @@ def live_samples(k: int, share: int, u: int, schedule: str = "gpipe") -> np.ndar
 def memory_use(state: SlotState, devices: Sequence[int], cuts: Sequence[int], share: int,
                schedule: str = "gpipe", recompute: bool = False) -> np.ndarray:
     """Bytes each stage's device holds: k_opt * P_j plus its peak activations (module doc)."""
-    P, H = stage_params_and_stash(state, cuts)
+    P, H = stage_params_and_stash(state, cuts, devices)
     wl = state.workload
     live = live_samples(len(devices), share, wl.micro_batch, schedule)
     if recompute:
@@ -81,7 +91,7 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
     wl = state.workload
     u = wl.micro_batch
     k = len(devices)
-    P, H = stage_params_and_stash(state, cuts)
+    P, H = stage_params_and_stash(state, cuts, devices)
     M = state.memory_bytes[np.asarray(devices, dtype=int)] * (1 + MEM_RTOL)
     free = M - wl.opt_factor * P
     X = H

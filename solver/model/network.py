@@ -68,11 +68,13 @@ def fitted_bandwidth(fit: np.ndarray, cap: np.ndarray, message_bytes: np.ndarray
 
 
 def effective_bandwidth(network: Network | None, bandwidth: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                        message_bytes: np.ndarray) -> np.ndarray:
+                        message_bytes: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """Bytes/s of transfers src[k] -> dst[k] of message_bytes[k] bytes that all run at once:
     the pair's bandwidth (at that message size where a fit is given), and, for transfers
     between servers, at most the sender's NIC over the number of distinct devices of its
-    server sending across servers in this set (likewise for receivers)."""
+    server sending across servers in this set (likewise for receivers). weights[i]: how many
+    physical devices index i stands for (a tensor-parallel stage, model.tp), each sending at
+    once; None: one each."""
     src = np.asarray(src, dtype=int)
     dst = np.asarray(dst, dtype=int)
     bw = np.asarray(bandwidth[src, dst], dtype=float)
@@ -84,18 +86,21 @@ def effective_bandwidth(network: Network | None, bandwidth: np.ndarray, src: np.
         s_src, s_dst = network.server[src], network.server[dst]
         cross = s_src != s_dst
         if cross.any():
-            n_out = _distinct_per_server(src[cross], s_src[cross], len(network.nic))
-            n_in = _distinct_per_server(dst[cross], s_dst[cross], len(network.nic))
+            n_out = _distinct_per_server(src[cross], s_src[cross], len(network.nic), weights)
+            n_in = _distinct_per_server(dst[cross], s_dst[cross], len(network.nic), weights)
             lim = np.minimum(network.nic[s_src] / np.maximum(n_out[s_src], 1),
                              network.nic[s_dst] / np.maximum(n_in[s_dst], 1))
             bw = np.where(cross, np.minimum(bw, lim), bw)
     return bw
 
 
-def _distinct_per_server(devices: np.ndarray, servers: np.ndarray, num_servers: int) -> np.ndarray:
-    """(servers,) how many distinct devices of each server appear in `devices`."""
+def _distinct_per_server(devices: np.ndarray, servers: np.ndarray, num_servers: int,
+                         weights: np.ndarray | None = None) -> np.ndarray:
+    """(servers,) how many distinct devices of each server appear in `devices` (each counted
+    weights[device] times when given)."""
     pairs = np.unique(np.stack([servers, devices]), axis=1)
-    return np.bincount(pairs[0], minlength=num_servers)
+    w = None if weights is None else np.asarray(weights, dtype=float)[pairs[1]]
+    return np.bincount(pairs[0], weights=w, minlength=num_servers)
 
 
 def egress_usd(network: Network | None, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> float:

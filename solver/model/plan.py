@@ -7,6 +7,9 @@ group trains on `share` samples of the global batch per iteration, under its pip
 `schedule` ("gpipe" or "1f1b"), recomputing its forward in the backward when `recompute`,
 in micro-batches of `micro_batch` samples (None: the workload's u; otherwise one of
 `Workload.micro_batch_options`, and the group's times are those measured at that size).
+With tensor parallelism, stage j is held by devices[j] and its `tp_peers[j]` (same kind, same
+server; model.units), so its degree is 1 + len(tp_peers[j]); tp_peers = () means degree 1
+everywhere.
 """
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from dataclasses import replace
+
 from .memory import MEM_RTOL, SCHEDULES, memory_use
 from .state import SlotState, measurement_notes
+from .units import Unit, unit_problems, unit_state
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,29 @@ class Group:
     schedule: str = "gpipe"
     recompute: bool = False
     micro_batch: int | None = None
+    tp_peers: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_stages(self) -> int:
         return len(self.devices)
+
+    @property
+    def degrees(self) -> tuple[int, ...]:
+        """TP degree of each stage (1 + its peers)."""
+        if not self.tp_peers:
+            return (1,) * len(self.devices)
+        return tuple(1 + len(p) for p in self.tp_peers)
+
+    def units(self) -> list[Unit]:
+        """Per stage, every device holding it: the stage's device, then its TP peers."""
+        if not self.tp_peers:
+            return [(d,) for d in self.devices]
+        return [(d, *p) for d, p in zip(self.devices, self.tp_peers)]
+
+    @property
+    def all_devices(self) -> tuple[int, ...]:
+        """Every device of the group, TP peers included, in stage order."""
+        return tuple(d for u in self.units() for d in u)
 
     def stages(self) -> list[tuple[int, int, int]]:
         """(device, first layer, end layer exclusive) per stage."""
@@ -61,8 +86,13 @@ class Plan:
 
     @property
     def devices(self) -> tuple[int, ...]:
-        """Every device the plan holds, in group then stage order."""
-        return tuple(d for g in self.groups for d in g.devices)
+        """Every device the plan holds (TP peers included), in group then stage order."""
+        return tuple(d for g in self.groups for d in g.all_devices)
+
+    @property
+    def uses_tp(self) -> bool:
+        """True when some stage has TP peers."""
+        return any(any(g.tp_peers) for g in self.groups)
 
     @property
     def shares(self) -> tuple[int, ...]:
@@ -88,7 +118,7 @@ class Plan:
                                                       f"got {g.micro_batch!r}"))
             if len(g.devices) == 0 or len(g.cuts) != len(g.devices):
                 continue
-            for d in g.devices:
+            for d in g.all_devices:
                 if 0 <= d < state.n and not state.available[d]:
                     v.append(Violation("available", f"device {state.devices[d].name} is unavailable in slot {state.t}"))
             if g.share < u:
@@ -97,15 +127,18 @@ class Plan:
                 v.append(Violation("share_multiple", f"{where} share {g.share} is not a multiple of u={u}"))
             if g.schedule not in SCHEDULES:
                 v.append(Violation("schedule", f"{where} schedule: expected one of {SCHEDULES}, got {g.schedule!r}"))
+            for u in g.units():
+                v += [Violation("tp_stage", f"{where}: {why}") for why in unit_problems(state, u)]
         if any(x.constraint in ("known_device", "cuts_match_stages", "stage_nonempty", "layers_covered",
-                                "schedule", "micro_batch") for x in v):
+                                "schedule", "micro_batch", "tp_peers", "tp_stage", "device_once") for x in v):
             return v
-        for gi, g in enumerate(self.groups):
-            for d, used in zip(g.devices, memory_use(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.share,
+        ustate, uplan = to_units(self, state) if self.uses_tp else (state, self)
+        for gi, g in enumerate(uplan.groups):
+            for d, used in zip(g.devices, memory_use(ustate.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.share,
                                                           g.schedule, g.recompute)):
-                cap = state.devices[d].memory_bytes
+                cap = ustate.devices[d].memory_bytes
                 if used > cap * (1 + MEM_RTOL):
-                    v.append(Violation("memory", f"group {gi} device {state.devices[d].name} needs "
+                    v.append(Violation("memory", f"group {gi} device {ustate.devices[d].name} needs "
                                                   f"{used:.4g} B > {cap:.4g} B"))
         return v
 
@@ -113,7 +146,9 @@ class Plan:
         """Readable multi-line summary: groups, stages with layer ranges, shares, and notes."""
         lines = []
         for gi, g in enumerate(self.groups):
-            stages = ", ".join(f"{state.devices[d].name}[{a}:{b}]" for d, a, b in g.stages())
+            stages = ", ".join(f"{'+'.join(state.devices[x].name for x in u)}[{a}:{b}]"
+                               + (f" tp{len(u)}" if len(u) > 1 else "")
+                               for u, (_, a, b) in zip(g.units(), g.stages()))
             how = "" if (g.schedule, g.recompute) == ("gpipe", False) else \
                 f" ({g.schedule}{', recompute' if g.recompute else ''})"
             lines.append(f"group {gi}: share {g.share:>5} | {stages}{how}")
@@ -123,12 +158,14 @@ class Plan:
     def notes(self, state: SlotState) -> tuple[str, ...]:
         """What the plan's figures rest on that the user should know: kinds of its devices
         whose layer times are FLOP estimates in a workload with measured times."""
-        return measurement_notes([state.devices[d] for g in self.groups for d in g.devices], state.workload)
+        notes = measurement_notes([state.devices[d] for d in self.devices], state.workload)
+        return notes + tp_notes(self, state)
 
     def summary(self, state: SlotState) -> str:
         """One-line summary for tables: groups separated by ' | ', stages by '>'."""
         return " | ".join(
-            f"{g.share}:" + ">".join(f"{state.devices[d].name}" for d in g.devices) for g in self.groups)
+            f"{g.share}:" + ">".join("+".join(state.devices[x].name for x in u) for u in g.units())
+            for g in self.groups)
 
 
 def structure_violations(plan: Plan, num_layers: int, num_devices: int, batch: int,
@@ -152,7 +189,11 @@ def structure_violations(plan: Plan, num_layers: int, num_devices: int, batch: i
             v.append(Violation("cuts_match_stages",
                                f"{where} has {len(g.devices)} devices but {len(g.cuts)} cut points"))
             continue
-        for d in g.devices:
+        if g.tp_peers and len(g.tp_peers) != len(g.devices):
+            v.append(Violation("tp_peers", f"{where} has {len(g.devices)} stages but {len(g.tp_peers)} "
+                                           f"tp_peers entries (expected one per stage, or none)"))
+            continue
+        for d in g.all_devices:
             if not (0 <= d < num_devices):
                 v.append(Violation("known_device", f"{where} names device index {d}, but there are "
                                                     f"{num_devices} devices (0..{num_devices - 1})"))
@@ -194,13 +235,15 @@ def _group_dict(g: Group) -> dict:
         d["recompute"] = True
     if g.micro_batch is not None:
         d["micro_batch"] = int(g.micro_batch)
+    if g.tp_peers:
+        d["tp_peers"] = [[int(x) for x in p] for p in g.tp_peers]
     return d
 
 
 def plan_to_dict(plan: Plan) -> dict:
     """{"groups": [{"devices": [...], "cuts": [...], "share": b}, ...]} (device indices);
-    "schedule", "recompute" and "micro_batch" appear only where they differ from "gpipe", false
-    and the workload's u."""
+    "schedule", "recompute", "micro_batch" and "tp_peers" appear only where they differ from
+    "gpipe", false, the workload's u and no TP."""
     return {"groups": [_group_dict(g) for g in plan.groups]}
 
 
@@ -210,7 +253,8 @@ def plan_from_dict(d: dict) -> Plan:
         return Plan(tuple(Group(tuple(int(x) for x in g["devices"]), tuple(int(x) for x in g["cuts"]),
                                 int(g["share"]), str(g.get("schedule", "gpipe")),
                                 _flag(g.get("recompute", False)),
-                                None if g.get("micro_batch") is None else int(g["micro_batch"]))
+                                None if g.get("micro_batch") is None else int(g["micro_batch"]),
+                                tuple(tuple(int(x) for x in p) for p in g.get("tp_peers", ())))
                           for g in d["groups"]))
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed plan JSON: {e!r} in {d!r}") from e
@@ -230,3 +274,44 @@ def plan_to_json(plan: Plan | None) -> str:
 def plan_from_json(text: str) -> Plan | None:
     d = json.loads(text)
     return None if d is None else plan_from_dict(d)
+
+
+def to_units(plan: Plan, state: SlotState) -> tuple[SlotState, Plan]:
+    """(unit state, the plan over its units) for a physical plan: one unit per stage of the
+    plan (Group.units), then every other device of the slot alone (model.units)."""
+    units = [u for g in plan.groups for u in g.units()]
+    used = {i for u in units for i in u}
+    units += [(i,) for i in range(state.n) if i not in used]
+    index = {u: k for k, u in enumerate(units)}
+    groups = tuple(replace(g, devices=tuple(index[u] for u in g.units()), tp_peers=()) for g in plan.groups)
+    return unit_state(state, units), Plan(groups)
+
+
+def to_physical(plan: Plan, ustate: SlotState) -> Plan:
+    """A plan over the units of `ustate` as a plan over physical devices: each stage's device
+    becomes its unit's leader, the rest its TP peers (none when every unit has one device)."""
+    if ustate.members is None:
+        return plan
+    groups = []
+    for g in plan.groups:
+        units = [ustate.members[d] for d in g.devices]
+        peers = tuple(u[1:] for u in units)
+        groups.append(replace(g, devices=tuple(u[0] for u in units), tp_peers=peers if any(peers) else ()))
+    return Plan(tuple(groups))
+
+
+def tp_notes(plan: Plan, state: SlotState) -> tuple[str, ...]:
+    """What a TP plan's figures rest on: degrees without measured times for a kind (its times
+    are its degree-1 times or FLOP estimates over t plus the modelled all-reduces) and tables
+    without a TP split of the saved activations (kept whole on every device)."""
+    wl = state.workload
+    out: list[str] = []
+    for kind, t in sorted({(state.devices[u[0]].kind, len(u)) for g in plan.groups for u in g.units()
+                           if len(u) > 1}):
+        if not wl.tp_measured(t) or kind not in wl.at_tp(t).measured:
+            out.append(f"kind {kind} at tp {t}: no times measured at that degree in {wl.name!r}; its times are "
+                       f"its tp-1 times / {t} plus the modelled TP all-reduces")
+        if not wl.tp_measured(t) and wl.tp_unsplit_stash is None:
+            out.append(f"tp {t}: {wl.name!r} does not say which saved activations TP splits; all are kept "
+                       f"whole on every device (an upper bound)")
+    return tuple(dict.fromkeys(out))

@@ -25,6 +25,23 @@ def measurement_notes(devices, workload: Workload) -> tuple[str, ...]:
                  f"{', '.join(sorted(workload.measured))}); its times are FLOP estimates" for k in missing)
 
 
+TP_ALLREDUCES = 2
+"""All-reduces of a layer's output activation per pass (forward, and again backward) in a
+tensor-parallel stage: Megatron's two per transformer block (after attention, after the MLP;
+Shoeybi et al. 2019), applied to every layer of an estimated table."""
+
+
+def tp_collective_seconds(out_bytes: np.ndarray, t: int, bandwidth: float, latency: float,
+                          micro_batch: int) -> np.ndarray:
+    """(L,) seconds per sample of one pass's TP all-reduces per layer among t devices: each is a
+    ring all-reduce of the micro-batch's output, 2 (t-1)/t * u o / bw + 2 (t-1) * latency, per
+    sample (divided by u); TP_ALLREDUCES of them per layer."""
+    if t <= 1:
+        return np.zeros(len(out_bytes))
+    ring = 2.0 * (t - 1) / t * np.asarray(out_bytes, dtype=float) / bandwidth + 2.0 * (t - 1) * latency / micro_batch
+    return TP_ALLREDUCES * ring
+
+
 @dataclass(frozen=True, eq=False)
 class SlotState:
     """What is true in slot t: the only input of the per-slot solver.
@@ -34,6 +51,11 @@ class SlotState:
     alone (divides measured per-layer times); price[i]: USD per second held;
     bandwidth[i, j]: bytes/s from i to j (inf on the diagonal); latency[i, j]: seconds;
     network: servers' shared NICs, bandwidth fits and egress prices (model.network), or None.
+
+    Tensor parallelism (model.tp builds such states): tp[i] is how many physical devices
+    device i stands for (a stage of tp[i] same-kind devices of one server; None: 1 each),
+    members[i] their indices in `base`, the physical state, and tp_link[i] = (bytes/s,
+    seconds) of the slowest link and the largest latency among them (the TP collectives' ring).
     """
 
     t: int
@@ -47,6 +69,10 @@ class SlotState:
     bandwidth: np.ndarray
     latency: np.ndarray
     network: Network | None = None
+    tp: tuple[int, ...] | None = None
+    members: tuple[tuple[int, ...], ...] | None = None
+    base: "SlotState | None" = None
+    tp_link: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -57,6 +83,32 @@ class SlotState:
         """What the user should know about this slot's figures (measurement_notes)."""
         avail = [d for d, a in zip(self.devices, self.available) if a]
         return measurement_notes(avail, self.workload)
+
+    def degree(self, i: int) -> int:
+        """How many physical devices device i stands for (1 without tensor parallelism)."""
+        return 1 if self.tp is None else self.tp[i]
+
+    def workload_at(self, t: int) -> Workload:
+        """The per-device workload of a stage of degree t (Workload.at_tp), cached per state."""
+        if t == 1:
+            return self.workload
+        cache = self.__dict__.setdefault("_at_tp", {})
+        if t not in cache:
+            cache[t] = self.workload.at_tp(t)
+        return cache[t]
+
+    def param_prefix_at(self, t: int) -> np.ndarray:
+        """(L+1,) prefix sums of the parameter bytes one device of a degree-t stage holds."""
+        if t == 1:
+            return self.param_prefix
+        return np.concatenate([[0.0], np.cumsum(self.workload_at(t).param_bytes)])
+
+    def stash_prefix_at(self, t: int) -> np.ndarray:
+        """(L+1,) prefix sums of the saved activation bytes per sample of one device of a
+        degree-t stage."""
+        if t == 1:
+            return self.stash_prefix
+        return np.concatenate([[0.0], np.cumsum(self.workload_at(t).stash_bytes)])
 
     @property
     def available_indices(self) -> tuple[int, ...]:
@@ -103,11 +155,18 @@ class SlotState:
         flops = wl.fwd_flops if which == 0 else wl.bwd_flops
         out = np.empty((self.n, wl.num_layers))
         for i, d in enumerate(self.devices):
-            m = wl.measured.get(d.kind)
+            t = self.degree(i)
+            m = self.workload_at(t).measured.get(d.kind) if t > 1 else None
             if m is not None:
                 out[i] = np.asarray(m[which], dtype=float) / max(self.speed_factor[i], 1e-300)
+                continue
+            m = wl.measured.get(d.kind)
+            if m is not None:
+                out[i] = np.asarray(m[which], dtype=float) / (t * max(self.speed_factor[i], 1e-300))
             else:
-                out[i] = flops / max(self.speed[i], 1e-300)
+                out[i] = flops / (t * max(self.speed[i], 1e-300))
+            if t > 1:
+                out[i] += tp_collective_seconds(wl.out_bytes, t, *self.tp_link[i], wl.micro_batch)
         return out
 
     @cached_property

@@ -50,6 +50,23 @@ def mixed_opt_factor(fp32_opt_factor: float, element_bytes: int) -> float:
 
 OPTIMIZER_STEPS = ("none", "measured", "bandwidth")
 
+Times = Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]]
+"""{device kind: (forward seconds per sample per layer, backward seconds per sample per layer)}."""
+
+
+@dataclass(frozen=True)
+class TPVariant:
+    """The layer table at tensor-parallel degree t > 1, per device of a stage of t devices.
+
+    param_bytes / stash_bytes: per layer, the parameter bytes one device holds and the
+    activation bytes per sample it saves for its backward pass (its shard); by_micro_batch:
+    {u: {kind: (forward, backward seconds per sample per layer)}} measured at degree t (TP
+    collectives included, as a profile times them). Sailor's profiles have all three."""
+
+    param_bytes: tuple[float, ...]
+    stash_bytes: tuple[float, ...]
+    by_micro_batch: Mapping[int, Times] = field(default_factory=dict)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -70,6 +87,13 @@ class Workload:
     charged (OPTIMIZER_STEPS): "none" (0 s, the default), "measured" (`optimizer_seconds` per
     kind, else the bandwidth estimate) or "bandwidth" (always the estimate; cost.optimizer).
     optimizer_seconds: {kind: seconds per iteration per layer}, measured.
+    tp_variants: {t: TPVariant}, the table at tensor-parallel degrees t > 1 (per device), where
+    measured; `at_tp` estimates any other t (model.tp documents the rule).
+    tp_unsplit_stash: per layer, bytes per sample of the saved activations that tensor
+    parallelism does not divide (Megatron's 10 s h of a block's 34 s h + 5 a s^2: layer norms,
+    dropout masks and the block's input; io.transformer fills it), or None when unknown: then
+    `at_tp` keeps all of them whole on every device (an upper bound, and a note in the plan).
+    tp_degree: the degree this table is at (1 for a plain table; `at_tp` sets it).
     """
 
     name: str
@@ -84,6 +108,9 @@ class Workload:
         field(default_factory=dict)
     optimizer_step: str = "none"
     optimizer_seconds: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    tp_variants: Mapping[int, TPVariant] = field(default_factory=dict)
+    tp_unsplit_stash: tuple[float, ...] | None = None
+    tp_degree: int = 1
 
     def micro_batch_options(self) -> tuple[int, ...]:
         """Micro-batch sizes a group may choose: those with measured times, else the workload's u."""
@@ -97,6 +124,40 @@ class Workload:
         if u not in self.micro_batch_options():
             raise ValueError(f"micro_batch: expected one of {self.micro_batch_options()}, got {u!r}")
         return replace(self, micro_batch=int(u), measured=dict(self.measured_by_micro_batch[u]))
+
+    def at_tp(self, t: int) -> "Workload":
+        """The per-device table of a stage held by t devices (tensor parallelism, t >= 1).
+
+        From `tp_variants[t]` where present: its bytes, and its times measured at t for this
+        workload's u (`measured`; other kinds keep no measured times: the state estimates them,
+        model.tp). Otherwise estimated: parameter bytes / t; saved activation bytes
+        unsplit + (stash - unsplit) / t with `tp_unsplit_stash` (all unsplit when None); no
+        measured times. out_bytes (the stage boundary, sent once per stage) and the FLOPs (of the
+        whole layer) are unchanged. ValueError unless t is an integer >= 1."""
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+            raise ValueError(f"tp: expected an integer >= 1, got {t!r}")
+        t = int(t)
+        if t == self.tp_degree:
+            return self
+        if self.tp_degree != 1:
+            raise ValueError(f"tp: the table is already at degree {self.tp_degree}; convert the degree-1 table")
+        var = self.tp_variants.get(t)
+        if var is not None:
+            P, H = var.param_bytes, var.stash_bytes
+            by_u = {u: dict(m) for u, m in var.by_micro_batch.items()}
+        else:
+            P = tuple(l.param_bytes / t for l in self.layers)
+            whole = self.tp_unsplit_stash or tuple(l.stash_bytes for l in self.layers)
+            H = tuple(w + (l.stash_bytes - w) / t for w, l in zip(whole, self.layers))
+            by_u = {}
+        layers = tuple(replace(l, param_bytes=float(p), stash_bytes=float(h)) for l, p, h in zip(self.layers, P, H))
+        return replace(self, layers=layers, measured=by_u.get(self.micro_batch, {}),
+                       measured_by_micro_batch=by_u if self.measured_by_micro_batch else {},
+                       optimizer_seconds={}, tp_variants={}, tp_degree=t)
+
+    def tp_measured(self, t: int) -> bool:
+        """True when the table has figures measured at degree t (t = 1: always)."""
+        return t == 1 or t in self.tp_variants
 
     @property
     def num_layers(self) -> int:

@@ -62,7 +62,7 @@ class Scorer:
         wl = state.workload
         self.B, self.u, self.L = wl.batch, wl.micro_batch, wl.num_layers
         self.prev = previous_plan if options.replan else None
-        self.prev_held = holder_mask(self.prev, state) if self.prev is not None else None
+        self.prev_held = holder_mask(self.prev, state.base or state) if self.prev is not None else None
         self._cuts: dict[tuple, tuple | None] = {}
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}

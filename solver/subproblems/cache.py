@@ -32,7 +32,8 @@ class GroupArrays:
     (inf where c is not a cut point); need[a, c]: bytes a stage a..c-1 needs for `share`
     samples; mem[j]: memory of stage j's device (bytes); cache: the DPs' scratch for this
     group (cost windows, frontiers), kept with it; dp: the cut DP implementation
-    (SlotCache.dp_backend)."""
+    (SlotCache.dp_backend); needs: on a state of TP units whose stages differ in degree, the
+    need matrix of each stage's degree (need is then stage 0's), else None."""
 
     devices: tuple[int, ...]
     L: int
@@ -44,6 +45,11 @@ class GroupArrays:
     mem: np.ndarray
     cache: dict = field(default_factory=dict, repr=False)
     dp: str = "compiled"
+    needs: tuple[np.ndarray, ...] | None = None
+
+    def stage_need(self, j: int) -> np.ndarray:
+        """The need matrix of stage j."""
+        return self.need if self.needs is None else self.needs[j]
 
     @property
     def nbytes(self) -> int:
@@ -94,19 +100,20 @@ class SlotCache:
             raise ValueError(f"cache: this SlotCache belongs to slot {self.state.t} of another "
                              f"state object, got slot {state.t}; make one SlotCache per state")
 
-    def need(self, share: int) -> np.ndarray:
-        """(L+1, L+1) bytes a stage a..c-1 needs for `share` samples."""
+    def need(self, share: int, tp: int = 1) -> np.ndarray:
+        """(L+1, L+1) bytes one device of a degree-`tp` stage a..c-1 needs for `share` samples."""
         s = int(share)
-        m = self._need.get(s)
+        key = s if tp == 1 else (s, int(tp))
+        m = self._need.get(key)
         if m is None:
             st = self.state
-            wl = st.workload
-            pp, sp = st.param_prefix, st.stash_prefix
+            wl = st.workload_at(tp)
+            pp, sp = st.param_prefix_at(tp), st.stash_prefix_at(tp)
             # fits iff free >= 0 and free >= (s - 1e-9 u) H, free = M - k_opt P (as share_cap rounds)
             m = wl.opt_factor * (pp[None, :] - pp[:, None]) + (s - 1e-9 * wl.micro_batch) * (sp[None, :] - sp[:, None])
             if len(self._need) >= self.max_need_matrices:
                 self._need.pop(next(iter(self._need)))
-            self._need[s] = m
+            self._need[key] = m
         return m
 
     def group_arrays(self, devices: Sequence[int], min_share: int | None = None) -> GroupArrays | None:
@@ -136,8 +143,10 @@ class SlotCache:
                 o = wl.out_bytes[None, : L - 1]
                 lam[:, 1:L] = o / fitted_bandwidth(st.network.fit[d[:-1], d[1:]][:, None, :], bw[:, None], o * u) \
                     + lat[:, None]
-        ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s), mem,
-                         dp=self.dp_backend)
+        degrees = sorted({st.degree(int(i)) for i in d})
+        needs = None if len(degrees) == 1 else tuple(self.need(s, st.degree(int(i))) for i in d)
+        ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s, st.degree(int(d[0]))),
+                         mem, dp=self.dp_backend, needs=needs)
         used = self._arrays_bytes + ga.nbytes
         while self._arrays and used > self.max_array_bytes:
             used -= self._arrays.pop(next(iter(self._arrays))).nbytes

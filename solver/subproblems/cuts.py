@@ -90,11 +90,14 @@ def _penalty3(ga: GroupArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             first = first & (np.arange(w) == w - 1)
         if k > 2:
             r = np.arange(w)
-            mid = (r[:, None] <= r[None, :])[None, :, :] & (
-                _strided(need, 1, 2, (k - 2, w, w), (s0 + s1, s0, s1)) <= mem[1:k - 1, None, None])
+            if ga.needs is None:
+                fits = _strided(need, 1, 2, (k - 2, w, w), (s0 + s1, s0, s1)) <= mem[1:k - 1, None, None]
+            else:       # stages of different TP degrees: each its own need matrix
+                fits = np.stack([ga.needs[j][j:j + w, j + 1:j + 1 + w] <= mem[j] for j in range(1, k - 1)])
+            mid = (r[:, None] <= r[None, :])[None, :, :] & fits
         else:
             mid = np.zeros((0, w, w), dtype=bool)
-        last = need[k - 1:k - 1 + w, L] <= mem[k - 1] if k > 1 else np.zeros(0, dtype=bool)
+        last = ga.stage_need(k - 1)[k - 1:k - 1 + w, L] <= mem[k - 1] if k > 1 else np.zeros(0, dtype=bool)
         pen = ga.cache["pen3"] = tuple(np.where(m, 0.0, INF) for m in (first, mid, last))
     return pen
 
@@ -236,8 +239,14 @@ def _maxend(ga: GroupArrays) -> np.ndarray:
     from the same need matrix and comparisons as _penalty3 (cached)."""
     me = ga.cache.get("maxend")
     if me is None:
-        me = ga.cache["maxend"] = dp_kernel.maxend_need(np.ascontiguousarray(ga.need, dtype=float),
-                                                        np.ascontiguousarray(ga.mem, dtype=float))
+        if ga.needs is None:
+            me = dp_kernel.maxend_need(np.ascontiguousarray(ga.need, dtype=float),
+                                       np.ascontiguousarray(ga.mem, dtype=float))
+        else:
+            me = np.concatenate([dp_kernel.maxend_need(np.ascontiguousarray(n, dtype=float),
+                                                       np.ascontiguousarray(ga.mem[j:j + 1], dtype=float))
+                                 for j, n in enumerate(ga.needs)])
+        ga.cache["maxend"] = me
     return me
 
 
