@@ -36,19 +36,24 @@ PRICE = {"A100-40": 3.673385, "V100-16": 2.859998}
 """USD per GPU-hour Sailor uses (its README)."""
 
 
-def toml(folder: Path, batch: int, micro: int) -> Path:
-    """Write the instance (and its layer table) into `folder`; returns the TOML path."""
+def toml(folder: Path, batch: int, micro: int, model: str = "GPT-Neo-2.7", kinds: tuple[str, ...] = tuple(KINDS),
+         nodes: int = 4) -> Path:
+    """Write the instance (and its layer table) into `folder`: `nodes` servers of 4 GPUs of each
+    Sailor GPU in `kinds`; returns the TOML path."""
     net = DATA / "network"
     intra = json.loads((net / "intra_node_bandwidths.json").read_text())
     inter = json.loads((net / "multizone_bandwidths_het.json").read_text())[ZONE]
     homo = json.loads((net / "network_coeffs_all_homo.json").read_text())["inter"]
     mem = json.loads((DATA / "configs" / "basic_cluster_config.json").read_text())
-    write_table(import_any("sailor", DATA / "profiles" / "GPT-Neo-2.7"), folder / "gpt_neo27.csv")
-    lines = ['name = "sailor_gpt_neo27"', "num_slots = 1", "", "[workload]", 'model = "gpt_neo27.csv"',
-             f"batch = {batch}", f"micro_batch = {micro}", "", "[network]", "inter_server_latency_ms = 0.1", ""]
+    table = model.lower().replace("-", "_").replace(".", "") + ".csv"
+    write_table(import_any("sailor", DATA / "profiles" / model), folder / table)
+    lines = [f'name = "sailor_{table[:-4]}"', "num_slots = 1", "", "[workload]", f'model = "{table}"',
+             f"batch = {batch}", f"micro_batch = {micro}", "", "[network]", "inter_server_latency_ms = 0.1", "",
+             # the tables also hold GH200-96 times (no such devices here): its kind must be declared
+             "[[kinds]]", 'kind = "GH-96"', 'like = "H100-SXM5-80GB"', "memory_gb = 96", ""]
     devs = []
-    for gpu in KINDS:
-        for node in range(4):
+    for gpu in kinds:
+        for node in range(nodes):
             server = f"{gpu.lower()}-n{node}"
             lines += ["[[servers]]", f'name = "{server}"', f"nic_gbps = {homo[gpu]['4'][1] * 8 / 1e9!r}",
                       f'zone = "{ZONE}"', ""]
@@ -63,7 +68,7 @@ def toml(folder: Path, batch: int, micro: int) -> Path:
             lines += ["[[links]]", f'a = "{a}"', f'b = "{b}"', f"gbps = {cap * 8 / 1e9!r}",
                       f"fit = [{fa!r}, {fb!r}, {fc!r}]", ""]
     lines += ["[[budgets]]", 'kind = "money"', "limit = 1000.0", ""]
-    path = folder / "sailor_gpt_neo27.toml"
+    path = folder / f"sailor_{table[:-4]}.toml"
     path.write_text("\n".join(lines))
     return path
 

@@ -40,10 +40,11 @@ def migration_time(previous: Plan | None, plan: Plan, state: SlotState,
     """Seconds to move state into every device of `plan` that newly holds a layer or a shard;
     0 when previous is None or no device gains one. previous_held: holder_mask(previous) if
     already computed. `previous` is over physical devices, `plan` over the devices of `state`
-(physical, or TP units: then read as its physical plan). A device of a degree-t TP stage needs k_opt times its shard's bytes unless
-    it held the whole layer or that very shard; the source is the previous holder of any part of
-    the layer with the fastest link (a simplification: a shard of another split is taken as
-    able to send it)."""
+    (physical, or TP units: then read as its physical plan). Shard r of a degree-t TP stage is
+    the slice [r/t, (r+1)/t) of each of its layers' model state; a device receives the part of
+    its slice it did not hold (k_opt p_l times that fraction) from the other previous holder of
+    the layer with the fastest link (a simplification: any holder of part of the layer is taken
+    as able to send it)."""
     if previous is None:
         return 0.0
     if state.base is not None:
@@ -54,18 +55,32 @@ def migration_time(previous: Plan | None, plan: Plan, state: SlotState,
     for g in plan.groups:
         for unit, (_, a, c) in zip(g.units(), g.stages()):
             t = len(unit)
-            nbytes = state.workload_at(t).opt_factor * state.workload_at(t).param_bytes
+            full = state.workload.opt_factor * state.workload.param_bytes
             for r, d in enumerate(unit):
-                code = FULL if t == 1 else FULL * t + r
-                have = (prev[d, a:c] == FULL) | (prev[d, a:c] == code)
-                new = np.flatnonzero(~have) + a
-                new = new[nbytes[new] > 0]
+                frac = _missing_fraction(prev[d, a:c], t, r)
+                new = np.flatnonzero(frac > 0) + a
+                new = new[full[new] > 0]
                 if len(new) == 0:
                     continue
-                bw = np.where(any_prev[:, new], state.bandwidth[:, d][:, None], -np.inf)   # (n, layers)
+                others = any_prev[:, new].copy()
+                others[d] = False
+                bw = np.where(others, state.bandwidth[:, d][:, None], -np.inf)   # (n, layers)
                 src = np.argmax(bw, axis=0)
                 per_src: dict[int, float] = {}
                 for s, l in zip(src, new):
-                    per_src[int(s)] = per_src.get(int(s), 0.0) + float(nbytes[l])
+                    per_src[int(s)] = per_src.get(int(s), 0.0) + float(full[l] * frac[l - a])
                 worst = max(worst, sum(b / state.bandwidth[s, d] + state.latency[s, d] for s, b in per_src.items()))
     return worst
+
+
+def _missing_fraction(held: np.ndarray, t: int, r: int) -> np.ndarray:
+    """Per layer, the fraction of the whole layer's state that shard r of degree t lacks, given
+    the holding codes `held` of the device: shard r covers [r/t, (r+1)/t) of the layer, a held
+    shard q of degree s covers [q/s, (q+1)/s); the missing part is the first minus the overlap."""
+    lo, hi = r / t, (r + 1) / t
+    s = held // FULL
+    q = held % FULL
+    s_safe = np.maximum(s, 1)
+    overlap = np.where(held > 0, np.clip(np.minimum(hi, (q + 1) / s_safe) - np.maximum(lo, q / s_safe), 0, None), 0.0)
+    out = (hi - lo) - overlap
+    return np.where(out > 1e-12, out, 0.0)

@@ -10,9 +10,11 @@ Naming scheme (a suffix on the layer table's columns, solver.io.workloads):
 
 The reader (read_workload_csv) checks every such column like the plain ones, and for each kind
 takes the `@mbs<u>@tp1` column at the workload's micro-batch size u, when the table has one, in
-place of the plain `fwd_s:<kind>` column. The other variants (other micro-batch sizes, t > 1)
-are kept in the file for tensor-parallel planning, which reads them with `variant_columns`; the
-planner does not use them yet.
+place of the plain `fwd_s:<kind>` column; the other `@tp1` sizes become
+Workload.measured_by_micro_batch, and each degree t > 1 with its `param_bytes@tp<t>` and
+`stash_bytes@tp<t>` columns becomes Workload.tp_variants[t] (with its timed sizes), which the
+tensor-parallel planner uses (model.units). `out_bytes@tp<t>` is not used: the boundary is
+sent once per stage, at its degree-1 size.
 """
 from __future__ import annotations
 

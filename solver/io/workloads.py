@@ -47,10 +47,10 @@ from typing import Callable, Sequence
 
 from ..errors import InstanceError
 from ..model import Layer, Workload
-from ..model.workload import PRECISIONS, mixed_opt_factor
+from ..model.workload import PRECISIONS, TPVariant, mixed_opt_factor
 from . import ranges as R
 from .data import models_dir
-from .columns import variant_columns
+from .columns import BYTES_VARIANT, bytes_column, variant_columns
 from .text import read_text
 
 MODELS_DIR = models_dir()
@@ -379,10 +379,32 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
     if by_u:
         by_u.setdefault(int(micro_batch), measured)
+    tp_variants = _tp_variants(path, variants, extra, int(batch))
     return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
                     float(input_bytes), measured, precision=precision,
-                    measured_by_micro_batch=dict(sorted(by_u.items())),
+                    measured_by_micro_batch=dict(sorted(by_u.items())), tp_variants=tp_variants,
                     optimizer_seconds={h[len("opt_s:"):]: tuple(extra[h]) for h in header if h.startswith("opt_s:")})
+
+
+def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batch: int) -> dict[int, TPVariant]:
+    """{t: TPVariant} from the `param_bytes@tp<t>`, `stash_bytes@tp<t>` and timed `@mbs<b>@tp<t>`
+    columns (t > 1; sizes b dividing the batch). InstanceError naming the columns when times at a
+    degree come without its bytes."""
+    degrees = {t for (_, _, t) in variants if t > 1}
+    degrees |= {int(m.group(2)) for h in extra if (m := BYTES_VARIANT.match(h)) and int(m.group(2)) > 1}
+    out: dict[int, TPVariant] = {}
+    for t in sorted(degrees):
+        pc, sc = bytes_column("param_bytes", t), bytes_column("stash_bytes", t)
+        if pc not in extra or sc not in extra:
+            missing = [c for c in (pc, sc) if c not in extra]
+            raise InstanceError(f"{path}: tensor-parallel degree {t}: expected columns {pc!r} and {sc!r} "
+                                f"(the bytes per device at that degree), missing {missing}")
+        by_u: dict[int, dict] = {}
+        for (k, b, tt), (fc, bc) in sorted(variants.items()):
+            if tt == t and batch % b == 0:
+                by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
+        out[t] = TPVariant(tuple(extra[pc]), tuple(extra[sc]), dict(sorted(by_u.items())))
+    return out
 
 
 def generate_all(outdir: str | Path = MODELS_DIR) -> list[Path]:

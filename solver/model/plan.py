@@ -156,10 +156,11 @@ class Plan:
         return "\n".join(lines)
 
     def notes(self, state: SlotState) -> tuple[str, ...]:
-        """What the plan's figures rest on that the user should know: kinds of its devices
-        whose layer times are FLOP estimates in a workload with measured times."""
-        notes = measurement_notes([state.devices[d] for d in self.devices], state.workload)
-        return notes + tp_notes(self, state)
+        """What the plan's figures rest on that the user should know: kinds of its one-device
+        stages whose layer times are FLOP estimates in a workload with measured times, and the
+        estimates behind its TP stages (tp_notes)."""
+        alone = [state.devices[u[0]] for g in self.groups for u in g.units() if len(u) == 1]
+        return measurement_notes(alone, state.workload) + tp_notes(self, state)
 
     def summary(self, state: SlotState) -> str:
         """One-line summary for tables: groups separated by ' | ', stages by '>'."""
@@ -300,6 +301,21 @@ def to_physical(plan: Plan, ustate: SlotState) -> Plan:
     return Plan(tuple(groups))
 
 
+def from_physical(plan: Plan, ustate: SlotState) -> Plan | None:
+    """A physical plan over the units of `ustate`, or None when some stage of it is not one of
+    its units (the inverse of to_physical)."""
+    if ustate.members is None:
+        return plan
+    index = {u: k for k, u in enumerate(ustate.members)}
+    groups = []
+    for g in plan.groups:
+        try:
+            groups.append(replace(g, devices=tuple(index[u] for u in g.units()), tp_peers=()))
+        except KeyError:
+            return None
+    return Plan(tuple(groups))
+
+
 def tp_notes(plan: Plan, state: SlotState) -> tuple[str, ...]:
     """What a TP plan's figures rest on: degrees without measured times for a kind (its times
     are its degree-1 times or FLOP estimates over t plus the modelled all-reduces) and tables
@@ -309,8 +325,9 @@ def tp_notes(plan: Plan, state: SlotState) -> tuple[str, ...]:
     for kind, t in sorted({(state.devices[u[0]].kind, len(u)) for g in plan.groups for u in g.units()
                            if len(u) > 1}):
         if not wl.tp_measured(t) or kind not in wl.at_tp(t).measured:
+            base = "its measured tp-1 times" if kind in wl.measured else "FLOP estimates"
             out.append(f"kind {kind} at tp {t}: no times measured at that degree in {wl.name!r}; its times are "
-                       f"its tp-1 times / {t} plus the modelled TP all-reduces")
+                       f"{base} / {t} plus the modelled TP all-reduces")
         if not wl.tp_measured(t) and wl.tp_unsplit_stash is None:
             out.append(f"tp {t}: {wl.name!r} does not say which saved activations TP splits; all are kept "
                        f"whole on every device (an upper bound)")

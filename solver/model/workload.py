@@ -206,5 +206,9 @@ class Workload:
         f = e / 4.0
         layers = tuple(replace(l, out_bytes=l.out_bytes * f, stash_bytes=l.stash_bytes * f,
                                param_bytes=l.param_bytes * f) for l in self.layers)
+        tpv = {t: replace(v, param_bytes=tuple(x * f for x in v.param_bytes),
+                          stash_bytes=tuple(x * f for x in v.stash_bytes)) for t, v in self.tp_variants.items()}
+        unsplit = None if self.tp_unsplit_stash is None else tuple(x * f for x in self.tp_unsplit_stash)
         return replace(self, layers=layers, opt_factor=mixed_opt_factor(self.opt_factor, e),
-                       input_bytes=self.input_bytes * f, precision=precision)
+                       input_bytes=self.input_bytes * f, precision=precision, tp_variants=tpv,
+                       tp_unsplit_stash=unsplit)

@@ -92,6 +92,8 @@ class SlotCache:
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
+        self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
+        """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
 
     def check(self, state: SlotState) -> None:
         """ValueError unless this cache belongs to `state` (entries of one state are wrong

@@ -1,0 +1,176 @@
+"""Choosing tensor-parallel degrees: the per-slot search (and the oracle) over TP units.
+
+A TP configuration gives each device kind one degree t (SolveOptions.tp_degrees): inside every
+server, the available devices of that kind, in index order, form units of t devices (the
+remainder stays alone). The search runs unchanged on the configuration's unit state
+(model.units), its plan is read back over physical devices (Group.tp_peers), and the best
+configuration wins. Configurations are visited by coordinate descent from degree 1 everywhere:
+each kind in turn tries each other degree with the others fixed, keeping a change when the
+objective falls; so |kinds| (|degrees| - 1) + 1 searches, each on fewer devices than the slot.
+The oracle (n <= 6) instead tries every partition of each server's same-kind devices into
+units of allowed sizes, so that stages of one kind may differ in degree.
+
+TP is considered only where the instance declares servers (a TP stage lies inside one server)
+and some server holds two or more available devices of one kind; elsewhere the solve is the
+degree-1 one, unchanged.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Callable, Iterator, Sequence
+
+from ..model.plan import to_physical
+from ..model.state import SlotState
+from ..model.units import Unit, unit_state
+from ..subproblems.cache import SlotCache
+from .options import SlotResult
+
+Configuration = tuple[tuple[str, int], ...]
+"""((kind, degree), ...) sorted by kind."""
+
+
+def same_kind_pools(state: SlotState) -> dict[tuple[str, int], list[int]]:
+    """{(kind, server): available device indices in index order} (servers from the network)."""
+    pools: dict[tuple[str, int], list[int]] = {}
+    if state.network is None:
+        return pools
+    for i in state.available_indices:
+        pools.setdefault((state.devices[i].kind, int(state.network.server[i])), []).append(i)
+    return pools
+
+
+def allowed_degrees(state: SlotState, degrees: Sequence[int]) -> dict[str, tuple[int, ...]]:
+    """{kind: degrees > 1 of `degrees` that fit in some server's pool of that kind}."""
+    out: dict[str, set[int]] = {}
+    for (kind, _), pool in same_kind_pools(state).items():
+        out.setdefault(kind, set()).update(t for t in degrees if 1 < t <= len(pool))
+    return {k: tuple(sorted(v)) for k, v in sorted(out.items()) if v}
+
+
+def tp_applies(state: SlotState, degrees: Sequence[int]) -> bool:
+    """True when some kind may form a unit of degree > 1 in this slot."""
+    return state.tp is None and bool(allowed_degrees(state, degrees))
+
+
+def configuration_units(state: SlotState, config: Configuration) -> list[Unit]:
+    """The units of a configuration: per (kind, server) pool, chunks of the kind's degree in
+    index order, the rest alone; then every device outside the pools (unavailable ones) alone."""
+    deg = dict(config)
+    units: list[Unit] = []
+    for (kind, _), pool in sorted(same_kind_pools(state).items(), key=lambda kv: kv[1][0]):
+        t = deg.get(kind, 1)
+        full = len(pool) // t * t
+        units += [tuple(pool[i:i + t]) for i in range(0, full, t)] + [(i,) for i in pool[full:]]
+    used = {i for u in units for i in u}
+    return units + [(i,) for i in range(state.n) if i not in used]
+
+
+def partitions(pool: Sequence[int], sizes: Sequence[int]) -> Iterator[list[Unit]]:
+    """Every partition of `pool` into blocks whose sizes are in `sizes` (1 always allowed),
+    each block in index order."""
+    pool = list(pool)
+    if not pool:
+        yield []
+        return
+    first, rest = pool[0], pool[1:]
+    for t in sorted({1, *sizes}):
+        if t > len(pool):
+            continue
+        for comp in itertools.combinations(rest, t - 1):
+            left = [x for x in rest if x not in comp]
+            for tail in partitions(left, sizes):
+                yield [(first, *comp), *tail]
+
+
+def all_unit_sets(state: SlotState, degrees: Sequence[int]) -> Iterator[list[Unit]]:
+    """Every way of forming units in this slot (oracle): the product over (kind, server) pools
+    of their partitions into allowed sizes, plus the other devices alone."""
+    pools = sorted(same_kind_pools(state).values(), key=lambda p: p[0])
+    inside = {i for p in pools for i in p}
+    rest = [(i,) for i in range(state.n) if i not in inside]
+    for combo in itertools.product(*(list(partitions(p, [t for t in degrees if t > 1])) for p in pools)):
+        yield [u for part in combo for u in part] + rest
+
+
+Solver = Callable[[SlotState, SlotCache], SlotResult]
+"""solve(unit state, its cache) -> SlotResult over the units (the previous plan, over physical
+devices, is the solver's own: the Scorer charges migration physically and solve.incumbents
+reads it over the units where it can)."""
+
+
+def solve_units(state: SlotState, units: list[Unit], solve: Solver, cache: SlotCache | None
+                ) -> tuple[SlotResult, SlotState]:
+    """`solve` on the unit state of `units` (its cache kept in the slot's cache), the result's
+    plans read back over physical devices."""
+    if all(len(u) == 1 for u in units):         # degree 1 everywhere: the slot itself
+        return solve(state, cache if cache is not None else SlotCache(state)), state
+    key = tuple(units)
+    store = cache.units if cache is not None else {}
+    if key not in store:
+        ust = unit_state(state, units)
+        store[key] = (ust, SlotCache(ust, dp_backend=cache.dp_backend if cache is not None else "compiled"))
+    ust, ucache = store[key]
+    res = solve(ust, ucache)
+    return physical_result(res, ust), ust
+
+
+def physical_result(res: SlotResult, ust: SlotState) -> SlotResult:
+    """A unit state's SlotResult with its plans over physical devices."""
+    if res.plan is None:
+        return res
+    pool = tuple((to_physical(p, ust), *rest) for p, *rest in res.candidate_pool)
+    return replace(res, plan=to_physical(res.plan, ust), candidate_pool=pool)
+
+
+def better(a: SlotResult, b: SlotResult | None) -> bool:
+    """a has a plan and beats b (none, or a larger objective; ties by batch time)."""
+    if a.plan is None:
+        return False
+    if b is None or b.plan is None:
+        return True
+    return (a.objective, a.batch_time) < (b.objective, b.batch_time)
+
+
+def search_configurations(state: SlotState, degrees: Sequence[int], solve: Solver, cache: SlotCache | None,
+                          plain: SlotResult) -> tuple[SlotResult, Configuration, int, list[float]]:
+    """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
+    result. Returns (best result, its configuration, searches run, lower bounds seen)."""
+    allowed = allowed_degrees(state, degrees)
+    config = {k: 1 for k in allowed}
+    best, best_cfg, runs, bounds = plain, tuple(sorted(config.items())), 0, [plain.lower_bound]
+    for kind, ts in allowed.items():
+        for t in ts:
+            trial = dict(config, **{kind: t})
+            cfg = tuple(sorted(trial.items()))
+            res, _ = solve_units(state, configuration_units(state, cfg), solve, cache)
+            runs += 1
+            bounds.append(res.lower_bound)
+            if better(res, best):
+                best, best_cfg = res, cfg
+        config = dict(best_cfg)
+    return best, best_cfg, runs, bounds
+
+
+def describe_configuration(config: Configuration) -> str:
+    """'V100-SXM2-16GB tp4, A100-SXM4-40GB tp1' style text."""
+    return ", ".join(f"{k} tp{t}" for k, t in config) or "tp1"
+
+
+def check_degrees(degrees: Sequence[int]) -> None:
+    """ValueError unless `degrees` is a non-empty sequence of integers >= 1 (SolveOptions.tp_degrees)."""
+    if isinstance(degrees, (str, bytes)) or not degrees or any(
+            isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in degrees):
+        raise ValueError(f"tp_degrees: expected a non-empty sequence of integers >= 1, got {degrees!r}")
+
+
+def tp_result(best: SlotResult, config: Configuration, runs: int, bounds: Sequence[float],
+              solve_time: float) -> SlotResult:
+    """The chosen configuration's result, with the whole solve's time, the smallest lower bound
+    of the configurations searched (a bound over those, not over every way of forming units)
+    and the configuration in the message."""
+    finite = [b for b in bounds if b == b]
+    lb = min(finite) if finite else best.lower_bound
+    msg = f"{best.message}; TP: {runs + 1} configurations searched (coordinate descent over one degree " \
+          f"per kind), chosen: {describe_configuration(config)}; lower bound over the configurations searched"
+    return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)

@@ -1,0 +1,279 @@
+"""Tensor parallelism: a stage held by t devices of one kind in one server (model.units,
+solve.tp). Hand-worked cost, the all-reduce against a small event simulation, degree 1 equal to
+the plain model, validation, JSON, migration, and the search and oracle choosing degrees."""
+from __future__ import annotations
+
+import heapq
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver import SolveOptions, evaluate, solve_slot
+from solver.cost.migration import migration_time
+from solver.io.instance import load_instance
+from solver.model import Group, Plan
+from solver.model.memory import memory_use
+from solver.model.plan import plan_from_json, plan_to_json, to_units
+from solver.model.state import TP_ALLREDUCES, tp_collective_seconds
+from solver.model.units import unit_state
+from solver.solve.oracle import solve_exact
+
+GBIT = 1e9 / 8
+LAYERS = """\
+# input_bytes: 1000
+name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes
+l0,4e9,8e9,4e6,3e6,2e9
+l1,4e9,8e9,2e6,3e6,2e9
+l2,4e9,8e9,2e6,3e6,2e9
+l3,4e9,8e9,1e6,3e6,2e9
+"""
+
+
+def instance(tmp_path: Path, devices: list[tuple[str, str, str]], memory_gb: float | None = None,
+             batch: int = 16, micro: int = 4):
+    """Devices (name, kind, server) in declared servers ([[servers]], NICs not limiting), 200 Gb/s
+    inside a server and 25 between servers (1 us / 10 us latency); a money budget."""
+    (tmp_path / "layers.csv").write_text(LAYERS)
+    body = [f'name = "tp"', "num_slots = 1", "[workload]", 'model = "layers.csv"', f"batch = {batch}",
+            f"micro_batch = {micro}", "[network]", "intra_server_gbps = 200.0", "inter_server_gbps = 25.0",
+            "intra_server_latency_ms = 0.001", "inter_server_latency_ms = 0.01", ""]
+    for n, k, s in devices:
+        body += ["[[devices]]", f'name = "{n}"', f'kind = "{k}"', f'server = "{s}"']
+        if memory_gb is not None:
+            body.append(f"memory_gb = {memory_gb}")
+        body.append("")
+    body += [x for srv in sorted({d[2] for d in devices}) for x in ("[[servers]]", f'name = "{srv}"', "")]
+    body += ["[[budgets]]", 'kind = "money"', "limit = 1000.0", ""]
+    p = tmp_path / "tp.toml"
+    p.write_text("\n".join(body))
+    return load_instance(p)
+
+
+FOUR = [("a0", "V100", "A"), ("a1", "V100", "A"), ("b0", "V100", "B"), ("b1", "V100", "B")]
+
+
+# ------------------------------------------------------------------ the cost of one TP stage
+
+def test_tp_stage_cost_hand_worked(tmp_path):
+    inst = instance(tmp_path, FOUR)
+    s = inst.state(0)
+    us = unit_state(s, [(0, 1), (2,), (3,)])
+    wl = s.workload
+    bw, lat, u = 200 * GBIT, 1e-6, wl.micro_batch
+    for l in range(wl.num_layers):
+        o = wl.out_bytes[l]
+        ring = 2 * (2 - 1) / 2 * o / bw + 2 * (2 - 1) * lat / u          # one all-reduce, per sample
+        assert us.layer_fwd_seconds[0, l] == pytest.approx(wl.fwd_flops[l] / (2 * s.speed[0]) + 2 * ring, rel=1e-12)
+        assert us.layer_bwd_seconds[0, l] == pytest.approx(wl.bwd_flops[l] / (2 * s.speed[0]) + 2 * ring, rel=1e-12)
+        assert us.layer_fwd_seconds[1, l] == s.layer_fwd_seconds[2, l]
+    # memory: parameters halve; without a TP split of the saved bytes they stay whole
+    mu = memory_use(us, (0, 1), (2, 4), 8, "gpipe")
+    P = wl.param_bytes
+    assert mu[0] == pytest.approx(wl.opt_factor * (P[0] + P[1]) / 2 + 8 * 6e6, rel=1e-12)
+    assert mu[1] == pytest.approx(wl.opt_factor * (P[2] + P[3]) + 8 * 6e6, rel=1e-12)
+    # the unit pays both devices' price and power
+    assert us.price[0] == pytest.approx(s.price[0] + s.price[1])
+    assert us.devices[0].busy_power_w == pytest.approx(2 * s.devices[0].busy_power_w)
+
+
+def test_tp_split_of_saved_activations():
+    from solver.io.synthetic import random_workload
+    wl = random_workload(np.random.default_rng(3), 5, 8, 2)
+    from dataclasses import replace
+    whole = tuple(0.25 * l.stash_bytes for l in wl.layers)
+    w4 = replace(wl, tp_unsplit_stash=whole).at_tp(4)
+    for a, b, w in zip(w4.layers, wl.layers, whole):
+        assert a.stash_bytes == pytest.approx(w + (b.stash_bytes - w) / 4)
+        assert a.param_bytes == pytest.approx(b.param_bytes / 4)
+        assert a.out_bytes == b.out_bytes
+    with pytest.raises(ValueError, match="tp: expected an integer >= 1, got 0"):
+        wl.at_tp(0)
+
+
+def ring_allreduce_event_sim(m: float, bw: list[float], lat: list[float]) -> float:
+    """Seconds of a ring all-reduce of m bytes among t devices, chunk by chunk: in each of the
+    2 (t - 1) steps (reduce-scatter, then all-gather) device i sends chunk m/t to i+1 over its
+    link (bw[i] bytes/s, lat[i] s) as soon as it has received the chunk of the step before."""
+    t = len(bw)
+    ready = [0.0] * t           # when device i may send its next chunk
+    events: list[tuple[float, int]] = []
+    for _ in range(2 * (t - 1)):
+        done = [ready[i] + m / t / bw[i] + lat[i] for i in range(t)]
+        for i in range(t):
+            heapq.heappush(events, (done[i], (i + 1) % t))
+        arrived = [0.0] * t
+        while events:
+            when, dst = heapq.heappop(events)
+            arrived[dst] = max(arrived[dst], when)
+        ready = [max(ready[i], arrived[i]) for i in range(t)]
+    return max(ready)
+
+
+@given(t=st.integers(2, 8), m=st.floats(1e3, 1e9), slow=st.floats(0.1, 1.0), lat=st.floats(0, 1e-4))
+def test_tp_allreduce_against_event_simulation(t, m, slow, lat):
+    bw = 100 * GBIT
+    uniform = ring_allreduce_event_sim(m, [bw] * t, [lat] * t)
+    formula = tp_collective_seconds(np.array([m]), t, bw, lat, 1)[0] / TP_ALLREDUCES
+    assert uniform == pytest.approx(formula, rel=1e-9)
+    # one slower link: the formula (at the slowest link) is an upper bound, tight when uniform
+    links = [bw] * t
+    links[0] = bw * slow
+    assert ring_allreduce_event_sim(m, links, [lat] * t) <= \
+        tp_collective_seconds(np.array([m]), t, bw * slow, lat, 1)[0] / TP_ALLREDUCES * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------ degree 1 is the plain model
+
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=15)
+def test_singleton_units_equal_the_physical_slot(tmp_path_factory, seed):
+    inst = instance(tmp_path_factory.mktemp("s"), FOUR + [("c0", "A100-SXM4-40GB", "B")])
+    s = inst.state(0)
+    us = unit_state(s, [(i,) for i in range(s.n)])
+    rng = np.random.default_rng(seed)
+    devs = [int(x) for x in rng.permutation(s.n)]
+    k = int(rng.integers(1, 4))
+    groups, start, shares = [], 0, [8, 8] if k > 1 else [16]
+    for gi in range(min(k, 2)):
+        stages = devs[gi * 2: gi * 2 + 2] if k > 1 else devs[:2]
+        groups.append(Group(tuple(stages), (2, 4), shares[gi], "1f1b" if seed % 2 else "gpipe", bool(seed % 3 == 0)))
+    plan = Plan(tuple(groups))
+    a, b = evaluate(plan, s), evaluate(plan, us)
+    assert b.batch_time == pytest.approx(a.batch_time, rel=1e-12)
+    assert b.sync_time == pytest.approx(a.sync_time, rel=1e-12, abs=1e-15)
+    assert np.allclose(b.costs, a.costs, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ plans with TP stages
+
+def test_validate_tp_stages(tmp_path):
+    inst = instance(tmp_path, FOUR + [("c0", "A100-SXM4-40GB", "A")])
+    s = inst.state(0)
+
+    def broken(plan):
+        return {v.constraint for v in plan.validate(s)}
+
+    ok = Plan((Group((0, 2), (2, 4), 16, tp_peers=((1,), (3,))),))
+    assert ok.validate(s) == []
+    assert ok.devices == (0, 1, 2, 3) and ok.groups[0].degrees == (2, 2)
+    assert broken(Plan((Group((0, 2), (2, 4), 16, tp_peers=((4,), ())),))) == {"tp_stage"}      # two kinds
+    assert broken(Plan((Group((0,), (4,), 16, tp_peers=((2,),)),))) == {"tp_stage"}           # two servers
+    assert broken(Plan((Group((0, 1), (2, 4), 16, tp_peers=((1,), ())),))) == {"device_once"}
+    assert broken(Plan((Group((0, 2), (2, 4), 16, tp_peers=((1,),)),))) == {"tp_peers"}
+    msg = str(Plan((Group((0,), (4,), 16, tp_peers=((2,),)),)).validate(s)[0])
+    assert "expected devices of one server" in msg and "a0" in msg and "b0" in msg
+
+
+def test_tp_plan_json_and_describe(tmp_path):
+    inst = instance(tmp_path, FOUR)
+    s = inst.state(0)
+    plan = Plan((Group((0, 2), (2, 4), 16, "1f1b", tp_peers=((1,), (3,))),))
+    assert plan_from_json(plan_to_json(plan)) == plan
+    assert '"tp_peers":[[1],[3]]' in plan_to_json(plan)
+    assert "a0+a1[0:2] tp2" in plan.describe(s)
+    # every figure of a TP plan is its units' (evaluate == the unit state's own evaluation)
+    us, up = to_units(plan, s)
+    assert evaluate(plan, s).batch_time == evaluate(up, us).batch_time
+
+
+def test_migration_of_tp_shards(tmp_path):
+    inst = instance(tmp_path, FOUR)
+    s = inst.state(0)
+    tp2 = Plan((Group((0,), (4,), 16, tp_peers=((1,),)),))
+    alone = Plan((Group((0,), (4,), 16),))
+    assert migration_time(tp2, tp2, s) == 0.0
+    # device 0 held the first half of every layer: alone it needs the other half, from device 1
+    need = s.workload.opt_factor * s.workload.param_bytes.sum()
+    t = migration_time(tp2, alone, s)
+    assert t == pytest.approx(need / 2 / (200 * GBIT) + 1e-6, rel=1e-9)
+    # two devices of another server take over as a TP pair: each receives its half
+    moved = Plan((Group((2,), (4,), 16, tp_peers=((3,),)),))
+    assert migration_time(tp2, moved, s) == pytest.approx(need / 2 / (25 * GBIT) + 1e-5, rel=1e-9)
+    # from one device to a TP pair: device 0 already holds its shard (the whole layer), 1 needs its half
+    t2 = migration_time(alone, tp2, s)
+    assert t2 == pytest.approx(need / 2 / (200 * GBIT) + 1e-6, rel=1e-9)
+
+
+def test_search_uses_tp_where_nothing_fits_alone(tmp_path):
+    # a layer's model state is 2e9 B x 4 (Adam) = 8 GB: no 6 GB device holds one, a TP pair or
+    # quadruple does
+    eight = [(f"{srv}{i}", "V100", srv) for srv in "AB" for i in range(4)]
+    inst = instance(tmp_path, eight, memory_gb=6)
+    s = inst.state(0)
+    plain = solve_slot(s, V=1.0, options=SolveOptions(tp_degrees=(1,)))
+    res = solve_slot(s, V=1.0)
+    assert res.success, res.message
+    assert res.plan.uses_tp and res.plan.validate(s) == []
+    assert "TP:" in res.message
+    assert not plain.success
+    for g in res.plan.groups:
+        for u in g.units():
+            assert len({s.devices[i].kind for i in u}) == 1
+            assert len({int(s.network.server[i]) for i in u}) == 1
+
+
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=12)
+def test_tp_search_result_is_sound(tmp_path_factory, seed):
+    rng = np.random.default_rng(seed)
+    kinds = ["V100", "A100-SXM4-40GB"]
+    devs = [(f"d{i}", kinds[int(rng.integers(0, 2))], "AB"[int(rng.integers(0, 2))]) for i in range(int(rng.integers(3, 7)))]
+    inst = instance(tmp_path_factory.mktemp("p"), devs, memory_gb=float(rng.choice([12, 20, 40])))
+    s = inst.state(0)
+    plain = solve_slot(s, V=1.0, options=SolveOptions(tp_degrees=(1,)))
+    res = solve_slot(s, V=1.0)
+    if not res.success:
+        assert not plain.success
+        return
+    plan = res.plan
+    assert plan.validate(s) == []                       # memory per device under its own schedule too
+    assert sum(g.share for g in plan.groups) == s.workload.batch
+    assert len(plan.devices) == len(set(plan.devices))
+    assert all(s.available[d] for d in plan.devices)
+    for g in plan.groups:
+        covered = [l for _, a, b in g.stages() for l in range(a, b)]
+        assert covered == list(range(s.workload.num_layers))
+    if plain.success:
+        assert res.objective <= plain.objective * (1 + 1e-12)
+    assert evaluate(plan, s).batch_time == pytest.approx(evaluate(plan, s).batch_time)
+
+
+def test_oracle_over_units_no_worse_than_the_search(tmp_path):
+    inst = instance(tmp_path, FOUR, memory_gb=24)
+    s = inst.state(0)
+    search = solve_slot(s, V=1.0, options=SolveOptions(tp_degrees=(1, 2)))
+    exact = solve_exact(s, V=1.0, tp_degrees=(1, 2))
+    assert exact.success and search.success
+    assert exact.objective <= search.objective * (1 + 1e-9)
+    assert exact.plan.validate(s) == []
+    assert "ways of forming TP units" in exact.message
+    # with degree 1 only, the oracle is the plain one
+    assert solve_exact(s, V=1.0).objective >= exact.objective * (1 - 1e-12)
+
+
+def test_tp_degrees_checked(tmp_path):
+    inst = instance(tmp_path, FOUR)
+    with pytest.raises(ValueError, match="tp_degrees: expected a non-empty sequence of integers >= 1"):
+        solve_slot(inst.state(0), options=SolveOptions(tp_degrees=(0, 2)))
+
+
+def test_llama_on_v100s_plans_with_tp(shared_data, tmp_path):
+    """Sailor's LLAMA-3-8 has no tp-1 figures on a V100-16 and does not fit one: on Sailor's
+    cluster the V100s are planned only at tp >= 4 (their measured degrees), never at tp 1."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.bench_sailor_cluster import toml
+    inst = load_instance(toml(tmp_path, 256, 1, "LLAMA-3-8"))
+    s = inst.state(0)
+    assert not solve_slot(s, V=1.0, options=SolveOptions(tp_degrees=(1,))).success
+    res = solve_slot(s, V=1.0)
+    assert res.success, res.message
+    assert res.plan.validate(s) == []
+    v100 = [len(u) for g in res.plan.groups for u in g.units() if s.devices[u[0]].kind == "V100-SXM2-16GB"]
+    assert v100 and min(v100) >= 4
+    assert not any("V100-SXM2-16GB at tp 4" in n for n in res.plan.notes(s))     # measured at 4
+    assert math.isfinite(res.batch_time)
