@@ -3,6 +3,7 @@ the job resumed on the devices left ends with the parameters of an unbroken run 
 device binding, model-semantics refusals and the speed estimator."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -50,38 +51,52 @@ def write_instance(folder: Path, factory=mlp64) -> Path:
     return folder / "cpu4.toml"
 
 
-def reference(steps: int, factory=mlp64, seeded: bool = True) -> dict[str, torch.Tensor]:
+def reference(steps: int, factory=mlp64, seeded: bool = True, features: bool = True) -> dict[str, torch.Tensor]:
     """Single-process full-batch training: what every run must end with (dropout seeded
-    per sample, runtime.seeding; seeded=False: the blocks as given, dropout off)."""
+    per sample, runtime.seeding; seeded=False: the blocks as given, dropout off), with the
+    spec's clipping (clip_grad_norm_ over the whole model), LR scheduler (one step per
+    iteration) and autocast, unless features=False."""
     spec = factory()
     m = nn.Sequential(*blocks_of(spec.model)) if seeded else copy.deepcopy(spec.model).eval()
     opt = spec.make_optimizer(m.parameters())
+    sched = spec.make_scheduler(opt) if features and spec.make_scheduler else None
     n = len(spec.data)
     for i in range(steps):
         rows = [spec.data[(i * B + j) % n] for j in range(B)]
         x, y = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
         opt.zero_grad()
-        with batch_context(i):
-            spec.loss(m(x), y).backward()
+        with batch_context(i), (spec.autocast_context(torch.device("cpu")) if features else contextlib.nullcontext()):
+            loss = spec.loss(m(x), y)
+        loss.backward()
+        if features and spec.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), spec.clip_norm)
         opt.step()
+        if sched is not None:
+            sched.step()
     return m.state_dict()
 
 
-def train(inst: Path, ckpt: Path, *extra: str) -> int:
-    return main(["train", str(inst), "--model", MODEL, "--steps", str(STEPS), "--checkpoint-dir", str(ckpt),
+def train(inst: Path, ckpt: Path, *extra: str, model: str = MODEL) -> int:
+    return main(["train", str(inst), "--model", model, "--steps", str(STEPS), "--checkpoint-dir", str(ckpt),
                  "--iterations-per-slot", str(PER_SLOT), "--checkpoint-every", "2", *extra])
 
 
 def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
+    """With global-norm clipping and a StepLR scheduler (examples.mlp64_clip_sched): its
+    state is checkpointed, migrated and resumed with the optimizer's."""
+    from solver.runtime.examples import mlp64_clip_sched
+    model = "solver.runtime.examples:mlp64_clip_sched"
     inst = write_instance(tmp_path)
-    assert train(inst, tmp_path / "a") == 0
-    assert train(inst, tmp_path / "b", "--kill-at", "p1:7") == 1
+    assert train(inst, tmp_path / "a", model=model) == 0
+    assert train(inst, tmp_path / "b", "--kill-at", "p1:7", model=model) == 1
     err = capsys.readouterr().err
     assert "p1 died (signal 9)" in err and "run the same command" in err
     assert json.loads((tmp_path / "b" / "lost.json").read_text()) == ["p1"]
-    assert train(inst, tmp_path / "b", "--kill-at", "p1:7") == 0
+    assert train(inst, tmp_path / "b", "--kill-at", "p1:7", model=model) == 0
 
-    ref = reference(STEPS)
+    ref = reference(STEPS, mlp64_clip_sched)
+    plain = reference(STEPS, mlp64_clip_sched, features=False)
+    assert max(float((ref[k] - plain[k]).abs().max()) for k in ref) > 1e-3  # clipping and the schedule matter
     a, b = final_state(tmp_path / "a", 7), final_state(tmp_path / "b", 7)
     assert set(a) == set(b) == set(ref)
     for k, v in ref.items():
@@ -136,11 +151,12 @@ def test_torchrun_two_nodes_bind_by_node_and_local_rank(tmp_path: Path) -> None:
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
 
 
-@pytest.mark.parametrize("factory", ["mlp64", "mlp64_adam"])
+@pytest.mark.parametrize("factory", ["mlp64", "mlp64_adam_clip_sched"])
 def test_torch_pipelining_equivalence_across_replan(tmp_path: Path, factory: str) -> None:
     """2 groups x 2 stages through torch.distributed.pipelining, uneven shares and cuts, one
     group GPipe and one 1F1B, swapped (with new stages, cuts and shares) by a re-plan:
-    SGD-momentum and Adam end where single-process full-batch training ends."""
+    SGD-momentum, and Adam with global-norm clipping and an LR warm-up, end where
+    single-process full-batch training ends."""
     from solver.runtime import examples
     inst = load_instance(write_instance(tmp_path))
     p1 = Plan((Group((0, 1), (3, 7), 24, "gpipe"), Group((2, 3), (5, 7), 8, "1f1b")))
@@ -174,6 +190,67 @@ def test_dropout_masks_do_not_depend_on_the_plan(tmp_path: Path, engine: str) ->
     assert max(float((ref[k] - off[k]).abs().max()) for k in ref) > 1e-3  # the masks matter
     for k, v in ref.items():
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
+def reference_micro(steps: int, factory, shares: list[int]) -> dict[str, torch.Tensor]:
+    """Single-process training that splits each batch as a plan does: per group (`shares`,
+    in order) micro-batches of U samples, each loss scaled by size / share, the group's
+    gradient by share / B, the groups' gradients summed (the cross-group all-reduce)."""
+    spec = factory()
+    m = nn.Sequential(*blocks_of(spec.model))
+    opt = spec.make_optimizer(m.parameters())
+    n = len(spec.data)
+    for i in range(steps):
+        rows = [spec.data[(i * B + j) % n] for j in range(B)]
+        x, y = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        total = [torch.zeros_like(p) for p in m.parameters()]
+        off = 0
+        for share in shares:
+            opt.zero_grad()
+            for a in range(off, off + share, U):
+                with spec.autocast_context(torch.device("cpu")):
+                    loss = spec.loss(m(x[a:a + U]), y[a:a + U]) * (U / share)
+                loss.backward()
+            for t, p in zip(total, m.parameters()):
+                t += p.grad * (share / B)
+            off += share
+        for t, p in zip(total, m.parameters()):
+            p.grad = t
+        opt.step()
+    return m.state_dict()
+
+
+def test_bf16_autocast_matches_single_process_autocast(tmp_path: Path) -> None:
+    """bf16 autocast (examples.mlp32_bf16) on 2 groups (a torch 1F1B pipeline with --repeat 2
+    on one stage; one device on the hand-written path): the parameters equal, to fp32
+    summation order, single-process training under the same autocast and the plan's
+    micro-batches (bf16 rounding depends on the micro-batch; shares of 16 make every loss
+    and gradient scaling a power of two, exact in bf16), and are far from full-precision
+    training: the autocast ran."""
+    from solver.runtime.examples import mlp32_bf16
+    inst = load_instance(write_instance(tmp_path, mlp32_bf16))
+    plan = Plan((Group((0, 1), (3, 7), 16, "1f1b"), Group((2,), (7,), 16)))
+    cfg = TrainConfig("solver.runtime.examples:mlp32_bf16", 6, str(tmp_path / "ck"), iterations_per_slot=3,
+                      plans=(plan_to_json(plan),), engine="torch", repeat={"p1": 2})
+    launch(inst, cfg)
+    got, ref = final_state(tmp_path / "ck", 7), reference_micro(6, mlp32_bf16, [16, 16])
+    full = reference(6, mlp32_bf16, features=False)
+    near = max(float((got[k] - ref[k]).abs().max()) for k in ref)
+    far = max(float((full[k] - ref[k]).abs().max()) for k in ref)
+    assert near < 1e-6 and far > 1e-5, (near, far)
+
+
+def test_clip_and_features_refused_when_wrong() -> None:
+    from solver.runtime.examples import mlp64
+    from solver.runtime.spec import TrainSpec
+    s = mlp64()
+    with pytest.raises(SpecError, match="clip_norm: expected a positive norm"):
+        TrainSpec(s.model, s.loss, s.make_optimizer, s.data, clip_norm=0.0).check()
+    with pytest.raises(SpecError, match="autocast: expected None"):
+        TrainSpec(s.model, s.loss, s.make_optimizer, s.data, autocast=torch.int8).check()
+    with pytest.raises(SpecError, match="ReduceLROnPlateau"):
+        TrainSpec(s.model, s.loss, s.make_optimizer, s.data,
+                  make_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau).check()
 
 
 def test_profile_counts_composite_blocks(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     spec = load_factory(args.model)
     blocks = nn.Sequential(*blocks_of(spec.model))
     x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0]
-    with batch_context(0):
+    with batch_context(0), spec.autocast_context(x.device):
         wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
                             name=args.model.rpartition(":")[2])
     write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "

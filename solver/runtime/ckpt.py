@@ -1,7 +1,7 @@
 """Sharded checkpoints of a training job: one file per block, one metadata file.
 
 Layout under the checkpoint folder DIR:
-    DIR/ckpt-<step>/block-<i>.pt   block i's parameters, buffers and optimizer state
+    DIR/ckpt-<step>/block-<i>.pt   block i's parameters, buffers, optimizer and LR-scheduler state
                                    (LayerState.pack), written by the block's first holder;
     DIR/ckpt-<step>/meta.json      written by rank 0: the step (iterations done = the data
                                    position), the job's config, the controller state;
@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .replan import LayerState, OptFactory, new_layer
+from .replan import LayerState, OptFactory, SchedFactory, new_layer
 
 KEEP = 2
 
@@ -83,12 +83,15 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 def load_blocks(path: Path, blocks: Sequence[int], templates: Sequence[nn.Module],
-                make_opt: OptFactory, device: torch.device) -> dict[int, LayerState]:
-    """The LayerStates of `blocks` restored from checkpoint `path` onto `device`."""
+                make_opt: OptFactory, device: torch.device,
+                make_sched: SchedFactory | None = None) -> dict[int, LayerState]:
+    """The LayerStates of `blocks` restored from checkpoint `path` onto `device`
+    (optimizer and LR scheduler state included)."""
     out = {}
     for i in blocks:
         f = path / f"block-{i:04d}.pt"
         if not f.exists():
             raise FileNotFoundError(f"checkpoint {path} lacks block {i} ({f.name})")
-        out[i] = new_layer(templates[i], device, make_opt, torch.load(f, map_location=device, weights_only=True))
+        out[i] = new_layer(templates[i], device, make_opt, torch.load(f, map_location=device, weights_only=True),
+                           make_sched)
     return out

@@ -38,6 +38,33 @@ def mlp64_adam() -> TrainSpec:
     return TrainSpec(spec.model, spec.loss, functools.partial(torch.optim.Adam, lr=1e-2), spec.data)
 
 
+def mlp64_clip_sched() -> TrainSpec:
+    """mlp64 with the training-loop features: gradients clipped to global norm 0.5 and
+    the learning rate halved every 3 iterations (StepLR)."""
+    spec = mlp64()
+    return TrainSpec(spec.model, spec.loss, spec.make_optimizer, spec.data, clip_norm=0.5,
+                     make_scheduler=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=3, gamma=0.5))
+
+
+def mlp64_adam_clip_sched() -> TrainSpec:
+    """mlp64_adam with gradients clipped to global norm 0.5 and a linear warm-up of the
+    learning rate over 5 iterations (LinearLR from 0.2)."""
+    spec = mlp64_adam()
+    return TrainSpec(spec.model, spec.loss, spec.make_optimizer, spec.data, clip_norm=0.5,
+                     make_scheduler=functools.partial(torch.optim.lr_scheduler.LinearLR, start_factor=0.2,
+                                                      total_iters=5))
+
+
+def mlp32_bf16() -> TrainSpec:
+    """A 7-block float32 MLP (8-64-64-32-4, Tanh between) trained under bf16 autocast, SGD
+    with momentum 0.9, lr 0.05, on 256 teacher samples."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                          nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 4))
+    return TrainSpec(model, nn.MSELoss(), functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+                     _teacher(256, 8, 4, torch.float32), autocast=torch.bfloat16)
+
+
 def mlp64_dropout() -> TrainSpec:
     """mlp64 with nn.Dropout(0.2) after the first two Tanh (9 blocks)."""
     spec = mlp64()

@@ -92,7 +92,8 @@ def launch(instance: Instance, cfg: TrainConfig, device_names: Sequence[str] | N
             raise TrainFailed(f"device(s) {', '.join(dead)} died (signal {killed[min(killed)]}); recorded in "
                               f"{Path(cfg.checkpoint_dir) / LOST}; run the same command to resume from the newest "
                               f"checkpoint on the {world - len(dead)} device(s) left")
-        errs = sorted(Path(err_dir).glob("rank-*.err"), key=lambda p: int(p.stem.split("-")[1]))
+        # the first error written is the cause; the others' peers closed on them
+        errs = sorted(Path(err_dir).glob("rank-*.err"), key=lambda p: (p.stat().st_mtime_ns, int(p.stem.split("-")[1])))
         first = errs[0].read_text() if errs else f"rank {failed} exited with status {procs[failed].exitcode}"
         raise TrainFailed(f"rank {errs[0].stem.split('-')[1] if errs else failed}: {first}")
 

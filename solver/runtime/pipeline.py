@@ -1,5 +1,6 @@
 """One training iteration on one rank: GPipe forward/backward of its stage over plain
-isend/recv, then the per-layer gradient all-reduce across groups."""
+isend/recv, then the per-layer gradient all-reduce across groups, global-norm gradient
+clipping and the optimizer and LR-scheduler steps."""
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
                   y: torch.Tensor | None, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                   micro_batch: int, batch: int, in_shape: Sequence[int], in_dtype: torch.dtype,
                   device: torch.device, pad: Pad | None = None, repeat: int = 1,
-                  step: int | None = None) -> tuple[float, float]:
+                  step: int | None = None, amp: torch.dtype | None = None) -> tuple[float, float]:
     """Accumulate this stage's gradients for one iteration, already scaled by share / batch;
     return the stage's forward and backward compute seconds (receive waits excluded).
 
@@ -51,7 +52,8 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     forward runs r - 1 more times without grad, and its backward r - 1 more times through
     torch.autograd.grad (results dropped), so gradients are unchanged. step: the global
     batch's index, for per-sample dropout (runtime.seeding; the micro-batch's rows are
-    role.offset + its start).
+    role.offset + its start). amp: run the forward passes and the loss under
+    torch.autocast(device.type, amp) (TrainSpec.autocast).
     """
     mods = [layers[i] for i in role.layers]
     sizes = micro_sizes(role.share, micro_batch)
@@ -62,6 +64,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     params = [p for mod in mods for p in mod.parameters() if p.requires_grad]
     fwd_s = bwd_s = 0.0
     start = 0
+    cast = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
     for m, s in enumerate(sizes):
         if first:
             inp = x[start:start + s]
@@ -70,7 +73,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
             dist.recv(inp, src=role.prev, tag=_tag(m, False))
             inp.requires_grad_(inp.is_floating_point())
         t0 = time.perf_counter()
-        with holding_rows(step, role.offset + start) if step is not None else contextlib.nullcontext():
+        with holding_rows(step, role.offset + start) if step is not None else contextlib.nullcontext(), cast:
             out = inp
             for mod in mods:
                 out = mod(out)
@@ -136,13 +139,49 @@ def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],
             off += n
 
 
+def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequence[int],
+                max_norm: float) -> float:
+    """Collective over the default process group (every rank calls it; `layers` may be
+    empty): scale the gradients of this rank's `layers` so that the L2 norm of the whole
+    model's gradient is at most `max_norm`, as torch.nn.utils.clip_grad_norm_ on one
+    process (coefficient max_norm / (norm + 1e-6), capped at 1). Each layer's squared norm
+    is counted once, by the rank in `owned` for it (its first holder); gradients must be
+    the all-reduced ones. Returns the norm before clipping."""
+    sq = torch.zeros(1, dtype=torch.float64)
+    for i in owned:
+        for p in held[i].module.parameters():
+            if p.grad is not None:
+                sq += p.grad.detach().double().pow(2).sum().cpu()
+    dev = next((p.device for i in layers for p in held[i].module.parameters()), torch.device("cpu"))
+    sq = sq.to(dev)
+    dist.all_reduce(sq, op=dist.ReduceOp.SUM)
+    norm = float(sq.sqrt().item())
+    coef = min(max_norm / (norm + 1e-6), 1.0)
+    for i in layers:
+        for p in held[i].module.parameters():
+            if p.grad is not None:
+                p.grad.mul_(coef)
+    return norm
+
+
 def sync_and_step(rank: int, held: Mapping[int, object], layers: Sequence[int],
-                  bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]]) -> None:
+                  bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]],
+                  clip_norm: float | None = None, owned: Sequence[int] = ()) -> float:
     """The end of one iteration on a stage: all-reduce its gradients with the holders of the same
-    layers in other groups, then step and clear each held layer's optimizer. held[i] has
-    `.module` and `.opt` (replan.LayerState)."""
+    layers in other groups, clip them to the global norm `clip_norm` when given (then a
+    collective of every rank: clip_global, `owned` the layers this rank counts), step and
+    clear each held layer's optimizer, then step its LR scheduler. held[i] has `.module`,
+    `.opt` and `.sched` (replan.LayerState). Returns the seconds of the all-reduce (with
+    the norm's when clipping): the sync as this rank sees it, waits for peers included."""
+    t0 = time.perf_counter()
     allreduce_grads(rank, {i: held[i].module for i in layers}, bucket_groups)
+    if clip_norm is not None:
+        clip_global(held, layers, owned, clip_norm)
+    sync_s = time.perf_counter() - t0
     for i in layers:
         if held[i].opt is not None:
             held[i].opt.step()
             held[i].opt.zero_grad(set_to_none=True)
+            if getattr(held[i], "sched", None) is not None:
+                held[i].sched.step()
+    return sync_s

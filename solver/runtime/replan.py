@@ -5,34 +5,41 @@ from __future__ import annotations
 import copy
 import io
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 OptFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedFactory = Callable[[torch.optim.Optimizer], Any]
 _TAG = 1 << 20
 
 
 @dataclass
 class LayerState:
-    """One held layer: its module and its own optimizer (None for a layer without
-    parameters). One optimizer per layer equals one over all parameters for
-    element-wise optimizers (SGD, momentum, Adam) and makes a layer's state movable."""
+    """One held layer: its module, its own optimizer and LR scheduler (None for a layer
+    without parameters; sched None without a scheduler). One optimizer per layer equals
+    one over all parameters for element-wise optimizers (SGD, momentum, Adam) and makes a
+    layer's state movable; so does one scheduler per optimizer for a schedule of the
+    iteration count."""
 
     module: nn.Module
     opt: torch.optim.Optimizer | None
+    sched: Any = None
 
     def pack(self) -> dict:
         return {"module": self.module.state_dict(),
-                "opt": self.opt.state_dict() if self.opt is not None else None}
+                "opt": self.opt.state_dict() if self.opt is not None else None,
+                "sched": self.sched.state_dict() if self.sched is not None else None}
 
 
 def new_layer(template: nn.Module, device: torch.device, make_opt: OptFactory,
-              state: dict | None = None) -> LayerState:
+              state: dict | None = None, make_sched: SchedFactory | None = None) -> LayerState:
     """A layer built from `template` (possibly on the meta device) on `device`; loads
-    `state` (from LayerState.pack) when given, else copies the template's values."""
+    `state` (from LayerState.pack) when given, else copies the template's values. The
+    scheduler is made before the optimizer's state is loaded, then loaded itself (the
+    order torch's LR schedulers resume in)."""
     if state is None:
         mod = copy.deepcopy(template).to(device)
     else:
@@ -40,9 +47,14 @@ def new_layer(template: nn.Module, device: torch.device, make_opt: OptFactory,
         mod.load_state_dict(state["module"])
     params = list(mod.parameters())
     opt = make_opt(params) if params else None
+    sched = make_sched(opt) if opt is not None and make_sched is not None else None
     if opt is not None and state is not None and state["opt"] is not None:
         opt.load_state_dict(state["opt"])
-    return LayerState(mod, opt)
+    if sched is not None and state is not None:
+        if state.get("sched") is None:
+            raise ValueError("layer state has no scheduler state, the job has a scheduler (make_scheduler)")
+        sched.load_state_dict(state["sched"])
+    return LayerState(mod, opt, sched)
 
 
 def send_obj(obj: object, dst: int, device: torch.device) -> None:
@@ -77,7 +89,7 @@ def transfers(old: Sequence[tuple[int, ...]], new: Sequence[tuple[int, ...]]
 
 def migrate(rank: int, held: dict[int, LayerState], old: Sequence[tuple[int, ...]],
             new: Sequence[tuple[int, ...]], templates: Sequence[nn.Module], make_opt: OptFactory,
-            device: torch.device) -> dict[int, LayerState]:
+            device: torch.device, make_sched: SchedFactory | None = None) -> dict[int, LayerState]:
     """Move layer states from the `old` holders to the `new` ones (per layer, rank tuples)
     and return what this rank holds afterwards. Every rank calls this with the same
     arguments but its own `held`; blocking sends in one global order cannot deadlock.
@@ -89,7 +101,7 @@ def migrate(rank: int, held: dict[int, LayerState], old: Sequence[tuple[int, ...
         elif rank == dst:
             states = recv_obj(src, device)
             for i in layers:
-                got[i] = new_layer(templates[i], device, make_opt, states[i])
+                got[i] = new_layer(templates[i], device, make_opt, states[i], make_sched)
     keep = {i: s for i, s in held.items() if rank in new[i]}
     keep.update(got)
     return keep

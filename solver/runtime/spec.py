@@ -11,9 +11,21 @@ tuple (model, loss, make_optimizer, data)):
 - data: an object with `get(i) -> (x, y)` giving global batch i (TensorBatches), or a
   map-style dataset (`__len__`, `__getitem__(j) -> (x_j, y_j)`); batch i is then the samples
   (i*B .. i*B+B-1) mod len, and each process reads only the rows of its own group.
+Optional training-loop features (TrainSpec fields; the 4-tuple form has none of them):
+- clip_norm: gradient clipping to this global L2 norm over all parameters of the model,
+  all stages and groups together (torch.nn.utils.clip_grad_norm_ on the whole model);
+- make_scheduler: callable (optimizer) -> torch.optim.lr_scheduler.LRScheduler, stepped once
+  per iteration after the optimizer step. The runtime keeps one optimizer (and so one
+  scheduler) per block; a schedule that depends only on the iteration count (StepLR,
+  LambdaLR, cosine, warm-up...) is then the same for every block. ReduceLROnPlateau (driven
+  by a metric) is refused;
+- autocast: None (full precision) or torch.bfloat16 / torch.float16: forward passes and
+  the loss run under torch.autocast(device type, dtype); parameters, gradients and the
+  optimizer stay in the model's dtype.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 from dataclasses import dataclass
@@ -38,6 +50,33 @@ class TrainSpec:
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     data: Any
+    clip_norm: float | None = None
+    make_scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+    autocast: torch.dtype | None = None
+
+    def check(self) -> "TrainSpec":
+        """SpecError naming the field when an optional feature is set to what the runtime
+        cannot honour; returns self."""
+        if self.clip_norm is not None and not (float(self.clip_norm) > 0):
+            raise SpecError(f"clip_norm: expected a positive norm or None, got {self.clip_norm!r}")
+        if self.autocast not in (None, torch.bfloat16, torch.float16):
+            raise SpecError(f"autocast: expected None, torch.bfloat16 or torch.float16, got {self.autocast!r}")
+        if self.make_scheduler is not None:
+            probe = self.make_optimizer([nn.Parameter(torch.zeros(1))])
+            sched = self.make_scheduler(probe)
+            if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                raise SpecError("make_scheduler: ReduceLROnPlateau steps on a metric, not once per iteration; "
+                                "use a schedule of the iteration count (StepLR, LambdaLR, ...)")
+            if not callable(getattr(sched, "step", None)) or not callable(getattr(sched, "state_dict", None)):
+                raise SpecError(f"make_scheduler: expected an LRScheduler (step, state_dict), got "
+                                f"{type(sched).__name__}")
+        return self
+
+    def autocast_context(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """The forward passes' context: torch.autocast when `autocast` is set."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.autocast)
 
 
 def load_factory(ref: str) -> TrainSpec:
@@ -54,7 +93,7 @@ def load_factory(ref: str) -> TrainSpec:
         raise SpecError(f"--model: module {mod_name!r} has no callable {attr!r}")
     out = fn()
     if isinstance(out, TrainSpec):
-        return out
+        return out.check()
     if isinstance(out, tuple) and len(out) == 4:
         return TrainSpec(*out)
     raise SpecError(f"--model: {ref} returned {type(out).__name__}; expected a TrainSpec or "
@@ -133,14 +172,16 @@ class Batches:
         return self.rows(0, 0, 1)[0]
 
 
-def input_shapes(blocks: Sequence[nn.Module], example: torch.Tensor
+def input_shapes(blocks: Sequence[nn.Module], example: torch.Tensor,
+                 context: contextlib.AbstractContextManager | None = None
                  ) -> list[tuple[tuple[int, ...], torch.dtype]]:
     """Per block, the per-sample shape and dtype of its input, then those of the model's
     output (len(blocks) + 1 entries): a one-sample forward pass on private copies in eval
-    mode (no dropout draw, no statistic of the caller's touched)."""
+    mode (no dropout draw, no statistic of the caller's touched), inside `context` (the
+    training's autocast: TrainSpec.autocast_context) when given."""
     out = []
     x = example[:1]
-    with torch.no_grad():
+    with torch.no_grad(), (context or contextlib.nullcontext()):
         for b in blocks:
             out.append((tuple(x.shape[1:]), x.dtype))
             m = copy.deepcopy(b).eval()

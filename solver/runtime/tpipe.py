@@ -12,9 +12,15 @@ the stage's forward pre-hook to its forward hook; backward from the moment the g
 the stage's output arrives (a tensor hook) to the last gradient accumulated into the
 stage's parameters or its input's gradient, per micro-batch. The forward pre-hook also
 tells per-sample dropout which rows the micro-batch holds (runtime.seeding).
+
+Emulated slow devices (repeat r > 1, real work): the stage module is wrapped so that each
+micro-batch's forward runs r - 1 more times (one of them building a second graph) and its
+backward r - 1 more times through that graph (torch.autograd.grad, results dropped), as
+runtime.pipeline does on the hand-written path; gradients are unchanged.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -26,6 +32,48 @@ from .layout import StageRole
 from .seeding import set_micro_batch
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class _ExtraBackward(torch.autograd.Function):
+    """Identity whose backward first runs `extra` more backward passes of a twin graph."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, twin: list, extra: int) -> torch.Tensor:
+        ctx.twin, ctx.extra = twin, extra  # [output, inputs]: in a list, outside this node's graph
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        twin, wrt = ctx.twin
+        for k in range(ctx.extra):
+            torch.autograd.grad(twin, wrt, g, retain_graph=k + 1 < ctx.extra, allow_unused=True)
+        ctx.twin = None
+        return g, None, None
+
+
+class Repeated(nn.Module):
+    """`inner` whose forward and backward compute is done `repeat` times (module docstring);
+    its state_dict is inner's (no prefix)."""
+
+    def __init__(self, inner: nn.Module, repeat: int) -> None:
+        super().__init__()
+        self.inner, self.repeat = inner, int(repeat)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.inner(x)
+        if self.repeat <= 1:
+            return out
+        with torch.no_grad():
+            for _ in range(self.repeat - 2):
+                self.inner(x)
+        if not (torch.is_grad_enabled() and out.requires_grad) or x.is_meta:
+            with torch.no_grad():
+                self.inner(x)
+            return out
+        xx = x.detach().requires_grad_(x.is_floating_point())
+        twin = self.inner(xx)
+        wrt = tuple(p for p in self.inner.parameters() if p.requires_grad) + ((xx,) if xx.requires_grad else ())
+        return _ExtraBackward.apply(out, [twin, wrt], self.repeat - 1)
 
 
 class _Clock:
@@ -95,7 +143,8 @@ class TorchStage:
 
     def __init__(self, role: StageRole, layers: Mapping[int, nn.Module], group_ranks: Sequence[int],
                  pg: object, schedule: str, micro_batch: int, batch: int,
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device) -> None:
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
+                 repeat: int = 1, amp: torch.dtype | None = None) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {sorted(SCHEDULES)}, got {schedule!r}")
         if role.share % micro_batch:
@@ -106,10 +155,11 @@ class TorchStage:
         if schedule == "1f1b" and n_micro < k:
             raise ValueError(f"group {role.group}: 1F1B needs at least {k} micro-batches (one per stage), "
                              f"got {n_micro}")
-        self.role, self.batch = role, batch
+        self.role, self.batch, self.amp, self.device = role, batch, amp, device
         self.module = nn.Sequential(*(layers[i] for i in role.layers))
-        self.clock = _Clock(self.module, lambda m: role.offset + m * micro_batch)
-        self.stage = PipelineStage(self.module, role.stage, k, device, group=pg)
+        run = Repeated(self.module, repeat) if repeat > 1 else self.module
+        self.clock = _Clock(run, lambda m: role.offset + m * micro_batch)
+        self.stage = PipelineStage(run, role.stage, k, device, group=pg)
         order = sorted(group_ranks)  # a process group's ranks are sorted
         self.stage.stage_index_to_group_rank = {j: order.index(r) for j, r in enumerate(group_ranks)}
         self.schedule = SCHEDULES[schedule](self.stage, n_micro, loss_fn=loss_fn, scale_grads=True)
@@ -126,10 +176,12 @@ class TorchStage:
         self.clock.step = step
         self.clock.micro = 0 if getattr(self.schedule, "_stage_forward_initialized", True) else -1
         args = (x,) if first else ()
-        if last:
-            self.schedule.step(*args, target=y, losses=[], return_outputs=False)
-        else:
-            self.schedule.step(*args, return_outputs=False)
+        cast = torch.autocast(self.device.type, dtype=self.amp) if self.amp is not None else contextlib.nullcontext()
+        with cast:
+            if last:
+                self.schedule.step(*args, target=y, losses=[], return_outputs=False)
+            else:
+                self.schedule.step(*args, return_outputs=False)
         scale = self.role.share / self.batch
         for p in self.module.parameters():
             if p.grad is not None:

@@ -101,9 +101,9 @@ def unsupported(plan: Plan, engine: str = "torch") -> list[str]:
             out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
         if getattr(g, "recompute", False):
             out.append(f"group {gi}: recompute (activation recomputation is not implemented)")
-        tp = getattr(g, "tp", None) or getattr(g, "tensor_parallel", None)
-        if tp not in (None, 1, ()) and tp:
-            out.append(f"group {gi}: tensor parallelism {tp!r} (not implemented)")
+        if any(g.tp_peers):
+            out.append(f"group {gi}: tensor parallelism (stage degrees {g.degrees}; the runtime executes "
+                       f"one device per stage)")
     return out
 
 
@@ -254,7 +254,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     if L != wl.num_layers:
         raise SpecError(f"model: {L} pipeline blocks, the instance's workload {wl.name!r} has {wl.num_layers} layers")
     data = Batches(spec.data, B)
-    shapes = input_shapes(blocks, data.example())
+    dev = torch.device("cpu")
+    shapes = input_shapes(blocks, data.example(), spec.autocast_context(dev))
     templates = [copy.deepcopy(b).to("meta") for b in blocks]
     has_params = [any(True for _ in b.parameters()) for b in blocks]
     rank_of = {d: r for r, d in enumerate(devices)}
@@ -299,10 +300,11 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         t0 = time.perf_counter()
         if fresh:
             mine = [i for i in range(L) if rank in new[i]]
-            held = (ckpt.load_blocks(found, mine, templates, spec.make_optimizer, torch.device("cpu")) if found
-                    else {i: new_layer(blocks[i], torch.device("cpu"), spec.make_optimizer) for i in mine})
+            held = (ckpt.load_blocks(found, mine, templates, spec.make_optimizer, dev, spec.make_scheduler)
+                    if found else
+                    {i: new_layer(blocks[i], dev, spec.make_optimizer, None, spec.make_scheduler) for i in mine})
         else:
-            held = migrate(rank, held, holders, new, templates, spec.make_optimizer, torch.device("cpu"))
+            held = migrate(rank, held, holders, new, templates, spec.make_optimizer, dev, spec.make_scheduler)
         restored = fresh
         replanned = holders is not None and new != holders
         holders = new
@@ -323,16 +325,15 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             tstage = None
         if role is not None and any(rank in g.devices for g in piped):
             g = rplan.groups[role.group]
-            if repeat > 1:
-                raise SpecError(f"--repeat {me}={repeat}: emulated slowdown runs on engine 'hand' only "
-                                "(its repeats live in the hand-written pipeline)")
             tstage = TorchStage(role, {i: held[i].module for i in role.layers}, g.devices,
                                 groups[tuple(sorted(g.devices))], g.schedule, wl.micro_batch, B, spec.loss,
-                                torch.device("cpu"))
+                                dev, repeat, spec.autocast)
         if replanned or fresh:
             _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
         fresh = False
-        elapsed, compute = [], []
+        mine_layers = list(role.layers) if role is not None else []
+        owned = [i for i in mine_layers if holders[i][0] == rank]
+        elapsed, compute, piped_s, sync_s, step_s = [], [], [], [], []
         while step < slot_end:
             if cfg.kill and cfg.kill == (me, step):
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -342,17 +343,23 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             if role is not None:
                 rows = (role.offset, role.offset + role.share)
                 x, y = data.rows(step, *rows)
+                x, y = x.to(dev), y.to(dev)
                 if tstage is not None:
                     f, b = tstage.step(x if role.prev is None else None, y if role.next is None else None, step)
                 else:
-                        f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
+                    f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
                                          x if role.prev is None else None, y if role.next is None else None,
                                          spec.loss, wl.micro_batch, B, shapes[role.first][0],
-                                         shapes[role.first][1], torch.device("cpu"), None, repeat, step)
+                                         shapes[role.first][1], dev, None, repeat, step, spec.autocast)
                 c = f + b
-                sync_and_step(rank, held, role.layers, bucket_groups)
-            elapsed.append(time.perf_counter() - s0)
+            s1 = time.perf_counter()
+            sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned)
+            s2 = time.perf_counter()
+            elapsed.append(s2 - s0)
             compute.append(c)
+            piped_s.append(s1 - s0)
+            sync_s.append(sy)
+            step_s.append(s2 - s1 - sy)
             step += 1
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
