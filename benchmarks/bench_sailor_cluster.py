@@ -4,12 +4,12 @@ pairs per GPU type), each server's NIC at Sailor's 4-sender fit maximum, Sailor'
 and usable memory, GPT-Neo-2.7 imported from Sailor's profiles (`import_any("sailor", ...)`),
 global batch 2048 as in `configs/training_config_gpt_neo27.json`.
 
-    python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048]
+    python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048] [--models M ...]
 
-Prints the plan, its batch time, USD per iteration and planning time, beside the best
-baseline, and the same plan's figures without the network facts (links at their cap, no NIC
-sharing); also a hand-built 1F1B plan over the A100s. Tensor parallelism is not planned yet
-(issue 11 part 1): plans use t = 1.
+Per model (GPT-Neo-2.7 and LLAMA-3-8 by default): our plan (groups, stages with their TP
+degree, schedule, shares), its batch time, USD per iteration and planning time, with TP and with
+tp 1 only; beside the best baseline (tp 1) and the best Megatron-style uniform (dp, tp, pp) grid
+point, all scored in the same model.
 Needs ../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
@@ -19,13 +19,12 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver import baselines, evaluate, load_instance, solve_slot  # noqa: E402
+from solver import SolveOptions, baselines, evaluate, load_instance, solve_slot  # noqa: E402
 from solver.io.importers import import_any, write_table  # noqa: E402
 from solver.model import Group, Plan  # noqa: E402
 
@@ -73,42 +72,47 @@ def toml(folder: Path, batch: int, micro: int, model: str = "GPT-Neo-2.7", kinds
     return path
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=2048)
-    ap.add_argument("--micro-batch", type=int, default=1)
-    args = ap.parse_args()
-    if not DATA.is_dir():
-        print(f"needs Sailor's data at {DATA}", file=sys.stderr)
-        return 1
+def megatron_grid(state, layers: int, batch: int, micro: int):
+    """Every Megatron-style uniform (dp, tp, pp) plan over the A100s, the V100s or all GPUs (in
+    that device order): units of tp GPUs of one server, pp units per pipeline with equal layer
+    counts, dp pipelines with equal shares, 1F1B with and without recomputation. Yields
+    (label, plan) for each grid point whose shares divide evenly."""
+    from solver.solve.tp import configuration_units
+    kinds = sorted({d.kind for d in state.devices})
+    for subset in [[k] for k in kinds] + [kinds]:
+        for tp in (1, 2, 4):
+            units = [u for u in configuration_units(state, tuple((k, tp) for k in kinds))
+                     if state.devices[u[0]].kind in subset and len(u) == tp]
+            for pp in range(1, min(len(units), layers) + 1):
+                dp = len(units) // pp
+                if dp < 1 or batch % dp or (batch // dp) % micro:
+                    continue
+                cuts = tuple(round(layers * (j + 1) / pp) for j in range(pp))
+                for rc in (False, True):
+                    groups = tuple(Group(tuple(u[0] for u in units[g * pp:(g + 1) * pp]), cuts, batch // dp, "1f1b", rc,
+                                         tp_peers=tuple(u[1:] for u in units[g * pp:(g + 1) * pp]) if tp > 1 else ())
+                                   for g in range(dp))
+                    yield f"{'+'.join(k.split('-')[0] for k in subset)} dp{dp} tp{tp} pp{pp}{' rc' if rc else ''}", \
+                        Plan(groups)
+
+
+def report(model: str, batch: int, micro: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        inst = load_instance(toml(Path(tmp), args.batch, args.micro_batch))
+        inst = load_instance(toml(Path(tmp), batch, micro, model))
     state = inst.state(0)
-    print(f"{inst.n} devices, {inst.workload.num_layers} layers, B={inst.workload.batch}, "
+    print(f"\n== {model}: {inst.n} devices, {inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}, precision {inst.workload.precision}")
-    for n in inst.notes:
-        print(f"note: {n}")
-    t0 = time.perf_counter()
-    res = solve_slot(state, V=1.0)
-    wall = time.perf_counter() - t0
-    print(f"ours: status {res.status} ({res.message}); planning {wall:.2f} s")
-    if res.plan is not None:
-        print(res.plan.describe(state))
-        plain = evaluate(res.plan, replace(state, network=None))
-        print(f"  batch time {res.batch_time:.4g} s, {res.costs[0]:.4g} USD per iteration; without the network "
-              f"facts (links at their cap, no NIC sharing) the same plan predicts {plain.batch_time:.4g} s")
-    # a hand-built plan: two groups of the 8 A100s of two servers each, 8 stages, 1F1B
-    L = inst.workload.num_layers
-    cuts = tuple(round(L * (j + 1) / 8) for j in range(8))
-    hand = Plan(tuple(Group(tuple(range(8 * g, 8 * g + 8)), cuts, inst.workload.batch // 2, "1f1b") for g in range(2)))
-    broken = hand.validate(state)
-    if broken:
-        print(f"hand plan (2 x 8 A100 stages, 1F1B): invalid: {broken[0]}")
-    else:
-        ev, plain = evaluate(hand, state), evaluate(hand, replace(state, network=None))
-        print(f"hand plan (2 x 8 A100 stages, 1F1B): batch time {ev.batch_time:.4g} s (sync {ev.sync_time:.4g} s), "
-              f"{ev.costs[0]:.4g} USD per iteration; without the network facts {plain.batch_time:.4g} s "
-              f"(sync {plain.sync_time:.4g} s)")
+    for degs, label in (((1,), "ours, tp 1 only"), ((1, 2, 4, 8), "ours")):
+        t0 = time.perf_counter()
+        res = solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=degs))
+        wall = time.perf_counter() - t0
+        if res.plan is None:
+            print(f"{label}: {res.status}: {res.message} ({wall:.2f} s)")
+            continue
+        print(f"{label}: batch time {res.batch_time:.4g} s, {res.costs[0]:.4g} USD per iteration, planning {wall:.2f} s")
+        if degs != (1,):
+            print("  " + res.plan.describe(state).replace("\n", "\n  "))
+            print(f"  ({res.message[-160:]})")
     best = None
     for name, f in baselines.ALL.items():
         p = f(state)
@@ -117,11 +121,29 @@ def main() -> int:
         ev = evaluate(p, state)
         if best is None or ev.batch_time < best[1].batch_time:
             best = (name, ev)
-    if best is None:
-        print("baselines: none fits in memory")
+    print("best baseline (tp 1): none fits in memory" if best is None else
+          f"best baseline (tp 1) {best[0]}: batch time {best[1].batch_time:.4g} s, {best[1].costs[0]:.4g} USD per iteration")
+    grid = [(label, evaluate(p, state)) for label, p in megatron_grid(state, inst.workload.num_layers, batch, micro)
+            if not p.validate(state)]
+    if grid:
+        label, ev = min(grid, key=lambda x: x[1].batch_time)
+        print(f"best Megatron-style uniform grid ({len(grid)} valid points): {label}: batch time {ev.batch_time:.4g} s, "
+              f"{ev.costs[0]:.4g} USD per iteration")
     else:
-        print(f"best baseline {best[0]}: batch time {best[1].batch_time:.4g} s, {best[1].costs[0]:.4g} USD per "
-              "iteration")
+        print("Megatron-style uniform grid: no point fits in memory")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=2048)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        print(f"needs Sailor's data at {DATA}", file=sys.stderr)
+        return 1
+    for model in args.models:
+        report(model, args.batch, args.micro_batch)
     return 0
 
 

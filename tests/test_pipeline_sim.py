@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from solver.cost import gpipe_coeffs
 from solver.cost.pipeline import one_f_one_b_coeffs, schedule_coeffs
-from solver.cost.simulator import micro_batches, simulate, stage_order
+from solver.cost.simulator import makespan, micro_batches, simulate, stage_order
 from solver.model.memory import live_samples
 
 REL = 1e-9
@@ -206,3 +206,13 @@ def test_1f1b_never_slower_without_transfers():
         lam = np.zeros(k - 1)
         assert simulate(F, G, lam, u, n * u, "1f1b").makespan <= \
             simulate(F, G, lam, u, n * u, "gpipe").makespan * (1 + REL)
+
+
+@settings(max_examples=300)
+@given(pipelines(min_k=1), st.integers(1, 40), st.sampled_from(["gpipe", "1f1b"]), st.booleans())
+def test_makespan_recurrence_equals_the_event_simulator(pipe, b, schedule, recompute):
+    """The compiled recurrence the solver re-scores 1F1B plans with gives the full-duplex event
+    simulator's makespan exactly, short last micro-batches included."""
+    F, G, lam, u = pipe
+    sim = simulate(F, G, lam, u, b, schedule, recompute=recompute, duplex="full").makespan
+    assert makespan(F, G, lam, u, b, schedule, recompute=recompute) == sim

@@ -38,6 +38,9 @@ import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+from numba import njit
+
 from ..model.memory import stage_input_bytes, stage_params_and_stash
 from ..model.plan import to_units
 from .optimizer import optimizer_step_time
@@ -207,6 +210,77 @@ def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
                      tuple(peak_b))
 
 
+def makespan(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: int, b: int,
+             schedule: str = "gpipe", *, recompute: bool = False) -> float:
+    """The makespan `simulate` gives with full-duplex links (seconds), without the event queue.
+
+    With full-duplex links every link direction serves one stage's sends in that stage's own
+    order (forwards in micro-batch order, backwards in its B order), so the simulation is the
+    recurrence: an operation starts at max(its stage free, its input arrived) and a transfer at
+    max(its sender done, its link direction free); operations are taken stage by stage as their
+    inputs become known (`_makespan_kernel`, compiled). The same max and + in the same order as
+    the simulator, so the same value; O(k n) in all."""
+    k = len(F)
+    if len(G) != k or len(lam) != k - 1:
+        raise ValueError(f"need k forward, k backward and k-1 link times; got {len(F)}, {len(G)}, {len(lam)}")
+    sizes = np.asarray(micro_batches(b, u), dtype=float)
+    n = len(sizes)
+    ops = np.empty((k, 2 * n), dtype=np.int64)
+    for j in range(k):
+        ops[j] = [m if op == "F" else -1 - m for op, m in stage_order(schedule, j, k, n)]
+    Gr = np.asarray(G, dtype=float) + (np.asarray(F, dtype=float) if recompute else 0.0)
+    out = _makespan_kernel(np.asarray(F, dtype=float), Gr, np.asarray(lam, dtype=float).reshape(max(k - 1, 0)),
+                           sizes, ops)
+    if out < 0:
+        raise RuntimeError("deadlock: the stage orders wait on each other")
+    return float(out)
+
+
+@njit(cache=True)
+def _makespan_kernel(F: np.ndarray, G: np.ndarray, lam: np.ndarray, sizes: np.ndarray, ops: np.ndarray) -> float:
+    """makespan's recurrence. ops[j, i]: stage j's i-th operation, m >= 0 for F(m), -1 - m for
+    B(m); G already holds any recomputed forward. -1.0 on a deadlock."""
+    k, two_n = ops.shape
+    n = two_n // 2
+    arr_f = np.full((k, n), -1.0)
+    arr_b = np.full((k, n), -1.0)
+    link_f = np.zeros(max(k - 1, 1))
+    link_b = np.zeros(max(k - 1, 1))
+    free = np.zeros(k)
+    nxt = np.zeros(k, dtype=np.int64)
+    left = two_n * k
+    while left > 0:
+        moved = False
+        for j in range(k):
+            while nxt[j] < two_n:
+                code = ops[j, nxt[j]]
+                fwd = code >= 0
+                m = code if fwd else -1 - code
+                if fwd:
+                    ready = 0.0 if j == 0 else arr_f[j, m]
+                else:
+                    ready = 0.0 if j == k - 1 else arr_b[j, m]
+                if ready < 0.0:
+                    break
+                end = max(free[j], ready) + sizes[m] * (F[j] if fwd else G[j])
+                free[j] = end
+                nxt[j] += 1
+                left -= 1
+                moved = True
+                if fwd and j < k - 1:
+                    link_f[j] = max(end, link_f[j]) + sizes[m] * lam[j]
+                    arr_f[j + 1, m] = link_f[j]
+                elif not fwd and j > 0:
+                    link_b[j - 1] = max(end, link_b[j - 1]) + sizes[m] * lam[j - 1]
+                    arr_b[j - 1, m] = link_b[j - 1]
+        if not moved:
+            return -1.0
+    out = free.max()
+    if k > 1:
+        out = max(out, link_f.max(), link_b.max())
+    return out
+
+
 @dataclass(frozen=True)
 class PlanSimulation:
     """A plan simulated in one slot. group_times: seconds per group (its pipeline's makespan);
@@ -248,3 +322,17 @@ def simulate_plan(plan: "Plan", state: "SlotState", duplex: str = "full") -> Pla
     times = tuple(r.makespan for r in results)
     return PlanSimulation(times, ts, max(times) + ts + to, tuple(r.peak_stash for r in results),
                           tuple(memory), tuple(results), to)
+
+
+def simulated_batch_time(plan: "Plan", state: "SlotState") -> float:
+    """simulate_plan(plan, state).batch_time (full-duplex links), by `makespan`: no per-op
+    records or memory peaks, a fraction of the time."""
+    if plan.uses_tp:
+        state, plan = to_units(plan, state)
+    times = []
+    for g in plan.groups:
+        st = state.at_micro_batch(g.micro_batch)
+        F, G, lam = stage_times(st, g.devices, g.cuts)
+        times.append(makespan(F, G, lam, st.workload.micro_batch, g.share, g.schedule, recompute=g.recompute))
+    structure = [(g.devices, g.cuts) for g in plan.groups]
+    return max(times) + sync_time(state, structure) + optimizer_step_time(state, structure)

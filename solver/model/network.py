@@ -98,9 +98,14 @@ def _distinct_per_server(devices: np.ndarray, servers: np.ndarray, num_servers: 
                          weights: np.ndarray | None = None) -> np.ndarray:
     """(servers,) how many distinct devices of each server appear in `devices` (each counted
     weights[device] times when given)."""
-    pairs = np.unique(np.stack([servers, devices]), axis=1)
-    w = None if weights is None else np.asarray(weights, dtype=float)[pairs[1]]
-    return np.bincount(pairs[0], weights=w, minlength=num_servers)
+    size = int(devices.max()) + 1 if len(devices) else 0
+    server_of = np.zeros(size, dtype=int)
+    server_of[devices] = servers                 # each device lies in one server
+    seen = np.zeros(size, dtype=bool)
+    seen[devices] = True
+    distinct = np.flatnonzero(seen)
+    w = None if weights is None else np.asarray(weights, dtype=float)[distinct]
+    return np.bincount(server_of[distinct], weights=w, minlength=num_servers)
 
 
 def egress_usd(network: Network | None, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> float:

@@ -6,7 +6,10 @@ remainder stays alone). The search runs unchanged on the configuration's unit st
 (model.units), its plan is read back over physical devices (Group.tp_peers), and the best
 configuration wins. Configurations are visited by coordinate descent from degree 1 everywhere:
 each kind in turn tries each other degree with the others fixed, keeping a change when the
-objective falls; so |kinds| (|degrees| - 1) + 1 searches, each on fewer devices than the slot.
+objective falls; each trial runs at the workload's own micro-batch size on SearchTuning.tp_explore
+of the work budget, and the winner once more with every micro-batch size on the full budget
+(unless that search is the same): |kinds| (|degrees| - 1) + 1 searches, or one more, each on
+fewer devices than the slot.
 The oracle (n <= 6) instead tries every partition of each server's same-kind devices into
 units of allowed sizes, so that stages of one kind may differ in degree.
 
@@ -132,23 +135,31 @@ def better(a: SlotResult, b: SlotResult | None) -> bool:
     return (a.objective, a.batch_time) < (b.objective, b.batch_time)
 
 
-def search_configurations(state: SlotState, degrees: Sequence[int], solve: Solver, cache: SlotCache | None,
-                          plain: SlotResult) -> tuple[SlotResult, Configuration, int, list[float]]:
+def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, solve: Solver,
+                          cache: SlotCache | None, plain: SlotResult
+                          ) -> tuple[SlotResult, Configuration, int, list[float]]:
     """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
-    result. Returns (best result, its configuration, searches run, lower bounds seen)."""
+    result: each trial configuration is searched by `explore` (one micro-batch size, maybe a
+    smaller work budget), and the winner, when it is not degree 1, once more by `solve` (unless
+    that is `explore` itself), keeping the better of the two. Returns (best result, its configuration, searches run, lower bounds seen)."""
     allowed = allowed_degrees(state, degrees)
     config = {k: 1 for k in allowed}
-    best, best_cfg, runs, bounds = plain, tuple(sorted(config.items())), 0, [plain.lower_bound]
+    one = tuple(sorted(config.items()))
+    best, best_cfg, runs, bounds = plain, one, 0, [plain.lower_bound]
     for kind, ts in allowed.items():
         for t in ts:
-            trial = dict(config, **{kind: t})
-            cfg = tuple(sorted(trial.items()))
-            res, _ = solve_units(state, configuration_units(state, cfg), solve, cache)
+            cfg = tuple(sorted(dict(config, **{kind: t}).items()))
+            res, _ = solve_units(state, configuration_units(state, cfg), explore, cache)
             runs += 1
             bounds.append(res.lower_bound)
             if better(res, best):
                 best, best_cfg = res, cfg
         config = dict(best_cfg)
+    if best_cfg != one and solve is not explore:
+        res, _ = solve_units(state, configuration_units(state, best_cfg), solve, cache)
+        runs += 1
+        if better(res, best):
+            best = res
     return best, best_cfg, runs, bounds
 
 
@@ -171,6 +182,6 @@ def tp_result(best: SlotResult, config: Configuration, runs: int, bounds: Sequen
     and the configuration in the message."""
     finite = [b for b in bounds if b == b]
     lb = min(finite) if finite else best.lower_bound
-    msg = f"{best.message}; TP: {runs + 1} configurations searched (coordinate descent over one degree " \
+    msg = f"{best.message}; TP: {runs + 1} searches (coordinate descent over one degree " \
           f"per kind), chosen: {describe_configuration(config)}; lower bound over the configurations searched"
     return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)
