@@ -68,7 +68,9 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"{'off' if args.budget_tolerance is None else f'{100 * args.budget_tolerance:g}%'}", flush=True)
     for n in inst.notes:
         print(f"note: {n}")
+    from ..solve import SolveOptions
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
+                     options=SolveOptions(tp_degrees=args.tp_degrees),
                      state_path=out / "controller_state.json" if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
                      budget_tolerance=args.budget_tolerance)
@@ -164,7 +166,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                          f"slots), got {args.slot}")
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
-    res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact))
+    res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact, tp_degrees=args.tp_degrees))
     plot = _solve_plot(args, inst, state, res)
     if plot and args.json:
         print(f"wrote {plot}", file=sys.stderr)
@@ -297,6 +299,21 @@ def _positive_int(text: str) -> int:
     return _parsed(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
+def _degrees(text: str) -> tuple[int, ...]:
+    """--tp-degrees: comma-separated integers >= 1."""
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 (e.g. 1,2,4), got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 (e.g. 1,2,4), got {text!r}")
+    return out
+
+
+TP_HELP = ("tensor-parallel degrees a stage may have, comma-separated (default 1,2,4,8; used where the "
+           "instance declares servers; 1: no tensor parallelism)")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line: `dynpar: error: ...`, exit status 2."""
 
@@ -331,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the controller state to controller_state.json after each slot; resume from it "
                         "when present")
     r.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    r.add_argument("--tp-degrees", type=_degrees, default=(1, 2, 4, 8), metavar="T,...", help=TP_HELP)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
@@ -340,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order "
                                                 "(default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
+    s.add_argument("--tp-degrees", type=_degrees, default=(1, 2, 4, 8), metavar="T,...", help=TP_HELP)
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
     s.add_argument("--plot", nargs="?", const="", default=None, metavar="PATH",
                    help="write the slot's pipeline timeline PNG (event simulator) to PATH "

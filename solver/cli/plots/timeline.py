@@ -14,6 +14,7 @@ from ...cost.pipeline import stage_times
 from ...cost.simulator import simulate
 from ...cost.sync import sync_time
 from ...model import Plan, SlotState
+from ...model.plan import to_units
 from .common import STRAGGLER_FACTOR, pyplot, save
 
 COLOURS = {"F": "C0", "B": "C1", "sendF": "#9ecae1", "sendB": "#fdd0a2", "sync": "C4", "optim": "C2"}
@@ -57,7 +58,10 @@ class Timeline:
 
 def timeline(plan: Plan, state: SlotState, schedule: str = "gpipe") -> Timeline:
     """Simulate every group of `plan` in `state` (per-stage times from cost.pipeline.stage_times)
-    and place the all-reduce after the slowest one, then each stage's optimizer step."""
+    and place the all-reduce after the slowest one, then each stage's optimizer step (a plan
+    with TP stages on its units, model.units: one bar per stage)."""
+    if plan.uses_tp:
+        state, plan = to_units(plan, state)
     u = state.workload.micro_batch
     bars: list[Bar] = []
     spans, lams = [], []
