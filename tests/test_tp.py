@@ -277,3 +277,21 @@ def test_llama_on_v100s_plans_with_tp(shared_data, tmp_path):
     assert v100 and min(v100) >= 4
     assert not any("V100-SXM2-16GB at tp 4" in n for n in res.plan.notes(s))     # measured at 4
     assert math.isfinite(res.batch_time)
+
+
+def test_tp_times_without_their_bytes_fail_loudly(tmp_path):
+    from solver.errors import InstanceError
+    from solver.io.workloads import read_workload_csv
+    p = tmp_path / "t.csv"
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,"
+                 "fwd_s:V100-SXM2-16GB@mbs1@tp2,bwd_s:V100-SXM2-16GB@mbs1@tp2\n"
+                 "l0,1,2,3,4,5,0.1,0.2\n")
+    with pytest.raises(InstanceError, match=r"tensor-parallel degree 2: expected columns 'param_bytes@tp2' and "
+                                            r"'stash_bytes@tp2'"):
+        read_workload_csv(p, batch=4, micro_batch=1)
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,param_bytes@tp2,stash_bytes@tp2,"
+                 "fwd_s:V100-SXM2-16GB@mbs1@tp2,bwd_s:V100-SXM2-16GB@mbs1@tp2\n"
+                 "l0,1,2,3,4,5,2.5,3,0.1,0.2\n")
+    wl = read_workload_csv(p, batch=4, micro_batch=1)
+    w2 = wl.at_tp(2)
+    assert w2.param_bytes[0] == 2.5 and w2.stash_bytes[0] == 3 and w2.measured["V100-SXM2-16GB"] == ((0.1,), (0.2,))
