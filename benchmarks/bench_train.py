@@ -2,21 +2,28 @@
 against the baselines' on the same processes, and a failure drill.
 
 Unlike devices are emulated with real work, not sleep: device d's stage compute is done
-r_d times (`--repeat`, the hand-written engine repeats each micro-batch's forward and
-backward). The instance says nothing of it (every speed factor 1); the controller learns
-the slowdowns from the first slot's measurements (runtime.estimator). The model is
-solver.runtime.examples:wide (float32 Linear + Tanh blocks), profiled first on this
-machine (`dynpar profile`, kind "cpu", one thread); the instance's link latency and
-bandwidth are measured first too (gloo ping-pong of 8 B and 1 MiB between two processes).
+r_d times (`--repeat`; each micro-batch's forward and backward, on both engines). The
+instance says nothing of it (every speed factor 1); the controller learns the slowdowns,
+and the extra per-message latency of this job's transfers, from each slot's measurements
+(runtime.estimator). The model is solver.runtime.examples:wide (float32 Linear + Tanh
+blocks), profiled first on this machine (`dynpar profile`, kind "cpu", one thread: forward,
+backward and optimizer-step seconds; the instance charges the step, optimizer_step =
+"measured"); the instance's link latency and bandwidth are measured first too (least-squares
+line through gloo ping-pong times of 8 B .. 4 MiB between two processes). Multi-stage groups
+run on torch.distributed.pipelining (engine "torch").
 
-Per policy (ours and the baselines, the same controller, observations and processes),
-one run of S slots; figures from slot 1 on (after the first measurements):
-  err = measured / predicted - 1 per slot, and the mean measured seconds per iteration.
+Per round (`--rounds`), every policy (ours and the baselines: the same controller,
+observations and processes) runs S slots one after the other; figures from slot 1 on
+(slot 0 is predicted before any measurement): err = measured / predicted - 1 per slot, and
+the mean measured seconds per iteration; the 1-minute load average before and after each
+run (other processes share the cores). Model view, per round: every policy's last plan
+priced under each run's final estimates, to tell a wrong model input (the estimates rank
+the plans wrongly) from noise (the runs' estimates disagree).
 Failure drill: ours with the device of `--kill` killed (SIGKILL) mid-run, then the same
 command again: iterations lost (done after the last checkpoint), restart seconds (second
 launch until it exits, its own training included, and its restore time), and the re-plan.
 
-Usage: python benchmarks/bench_train.py [--quick] [--out benchmarks/results]
+Usage: python benchmarks/bench_train.py [--quick] [--rounds 2] [--width 512] [--out benchmarks/results]
 Writes OUT/train_bench.json and prints a table. Targets (issue 14): |err| <= 15 % and ours
 faster than even DP and than the best baseline.
 """
@@ -33,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from solver.cli import main as dynpar  # noqa: E402
@@ -42,6 +50,7 @@ from solver.runtime.trainer import TrainConfig  # noqa: E402
 
 MODEL = "solver.runtime.examples:wide"
 REPEAT = {"p0": 1, "p1": 1, "p2": 2, "p3": 4}
+SIZES = (2, 1 << 16, 1 << 18, 1 << 20)  # float32 elements: 8 B to 4 MiB
 POLICIES = ("ours", "even-dp", "lb-bsp", "dapple", "gpipe")
 
 
@@ -51,10 +60,10 @@ def _pingpong(rank: int, init: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     res = {}
-    for n in (2, 1 << 18):  # 8 bytes and 1 MiB of float32
+    for n in SIZES:
         t = torch.zeros(n)
         times = []
-        for _ in range(30):
+        for _ in range(20):
             dist.barrier()
             t0 = time.perf_counter()
             if rank == 0:
@@ -64,15 +73,16 @@ def _pingpong(rank: int, init: str, out: str) -> None:
                 dist.recv(t, 0)
                 dist.send(t, 0)
             times.append((time.perf_counter() - t0) / 2)
-        res[4 * n] = statistics.median(times)
+        res[4 * n] = min(times)  # the least-disturbed of 20 (other processes share the cores)
     if rank == 0:
         Path(out).write_text(json.dumps(res))
     dist.destroy_process_group()
 
 
 def measure_link() -> tuple[float, float]:
-    """(latency s, bandwidth bytes/s) of one gloo message between two processes here:
-    median one-way time of an 8-byte and a 1-MiB message (ping-pong)."""
+    """(latency s, bandwidth bytes/s) of one gloo message between two processes here: the
+    least-squares line time = latency + bytes / bandwidth through the fastest one-way time
+    (ping-pong) of messages of 8 B to 4 MiB."""
     import socket
 
     import torch.multiprocessing as mp
@@ -83,9 +93,11 @@ def measure_link() -> tuple[float, float]:
         out = str(Path(tmp) / "link.json")
         mp.start_processes(_pingpong, args=(f"tcp://127.0.0.1:{port}", out), nprocs=2, start_method="spawn")
         res = {int(k): v for k, v in json.loads(Path(out).read_text()).items()}
-    small, big = min(res), max(res)
-    lat = res[small]
-    return lat, (big - small) / max(res[big] - lat, 1e-9)
+    x = np.array(sorted(res), dtype=float)
+    slope, lat = np.polyfit(x, np.array([res[int(b)] for b in x]), 1)
+    if slope <= 0:
+        raise RuntimeError(f"link measurement: time does not grow with message size: {res}")
+    return max(float(lat), 1e-6), 1.0 / float(slope)
 
 
 def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float, float]) -> Path:
@@ -94,7 +106,7 @@ def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float
     devs = "".join(f'[[devices]]\nname = "{d}"\nkind = "cpu"\nserver = "s0"\n' for d in REPEAT)
     path = folder / "cpu_wide.toml"
     path.write_text(f'name = "cpu_wide"\nnum_slots = {slots}\n[workload]\nmodel = "wide.csv"\nbatch = {batch}\n'
-                    f'micro_batch = {micro}\n[[kinds]]\nkind = "cpu"\npeak_tflops = 0.004\nmemory_gb = 4\n'
+                    f'micro_batch = {micro}\noptimizer_step = "measured"\n[[kinds]]\nkind = "cpu"\npeak_tflops = 0.004\nmemory_gb = 4\n'
                     f'busy_w = 15\nidle_w = 5\nprice_per_hour = 0.01\n[network]\nintra_server_gbps = {link[1] * 8 / 1e9:.4g}\n'
                     f'intra_server_latency_ms = {link[0] * 1e3:.4g}\n{devs}')
     return path
@@ -102,48 +114,79 @@ def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float
 
 def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, kill=None) -> pd.DataFrame:
     cfg = TrainConfig(MODEL, steps, str(ck), iterations_per_slot=per_slot, checkpoint_every=per_slot // 2,
-                      policy=policy, repeat=dict(REPEAT), engine="hand", kill=kill, timeout_s=300)
+                      policy=policy, repeat=dict(REPEAT), engine="torch", kill=kill, timeout_s=300)
     launch(inst, cfg)
     return pd.read_csv(ck / "slots.csv")
 
 
 def figures(df: pd.DataFrame) -> dict:
+    """One run's slots: plan, predicted and measured seconds per iteration, err = measured /
+    predicted - 1 (from slot 1 on: slot 0 is predicted before any measurement)."""
     later = df[df["slot"] >= 1]
     err = (later["measured_batch_time"] / later["batch_time"] - 1.0).tolist()
-    return {"plans": df["plan"].tolist(), "predicted_s": df["batch_time"].round(5).tolist(),
+    return {"plans": df["plan"].tolist(), "plan_json": df["plan_json"].tolist(),
+            "predicted_s": df["batch_time"].round(5).tolist(),
             "measured_s": df["measured_batch_time"].round(5).tolist(),
+            "extra_latency_s": df["extra_latency"].round(6).tolist(),
+            "speed_factors": df["speed_factors"].tolist(),
             "err_after_slot0": [round(e, 4) for e in err],
             "max_abs_err_after_slot0": round(max(abs(e) for e in err), 4) if err else None,
             "mean_measured_after_slot0_s": round(float(later["measured_batch_time"].mean()), 5)}
 
 
+def cross_check(inst, runs: dict) -> dict:
+    """The model's view of one round: every policy's last plan priced under each run's final
+    estimates (speed factors, extra latency). Where the planner's plan measures slower than a
+    baseline's although every run's estimates price it faster, the inputs are wrong, not the
+    ranking noise; where the estimates themselves disagree on the ranking, the runs measured
+    different machines (load) and the comparison is noise."""
+    from solver.cost import evaluate
+    from solver.model import plan_from_json
+    from solver.runtime.estimator import observed_state
+    present = np.ones(inst.n, dtype=bool)
+    t = inst.num_slots - 1
+    out = {}
+    for judge, r in runs.items():
+        f = {int(k): v for k, v in json.loads(r["speed_factors"][-1]).items()}
+        st = observed_state(inst.state(t), present, f, float(r["extra_latency_s"][-1]))
+        out[judge] = {pol: round(float(evaluate(plan_from_json(x["plan_json"][-1]), st).batch_time), 5)
+                      for pol, x in runs.items()}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="3 slots of 4 iterations, ours and even DP only")
+    ap.add_argument("--quick", action="store_true", help="3 slots of 4 iterations, one round, ours and even DP only")
     ap.add_argument("--out", default="benchmarks/results", help="folder of train_bench.json")
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--per-slot", type=int, default=8, help="iterations per slot")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of all policies, one after the other (2)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--micro-batch", type=int, default=8)
-    ap.add_argument("--width", type=int, default=256, help="block width W of the wide model")
+    ap.add_argument("--width", type=int, default=512, help="block width W of the wide model (512)")
     ap.add_argument("--kill", default="p1", help="device killed in the drill ('' to skip)")
     a = ap.parse_args(argv)
-    slots, per = (3, 4) if a.quick else (a.slots, a.per_slot)
+    slots, per, rounds = (3, 4, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
     policies = ("ours", "even-dp") if a.quick else POLICIES
     os.environ["DYNPAR_WIDE_WIDTH"] = str(a.width)
     out: dict = {"command": "python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                  "model": MODEL, "width": a.width, "batch": a.batch, "micro_batch": a.micro_batch,
-                 "repeat": REPEAT, "slots": slots, "iterations_per_slot": per, "cpus": os.cpu_count(),
-                 "load_avg_1min_at_start": round(os.getloadavg()[0], 2), "policies": {}}
+                 "repeat": REPEAT, "slots": slots, "iterations_per_slot": per, "rounds": rounds,
+                 "cpus": os.cpu_count(), "engine": "torch", "rounds_data": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         link = measure_link()
         out["link_measured"] = {"latency_ms": round(link[0] * 1e3, 4), "gbps": round(link[1] * 8 / 1e9, 3)}
         inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link))
-        for pol in policies:
-            t0 = time.perf_counter()
-            df = run_policy(inst, pol, slots * per, per, tmp / pol)
-            out["policies"][pol] = {**figures(df), "wall_s": round(time.perf_counter() - t0, 2)}
+        for k in range(rounds):
+            runs = {}
+            for pol in policies:
+                load0 = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                df = run_policy(inst, pol, slots * per, per, tmp / f"{pol}-{k}")
+                runs[pol] = {**figures(df), "wall_s": round(time.perf_counter() - t0, 2),
+                             "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+            out["rounds_data"].append({"runs": runs, "model_view": cross_check(inst, runs)})
         if a.kill:
             ck = tmp / "drill"
             kill_at = slots * per // 2 + 1
@@ -164,18 +207,38 @@ def main(argv: list[str] | None = None) -> int:
                             "restore_s": round(float(resumed["measured_restore_time"].max()), 4),
                             "plans_before": df[df["restarts"] == 0]["plan"].tolist(),
                             "plans_after": resumed["plan"].tolist()}
-    res = out["policies"]
-    if "ours" in res:
-        base = {k: v["mean_measured_after_slot0_s"] for k, v in res.items() if k != "ours"}
-        out["ours_vs"] = {k: round(v / res["ours"]["mean_measured_after_slot0_s"], 3) for k, v in base.items()}
+    summary = {}
+    for pol in policies:
+        rs = [r["runs"][pol] for r in out["rounds_data"]]
+        errs = [abs(e) for r in rs for e in r["err_after_slot0"]]
+        summary[pol] = {"measured_s_per_round": [r["mean_measured_after_slot0_s"] for r in rs],
+                        "median_measured_s": round(statistics.median(r["mean_measured_after_slot0_s"] for r in rs), 5),
+                        "max_abs_err": round(max(errs), 4) if errs else None,
+                        "median_abs_err": round(statistics.median(errs), 4) if errs else None}
+    out["summary"] = summary
+    if "ours" in summary:
+        o = summary["ours"]["median_measured_s"]
+        out["ours_vs"] = {k: round(v["median_measured_s"] / o, 3) for k, v in summary.items() if k != "ours"}
     folder = Path(a.out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train_bench.json").write_text(json.dumps(out, indent=1))
-    for pol, r in res.items():
-        print(f"{pol:8s} measured {r['mean_measured_after_slot0_s']:.4f} s/iter after slot 0, "
-              f"max |err| {r['max_abs_err_after_slot0']}, plans {r['plans']}")
+    print(f"link: {out['link_measured']}; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
+          f"iterations, {rounds} round(s), repeat {REPEAT}")
+    print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | load")
+    for k, r in enumerate(out["rounds_data"]):
+        for pol, x in r["runs"].items():
+            for j in range(1, len(x["plans"])):
+                print(f"  {pol:8s} {k} {j} | {x['plans'][j]:28s} | {x['predicted_s'][j]:.4f} -> {x['measured_s'][j]:.4f} "
+                      f"({x['err_after_slot0'][j - 1]:+.1%}) | {x['load_1min']}")
+    for pol, v in summary.items():
+        print(f"{pol:8s} measured {v['median_measured_s']:.4f} s/iter (median of rounds {v['measured_s_per_round']}), "
+              f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}")
     if "ours_vs" in out:
         print("baseline time / ours:", out["ours_vs"])
+    for k, r in enumerate(out["rounds_data"]):
+        print(f"round {k} model view (each run's final estimates -> every policy's last plan, s/iter):")
+        for judge, v in r["model_view"].items():
+            print(f"  by {judge:8s}: " + ", ".join(f"{p} {t:.4f}" for p, t in v.items()))
     if "drill" in out:
         d = out["drill"]
         print(f"drill: {d['killed']} killed at step {d['at_step']}, {d['lost_iterations']} iterations lost, "

@@ -284,6 +284,63 @@ def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:
     assert st2.available_indices == (0, 1, 2)
 
 
+def test_estimator_extra_latency_reproduces_measured_batch_time(tmp_path: Path) -> None:
+    """delta (seconds added to every link's latency) is fitted so that the cost model's
+    batch time with the new speed factors equals the measured one; a plan without messages
+    keeps the previous delta; compute alone over-predicting gives delta 0, said."""
+    from solver.cost import evaluate
+    from solver.runtime.estimator import estimate, with_extra_latency
+    inst = load_instance(write_instance(tmp_path))
+    st, present = inst.state(0), np.ones(4, dtype=bool)
+    plan = Plan((Group((0, 1), (3, 7), 16), Group((2, 3), (5, 7), 16)))
+    compute = {d: 2 * v for d, v in predicted_compute(plan, st).items()}
+    t_compute = estimate({}, 0.0, plan, st, present, compute, 1e-9).refit_batch_time
+    measured = 3.0 * t_compute
+    est = estimate({}, 0.0, plan, st, present, compute, measured)
+    assert est.note == "" and est.delta > 0
+    assert est.refit_batch_time == pytest.approx(measured, rel=1e-9)
+    again = evaluate(plan, observed_state(st, present, est.factors, est.delta)).batch_time
+    assert again == pytest.approx(measured, rel=1e-9)
+    assert est.factors == pytest.approx({d: 0.5 for d in range(4)})
+    low = estimate({}, 0.0, plan, st, present, compute, 0.5 * t_compute)
+    assert low.delta == 0.0 and "alone predict" in low.note
+    alone = Plan((Group((0,), (7,), 32),))
+    kept = estimate(est.factors, est.delta, alone, st, present, {0: 1.0}, 5.0)
+    assert kept.delta == est.delta and "no messages" in kept.note
+    moved = with_extra_latency(st, 0.25)
+    assert moved.latency[0, 1] == pytest.approx(st.latency[0, 1] + 0.25) and moved.latency[1, 1] == st.latency[1, 1]
+
+
+def test_profile_measures_the_optimizer_step(tmp_path: Path) -> None:
+    """dynpar profile writes opt_s:<kind> (per-layer optimizer-step seconds), which an
+    instance with optimizer_step = "measured" charges in the batch time."""
+    from solver.cost import evaluate
+    wl = read_workload_csv(Path(write_instance(tmp_path)).parent / "mlp64.csv", B, U)
+    opt = wl.optimizer_seconds["cpu"]
+    assert len(opt) == 7 and all(v > 0 for i, v in enumerate(opt) if i % 2 == 0)
+    assert all(v == 0 for i, v in enumerate(opt) if i % 2 == 1)  # Tanh: no parameters
+    toml = tmp_path / "cpu4.toml"
+    toml.write_text(toml.read_text().replace("micro_batch = 4\n", 'micro_batch = 4\noptimizer_step = "measured"\n'))
+    plan = Plan((Group((0,), (7,), 32),))
+    with_opt = evaluate(plan, load_instance(toml).state(0))
+    assert with_opt.optimizer_time == pytest.approx(sum(opt))
+
+
+def test_placement_cpu_gloo_and_cuda_refused_without_gpu(monkeypatch) -> None:
+    from solver.runtime.placement import place
+    assert place("cpu", 3) == (torch.device("cpu"), "gloo")
+    with pytest.raises(SpecError, match="--accelerator: expected one of cpu, cuda, got 'tpu'"):
+        place("tpu", 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SpecError, match="no CUDA device"):
+        place("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(SpecError, match="LOCAL_RANK 2 but this node has 2 GPU"):
+        place("cuda", 0)
+
+
 def test_device_binding_by_node_and_local_rank(tmp_path: Path) -> None:
     inst = load_instance(write_instance(tmp_path))
     m = parse_map("n0:0=p2,n0:1=p0,n1:0=p3,n1:1=p1")

@@ -6,6 +6,7 @@
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
                  [--devices a,b] [--device-map NODE:LOCAL_RANK=DEVICE,...] [--node NAME]
                  [--repeat DEVICE=R,...] [--kill-at DEVICE:STEP] [--out DIR] [--engine torch|hand]
+                 [--accelerator cpu|cuda]
 
 Spawns one process per device on this machine, or, under torchrun, is one of its ranks
 (the device from --device-map and LOCAL_RANK: solver.runtime.binding). Writes slots.csv
@@ -61,7 +62,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"--iterations-per-slot: expected >= 1, got {args.iterations_per_slot}")
     cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, args.iterations_per_slot,
                       args.checkpoint_every, args.V, args.policy, args.out,
-                      _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine)
+                      _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine,
+                      accelerator=args.accelerator)
     out = Path(args.out or args.checkpoint_dir)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
@@ -101,12 +103,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0]
     with batch_context(0), spec.autocast_context(x.device):
         wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
-                            name=args.model.rpartition(":")[2])
+                            name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer)
     write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "
                                          f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s)")
     f, b = wl.measured[args.kind]
     print(f"{wl.name}: {wl.num_layers} blocks, forward {sum(f) * 1e3:.4g} ms and backward {sum(b) * 1e3:.4g} ms "
-          f"per sample on kind {args.kind!r}, {wl.param_bytes.sum():.4g} parameter bytes -> {out}")
+          f"per sample, optimizer step {sum(wl.optimizer_seconds[args.kind]) * 1e3:.4g} ms per iteration on kind "
+          f"{args.kind!r} (opt_s:{args.kind}: charged with the instance's optimizer_step = \"measured\"), "
+          f"{wl.param_bytes.sum():.4g} parameter bytes -> {out}")
     return 0
 
 
@@ -141,4 +145,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds (60)")
     t.add_argument("--engine", choices=("torch", "hand"), default="torch",
                    help="torch: multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe (torch)")
+    t.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: gloo, one thread per process; cuda: GPU LOCAL_RANK per process, NCCL (not measured here)")
     t.set_defaults(func=cmd_train)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .layout import StageRole, micro_sizes
+from .placement import synchronizer
 from .seeding import micro_batch as holding_rows
 
 
@@ -65,6 +66,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     fwd_s = bwd_s = 0.0
     start = 0
     cast = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+    sync = synchronizer(device)
     for m, s in enumerate(sizes):
         if first:
             inp = x[start:start + s]
@@ -72,6 +74,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
             inp = torch.empty((s, *in_shape), dtype=in_dtype, device=device)
             dist.recv(inp, src=role.prev, tag=_tag(m, False))
             inp.requires_grad_(inp.is_floating_point())
+        sync()
         t0 = time.perf_counter()
         with holding_rows(step, role.offset + start) if step is not None else contextlib.nullcontext(), cast:
             out = inp
@@ -87,6 +90,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
                             o = mod(o)
                         if last:
                             loss_fn(o, y[start:start + s])
+        sync()
         fwd_s += time.perf_counter() - t0
         _sleep_until(t0 + s * pad.fwd_s)
         if not last:
@@ -100,12 +104,14 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         else:
             grad = torch.empty_like(out)
             dist.recv(grad, src=role.next, tag=_tag(m, True))
+        sync()
         t0 = time.perf_counter()
         wrt = params + ([inp] if inp.requires_grad else [])
         for _ in range(repeat - 1):
             if wrt:
                 torch.autograd.grad(out, wrt, grad, retain_graph=True)
         out.backward(grad)
+        sync()
         bwd_s += time.perf_counter() - t0
         _sleep_until(t0 + sizes[m] * pad.bwd_s)
         if not first:
@@ -140,20 +146,20 @@ def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],
 
 
 def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequence[int],
-                max_norm: float) -> float:
+                max_norm: float, device: torch.device = torch.device("cpu")) -> float:
     """Collective over the default process group (every rank calls it; `layers` may be
     empty): scale the gradients of this rank's `layers` so that the L2 norm of the whole
     model's gradient is at most `max_norm`, as torch.nn.utils.clip_grad_norm_ on one
     process (coefficient max_norm / (norm + 1e-6), capped at 1). Each layer's squared norm
     is counted once, by the rank in `owned` for it (its first holder); gradients must be
-    the all-reduced ones. Returns the norm before clipping."""
+    the all-reduced ones; `device`: where the norm is all-reduced (the process group's:
+    a CUDA device under NCCL). Returns the norm before clipping."""
     sq = torch.zeros(1, dtype=torch.float64)
     for i in owned:
         for p in held[i].module.parameters():
             if p.grad is not None:
                 sq += p.grad.detach().double().pow(2).sum().cpu()
-    dev = next((p.device for i in layers for p in held[i].module.parameters()), torch.device("cpu"))
-    sq = sq.to(dev)
+    sq = sq.to(device)
     dist.all_reduce(sq, op=dist.ReduceOp.SUM)
     norm = float(sq.sqrt().item())
     coef = min(max_norm / (norm + 1e-6), 1.0)
@@ -166,7 +172,8 @@ def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequen
 
 def sync_and_step(rank: int, held: Mapping[int, object], layers: Sequence[int],
                   bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]],
-                  clip_norm: float | None = None, owned: Sequence[int] = ()) -> float:
+                  clip_norm: float | None = None, owned: Sequence[int] = (),
+                  device: torch.device = torch.device("cpu")) -> float:
     """The end of one iteration on a stage: all-reduce its gradients with the holders of the same
     layers in other groups, clip them to the global norm `clip_norm` when given (then a
     collective of every rank: clip_global, `owned` the layers this rank counts), step and
@@ -176,7 +183,7 @@ def sync_and_step(rank: int, held: Mapping[int, object], layers: Sequence[int],
     t0 = time.perf_counter()
     allreduce_grads(rank, {i: held[i].module for i in layers}, bucket_groups)
     if clip_norm is not None:
-        clip_global(held, layers, owned, clip_norm)
+        clip_global(held, layers, owned, clip_norm, device)
     sync_s = time.perf_counter() - t0
     for i in layers:
         if held[i].opt is not None:

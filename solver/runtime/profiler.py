@@ -2,7 +2,11 @@
 
 Per layer, per sample: forward / backward seconds (median of `repeats`, divided by the
 example's batch size), output activation bytes, stashed bytes, FLOPs (of the Linear and
-Conv2d modules inside each block, composite blocks included), and parameter bytes.
+Conv2d modules inside each block, composite blocks included), and parameter bytes. Per
+layer, per iteration (with `make_optimizer`): the optimizer step's seconds, as the
+trainer runs it (its own optimizer over the block's parameters: step, then zero_grad),
+written as the table's opt_s:<kind> column (the cost model charges it with the
+instance's `optimizer_step = "measured"`: cost.optimizer).
 
 Stashed bytes: the tensors autograd saves for backward during this layer's forward,
 captured with saved_tensors_hooks, counted once per storage and excluding parameters and
@@ -11,8 +15,10 @@ saves as its input) counts in both, so the sum over a stage is an upper bound.
 """
 from __future__ import annotations
 
+import copy
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -82,12 +88,43 @@ def _time(fn, repeats: int, sync=lambda: None) -> float:
     return statistics.median(ts)
 
 
+def optimizer_seconds(mod: nn.Module, make_optimizer, repeats: int, sync=lambda: None) -> float:
+    """Seconds of one optimizer step (step + zero_grad) over `mod`'s parameters, on a
+    private copy with random gradients (median of `repeats`, after one warm-up step);
+    0 for a block without parameters."""
+    m = copy.deepcopy(mod)
+    params = [p for p in m.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    opt = make_optimizer(params)
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device) for p in params]
+
+    def step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    ts = []
+    for k in range(repeats + 1):
+        for p, gr in zip(params, grads):
+            p.grad = gr.clone()
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        if k:
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch: int,
                    micro_batch: int, repeats: int = 5, name: str = "profiled",
-                   opt_factor: float = 4.0) -> Workload:
+                   opt_factor: float = 4.0, make_optimizer=None) -> Workload:
     """Measure `model` on `example` (a batch of n samples) on this device and return a
     Workload of its layers with measured={kind: (fwd s/sample, bwd s/sample)}.
-    batch / micro_batch: the global batch and micro-batch of the training job (samples)."""
+    batch / micro_batch: the global batch and micro-batch of the training job (samples).
+    make_optimizer: the job's (parameters -> optimizer); when given, optimizer_seconds
+    = {kind: per-layer step seconds per iteration}."""
     n = int(example.shape[0])
     if n < 1:
         raise ValueError("the example needs at least one sample")
@@ -120,8 +157,12 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
         layers.append(Layer(f"{i}:{type(mod).__name__}", f, 2.0 * f, _nbytes(out) / n, stash / n, float(params)))
         x = out
     model.zero_grad(set_to_none=True)
-    return Workload(name, tuple(layers), batch, micro_batch, opt_factor, _nbytes(example) / n,
-                    {kind: (tuple(fwd_s), tuple(bwd_s))})
+    wl = Workload(name, tuple(layers), batch, micro_batch, opt_factor, _nbytes(example) / n,
+                  {kind: (tuple(fwd_s), tuple(bwd_s))})
+    if make_optimizer is None:
+        return wl
+    opt_s = tuple(optimizer_seconds(mod, make_optimizer, repeats, sync) for mod in model)
+    return replace(wl, optimizer_seconds={kind: opt_s})
 
 
 def measure_matmul_flops(size: int = 512, repeats: int = 5, dtype: torch.dtype = torch.float32,

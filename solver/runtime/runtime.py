@@ -116,7 +116,7 @@ def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data:
     """Train `model` through `slots` on `world_size` spawned processes and return the result.
 
     Every plan is checked against the model, world and (when given) its slot state before
-    any process starts (PlanMismatchError). backend "nccl" puts rank r on cuda:r mod #GPUs.
+    any process starts (PlanMismatchError). backend "nccl" puts rank r on cuda:LOCAL_RANK (torchrun) or cuda:r mod #GPUs.
     start_method "forkserver" (default) imports torch once in a server process that
     forks the workers (seconds faster than "spawn" per run; safe after the parent
     used threads, unlike "fork").
@@ -154,8 +154,11 @@ def _spawned(rank: int, world_size: int, init: str, job: Job, out: str) -> None:
 
 
 def _device(backend: str, rank: int) -> torch.device:
+    """NCCL: GPU LOCAL_RANK under torchrun (the global rank follows join order), else (spawned
+    on one machine) GPU rank mod count."""
     if backend == "nccl":
-        d = torch.device("cuda", rank % torch.cuda.device_count())
+        local = os.environ.get("LOCAL_RANK")
+        d = torch.device("cuda", int(local) if local is not None else rank % torch.cuda.device_count())
         torch.cuda.set_device(d)
         return d
     return torch.device("cpu")

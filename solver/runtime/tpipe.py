@@ -10,7 +10,8 @@ on the hand-written path (no communication there).
 Stage compute seconds (the estimator's input) are taken with module hooks: forward from
 the stage's forward pre-hook to its forward hook; backward from the moment the gradient of
 the stage's output arrives (a tensor hook) to the last gradient accumulated into the
-stage's parameters or its input's gradient, per micro-batch. The forward pre-hook also
+stage's parameters or its input's gradient, per micro-batch; on a GPU each reading follows a
+device synchronisation (runtime.placement). The forward pre-hook also
 tells per-sample dropout which rows the micro-batch holds (runtime.seeding).
 
 Emulated slow devices (repeat r > 1, real work): the stage module is wrapped so that each
@@ -29,6 +30,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from .layout import StageRole
+from .placement import synchronizer
 from .seeding import set_micro_batch
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -79,8 +81,9 @@ class Repeated(nn.Module):
 class _Clock:
     """Forward and backward compute seconds of one stage module, from hooks."""
 
-    def __init__(self, module: nn.Module, first_sample: Callable[[int], int]) -> None:
-        self.first_sample = first_sample
+    def __init__(self, module: nn.Module, first_sample: Callable[[int], int],
+                 sync: Callable[[], None] = lambda: None) -> None:
+        self.first_sample, self.sync = first_sample, sync
         self.step = -1
         self.micro = 0
         self._live = False
@@ -103,6 +106,7 @@ class _Clock:
         if not self._live:
             return
         self._close()
+        self.sync()
         self._t = time.perf_counter()
         for a in args:
             if isinstance(a, torch.Tensor) and a.requires_grad:
@@ -111,18 +115,22 @@ class _Clock:
     def _post(self, mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
         if not self._live:
             return
+        self.sync()
         self.fwd += time.perf_counter() - self._t
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(self._out_grad)
 
     def _out_grad(self, g: torch.Tensor) -> None:
         self._close()
+        self.sync()
         self._b0 = time.perf_counter()
 
     def _input_grad(self, g: torch.Tensor) -> None:
+        self.sync()
         self._b1 = time.perf_counter()
 
     def _grad_done(self, p: torch.Tensor) -> None:
+        self.sync()
         self._b1 = time.perf_counter()
 
     def _close(self) -> None:
@@ -158,7 +166,7 @@ class TorchStage:
         self.role, self.batch, self.amp, self.device = role, batch, amp, device
         self.module = nn.Sequential(*(layers[i] for i in role.layers))
         run = Repeated(self.module, repeat) if repeat > 1 else self.module
-        self.clock = _Clock(run, lambda m: role.offset + m * micro_batch)
+        self.clock = _Clock(run, lambda m: role.offset + m * micro_batch, synchronizer(device))
         self.stage = PipelineStage(run, role.stage, k, device, group=pg)
         order = sorted(group_ranks)  # a process group's ranks are sorted
         self.stage.stage_index_to_group_rank = {j: order.index(r) for j, r in enumerate(group_ranks)}

@@ -1,8 +1,8 @@
 """The training loop of `dynpar train`: one process per device, the online controller on rank 0.
 
 Every slot (`iterations_per_slot` iterations) rank 0 observes the slot's state (the
-instance's trace, limited to the devices present in this job, with the speed factors the
-estimator drew from the last measurements: runtime.estimator), lets the policy plan it with
+instance's trace, limited to the devices present in this job, with the speed factors and
+the extra message latency the estimator drew from the last measurements: runtime.estimator), lets the policy plan it with
 the previous plan (migration charged, solver.online.charge_plan), and broadcasts the plan;
 every rank migrates blocks and optimizer state to the new holders (runtime.replan) and
 trains the slot's iterations (GPipe per group over isend/recv, gradients all-reduced across
@@ -43,9 +43,10 @@ from ..online.policies import Decision, make_policy
 from ..online.queues import initial_queues, update_queues
 from ..online.summary import summarise
 from . import ckpt
-from .estimator import observed_state, predicted_compute, update_factors
+from .estimator import estimate, observed_state, predicted_compute
 from .layout import buckets, layer_holders, roles
 from .pipeline import pipeline_step, sync_and_step
+from .placement import place
 from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
 from .tpipe import TorchStage
@@ -65,7 +66,8 @@ class TrainConfig:
     before iteration `step`; timeout_s: collective timeout (seconds); engine: "torch"
     (groups of several stages run torch.distributed.pipelining: runtime.tpipe) or "hand"
     (every group on the hand-written GPipe of runtime.pipeline); plans: plan JSON per slot
-    (the last one repeats) used instead of the policy's (benchmarks, tests; status "given")."""
+    (the last one repeats) used instead of the policy's (benchmarks, tests; status "given");
+    accelerator: "cpu" (gloo) or "cuda" (GPU LOCAL_RANK, NCCL: runtime.placement)."""
 
     model: str
     steps: int
@@ -80,6 +82,7 @@ class TrainConfig:
     timeout_s: float = 60.0
     engine: str = "torch"
     plans: tuple[str, ...] = ()
+    accelerator: str = "cpu"
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
@@ -125,6 +128,7 @@ class Controller:
         prev = s.get("previous_plan")
         self.previous: Plan | None = plan_from_dict(prev) if prev else None
         self.factors = {int(k): float(v) for k, v in s.get("factors", {}).items()}
+        self.delta = float(s.get("delta", 0.0))
         self.rows: list[dict] = list(s.get("rows", []))
         self.restarts = int(s.get("restarts", 0)) + (1 if saved else 0)
         if s.get("policy_state"):
@@ -133,11 +137,12 @@ class Controller:
 
     def state_dict(self) -> dict[str, Any]:
         return {"queues": list(self.queues), "factors": {str(k): v for k, v in self.factors.items()},
+                "delta": self.delta,
                 "previous_plan": plan_to_dict(self.previous) if self.previous else None,
                 "rows": self.rows, "restarts": self.restarts, "policy_state": self.policy.state_dict()}
 
     def decide(self, t: int) -> Plan:
-        state = observed_state(self.inst.state(t), self.present, self.factors)
+        state = observed_state(self.inst.state(t), self.present, self.factors, self.delta)
         if self.cfg.plans:
             d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
             bad = d.plan.validate(state)
@@ -188,8 +193,14 @@ class Controller:
                     "measured_iterations": measured["iterations"], "restarts": self.restarts,
                     "predicted_compute": json.dumps({str(d): v for d, v in pred.items()}),
                     "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
-                    "devices_present": int(self.present.sum())})
-        self.factors = update_factors(self.factors, plan, state, measured["compute"])
+                    "measured_parts": json.dumps({str(d): v for d, v in measured.get("parts", {}).items()}),
+                    "devices_present": int(self.present.sum()), "extra_latency_used": self.delta})
+        est = estimate(self.factors, self.delta, plan, self.inst.state(p["t"]), self.present, measured["compute"],
+                       t_meas)
+        row.update({"extra_latency": est.delta, "refit_batch_time": est.refit_batch_time,
+                    "speed_factors": json.dumps({str(d): v for d, v in sorted(est.factors.items())}),
+                    "estimator_note": est.note})
+        self.factors, self.delta = est.factors, est.delta
         self.queues, self.previous = Qn, plan
         self.rows.append(row)
         self.pending = None
@@ -216,13 +227,15 @@ def train_worker(rank: int, world: int, init: str, instance: Instance, cfg: Trai
     torchrun) this process's own (device name, NODE:LOCAL_RANK) as resolved by
     runtime.binding; the ranks then all-gather their devices."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=cfg.timeout_s))
+    dev, backend = place(cfg.accelerator, rank)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=cfg.timeout_s),
+                            **({"device_id": dev} if dev.type == "cuda" else {}))
     try:
         where = None
         if isinstance(devices, tuple) and len(devices) == 2 and isinstance(devices[0], str):
             devices, where = gather_devices(instance, devices, world)
-        _train(rank, instance, cfg, list(devices), where)
+        _train(rank, instance, cfg, list(devices), where, dev)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -245,7 +258,8 @@ def gather_devices(instance: Instance, mine: tuple[str, str], world: int) -> tup
     return [index[n] for n in names], [g[1] for g in got]
 
 
-def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], where: list[str] | None) -> None:
+def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], where: list[str] | None,
+           dev: torch.device) -> None:
     wl = inst.workload
     spec = load_factory(cfg.model)
     spec.make_optimizer([torch.nn.Parameter(torch.zeros(1))])  # lazy imports before any timing
@@ -254,7 +268,6 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     if L != wl.num_layers:
         raise SpecError(f"model: {L} pipeline blocks, the instance's workload {wl.name!r} has {wl.num_layers} layers")
     data = Batches(spec.data, B)
-    dev = torch.device("cpu")
     shapes = input_shapes(blocks, data.example(), spec.autocast_context(dev))
     templates = [copy.deepcopy(b).to("meta") for b in blocks]
     has_params = [any(True for _ in b.parameters()) for b in blocks]
@@ -326,7 +339,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         if role is not None and any(rank in g.devices for g in piped):
             g = rplan.groups[role.group]
             tstage = TorchStage(role, {i: held[i].module for i in role.layers}, g.devices,
-                                groups[tuple(sorted(g.devices))], g.schedule, wl.micro_batch, B, spec.loss,
+                                groups[tuple(sorted(g.devices))], g.schedule, g.micro_batch or wl.micro_batch, B,
+                                spec.loss,
                                 dev, repeat, spec.autocast)
         if replanned or fresh:
             _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
@@ -349,11 +363,12 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                 else:
                     f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
                                          x if role.prev is None else None, y if role.next is None else None,
-                                         spec.loss, wl.micro_batch, B, shapes[role.first][0],
+                                         spec.loss, rplan.groups[role.group].micro_batch or wl.micro_batch, B,
+                                         shapes[role.first][0],
                                          shapes[role.first][1], dev, None, repeat, step, spec.autocast)
                 c = f + b
             s1 = time.perf_counter()
-            sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned)
+            sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev)
             s2 = time.perf_counter()
             elapsed.append(s2 - s0)
             compute.append(c)
@@ -364,14 +379,16 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                 _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
         report = [None] * dist.get_world_size()
-        dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored))
+        dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
+                                        {"pipeline": piped_s, "sync": sync_s, "step": step_s}))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
             moved = max(r[4] for r in report)
             measured = {"batch_time": _median(list(it)), "migration_s": 0.0 if restored else moved,
                         "restore_s": moved if restored else 0.0,
                         "iterations": len(it),
-                        "compute": {r[0]: _median(r[3]) for r in report if r[1]}}
+                        "compute": {r[0]: _median(r[3]) for r in report if r[1]},
+                        "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]}}
             print(_log(ctl.finish(measured), inst), flush=True)
             _write_results(ctl, inst, out)
     _checkpoint(cfg, step, rank, held, holders, ctl, ident, None)
@@ -412,6 +429,6 @@ def final_state(checkpoint_dir: str | os.PathLike, num_blocks: int) -> dict[str,
         raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
     out = {}
     for i in range(num_blocks):
-        st = torch.load(path / f"block-{i:04d}.pt", weights_only=True)
+        st = torch.load(path / f"block-{i:04d}.pt", map_location="cpu", weights_only=True)
         out.update({f"{i}.{k}": v for k, v in st["module"].items()})
     return out
