@@ -47,7 +47,7 @@ class SlotState:
     """What is true in slot t: the only input of the per-slot solver.
 
     available[i]: device i may be used; speed[i]: effective FLOP/s (peak times
-    efficiency times this slot's speed factor); speed_factor[i]: the slot's factor
+    efficiency times this slot's speed factor; a TP unit's: all its devices'); speed_factor[i]: the slot's factor
     alone (divides measured per-layer times); price[i]: USD per second held;
     bandwidth[i, j]: bytes/s from i to j (inf on the diagonal); latency[i, j]: seconds;
     network: servers' shared NICs, bandwidth fits and egress prices (model.network), or None.
@@ -163,8 +163,8 @@ class SlotState:
             m = wl.measured.get(d.kind)
             if m is not None:
                 out[i] = np.asarray(m[which], dtype=float) / (t * max(self.speed_factor[i], 1e-300))
-            else:
-                out[i] = flops / (t * max(self.speed[i], 1e-300))
+            else:               # a unit's speed is already its t devices' FLOP/s
+                out[i] = flops / max(self.speed[i], 1e-300)
             if t > 1:
                 out[i] += tp_collective_seconds(wl.out_bytes, t, *self.tp_link[i], wl.micro_batch)
         return out

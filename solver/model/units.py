@@ -82,7 +82,7 @@ def unit_state(state: SlotState, units: Sequence[Sequence[int]]) -> SlotState:
                       None if net.egress is None else net.egress[np.ix_(lead, lead)], net.zones)
     return replace(state, devices=devices,
                    available=np.array([all(state.available[i] for i in u) for u in units], dtype=bool),
-                   speed=np.array([min(state.speed[i] for i in u) for u in units], dtype=float),
+                   speed=np.array([len(u) * min(state.speed[i] for i in u) for u in units], dtype=float),
                    speed_factor=np.array([min(state.speed_factor[i] for i in u) for u in units], dtype=float),
                    price=np.array([sum(state.price[i] for i in u) for u in units], dtype=float),
                    bandwidth=bw, latency=lat, network=net, tp=tuple(len(u) for u in units),

@@ -32,8 +32,9 @@ def speed_order(state: SlotState, devices: Iterable[int]) -> Ordered:
 
 
 def memory_order(state: SlotState, devices: Iterable[int]) -> Ordered:
-    """Most memory first (the first stages stash the most activations in CNNs), ties by speed."""
-    return tuple(sorted(devices, key=lambda d: (-state.devices[d].memory_bytes, -state.speed[d], d)))
+    """Most memory first (the first stages stash the most activations in CNNs), ties by speed; a
+    TP unit counts the memory of all its devices (each holds a shard)."""
+    return tuple(sorted(devices, key=lambda d: (-state.devices[d].memory_bytes * state.degree(d), -state.speed[d], d)))
 
 
 def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4) -> list[Ordered]:
