@@ -35,6 +35,7 @@ accumulation: one micro-batch live under either schedule).
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -45,6 +46,22 @@ from ..subproblems.cuts import balanced_cuts, blind_cuts, min_bottleneck_cuts
 
 Cutter = Callable[[Sequence[int], int], tuple[int, ...] | None]
 """Cuts of an ordered group for a share (samples), or None when it cannot hold it."""
+
+
+def _memo(f: Callable[..., Plan | None]) -> Callable[..., Plan | None]:
+    """Keep a baseline's plan in the caller's SlotCache (`cache.baselines`), so that it is
+    built once per state however many solves of that state ask for it."""
+    name = f.__name__
+
+    @functools.wraps(f)
+    def built(state: SlotState, *args, cache: SlotCache | None = None, **kw) -> Plan | None:
+        if cache is None or args or kw:
+            return f(state, *args, cache=cache, **kw)
+        cache.check(state)
+        if name not in cache.baselines:
+            cache.baselines[name] = f(state, cache=cache)
+        return cache.baselines[name]
+    return built
 
 
 def _checked(plan: Plan | None, state: SlotState) -> Plan | None:
@@ -140,6 +157,7 @@ def _singletons(state: SlotState, devs: Sequence[int], shares: Sequence[int]) ->
     return Plan(tuple(Group((d,), (L,), s) for d, s in pairs))
 
 
+@_memo
 def even_dp(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     hs = holders(state, cache=cache)[: wl.batch // wl.micro_batch]
@@ -148,6 +166,7 @@ def even_dp(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     return _checked(_singletons(state, hs, even_split(len(hs), wl.batch, wl.micro_batch)), state)
 
 
+@_memo
 def lb_bsp(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     hs = holders(state, cache=cache)[: wl.batch // wl.micro_batch]
@@ -157,6 +176,7 @@ def lb_bsp(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     return _checked(_singletons(state, hs, shares), state) if shares else None
 
 
+@_memo
 def gpipe(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     devs = state.available_indices[: wl.num_layers]
@@ -188,6 +208,7 @@ def _configs(state: SlotState) -> list[tuple[int, int]]:
     return out
 
 
+@_memo
 def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     sc = slot_cache(state, cache)
     avail = state.available_indices
@@ -222,6 +243,7 @@ def _pipedream_cuts(state: SlotState, devices: Sequence[int], share: int, bw: fl
     return blind_cuts(state, devices, w, comm, share, cache=cache)
 
 
+@_memo
 def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     avail = state.available_indices
@@ -267,6 +289,7 @@ def virtual_workers(state: SlotState, size: int = 4) -> list[list[int]]:
     return [sorted(v) for v in vws]
 
 
+@_memo
 def hetpipe(state: SlotState, groups: Sequence[Sequence[int]] | None = None, *,
             cache: SlotCache | None = None) -> Plan | None:
     sc = slot_cache(state, cache)

@@ -78,9 +78,14 @@ def memory_use(state: SlotState, devices: Sequence[int], cuts: Sequence[int], sh
     P, H = stage_params_and_stash(state, cuts, devices)
     wl = state.workload
     live = live_samples(len(devices), share, wl.micro_batch, schedule)
-    if recompute:
-        return wl.opt_factor * P + live * stage_input_bytes(state, cuts) + wl.micro_batch * H
-    return wl.opt_factor * P + live * H
+    return _use(wl.opt_factor, wl.micro_batch, P, H, stage_input_bytes(state, cuts) if recompute else None, live)
+
+
+def _use(kopt: float, u: int, P: np.ndarray, H: np.ndarray, I: np.ndarray | None, live: np.ndarray) -> np.ndarray:
+    """memory_use from the stage numbers (I: stage input bytes under recomputation, else None)."""
+    if I is not None:
+        return kopt * P + live * I + u * H
+    return kopt * P + live * H
 
 
 def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
@@ -102,8 +107,7 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
         return 0
     if k == 1:
         return NO_CAP if free[0] >= u * X[0] else 0
-    with np.errstate(divide="ignore"):
-        per = np.where(X > 0, free / np.where(X > 0, X, 1.0), np.inf)
+    per = np.divide(free, X, out=np.full(k, np.inf), where=X > 0)
     if schedule == "1f1b":
         # stage j holds u * min(k - j, n): no cap once k - j micro-batches fit
         per = np.where(per >= u * (k - np.arange(k)), np.inf, per)
@@ -112,8 +116,10 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
         return NO_CAP
     cap = int(np.floor(b / u)) * u
 
+    I = X if recompute else None
+
     def fits(share: int) -> bool:
-        return bool(np.all(memory_use(state, devices, cuts, share, schedule, recompute) <= M))
+        return bool(np.all(_use(wl.opt_factor, u, P, H, I, live_samples(k, share, u, schedule)) <= M))
 
     if cap > 0 and not fits(cap):        # b / u rounded up across an integer
         cap -= u

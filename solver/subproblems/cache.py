@@ -69,7 +69,8 @@ class SlotCache:
     - `single_cuts(device)`: (L,) when the device holds the whole model with one micro-batch,
       else None;
     - `group_coeffs(devices, cuts, schedule, recompute)`: `cost.pipeline.group_coeffs`;
-    - `evaluation(plan)`: `cost.evaluate` with the cached group coefficients.
+    - `evaluation(plan)`: `cost.evaluate` with the cached group coefficients;
+    - `baselines`: each baseline's plan, built once per state (baselines.ALL).
 
     Bounds: at most `max_need_matrices` memory-need matrices (one per share) and about
     `max_array_bytes` bytes of group arrays are kept; the oldest go first.
@@ -94,6 +95,9 @@ class SlotCache:
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
+        self.baselines: dict[str, Plan | None] = {}
+        """Per baseline constructor (its function name, baselines.ALL): its plan in this state
+        (None: it has none)."""
 
     def check(self, state: SlotState) -> None:
         """ValueError unless this cache belongs to `state` (entries of one state are wrong

@@ -314,9 +314,10 @@ def _alpha_frontier(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
 def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]:
     Fp, Gp, lam = ga.Fp, ga.Gp, ga.lam
     if ga.dp == "compiled":
-        a_min, b_min = _kernel_dp(ga, Fp, lam, (), False, False)[0], _kernel_dp(ga, Gp, lam, (), False, False)[0]
-    else:
-        a_min, b_min = _min_xy_numpy(ga)
+        A, Bv, C = dp_kernel.alpha_frontier(np.ascontiguousarray(Fp, dtype=float), np.ascontiguousarray(Gp, dtype=float),
+                                            np.ascontiguousarray(lam, dtype=float), _maxend(ga))
+        return [(float(a), float(b), tuple(int(x) for x in c) if a < INF else None) for a, b, c in zip(A, Bv, C)]
+    a_min, b_min = _min_xy_numpy(ga)
     if not a_min < INF:
         return []
     points: list[tuple[float, float, Cuts]] = []

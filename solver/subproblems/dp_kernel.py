@@ -19,7 +19,10 @@ strict[m]). Boundaries whose link cost `lam` is not finite are never cuts.
 The recurrence costs O(k L^2) scalar steps, with no temporaries; ties go to the first
 minimising start (the smallest a), as a full argmin over starts would pick, so the cuts equal
 those of the vectorised numpy DP in `subproblems.cuts`, float for float (same operations in
-the same order).
+the same order). Min-max with non-decreasing stage prefixes (non-negative layer costs) scans
+the starts of each end from c-1 down and stops once the stage alone exceeds the best value so
+far (every earlier start gives a longer stage), keeping ties on the smallest start: the same
+values and cuts in far fewer steps when stages are short.
 """
 from __future__ import annotations
 
@@ -56,6 +59,15 @@ def _bound_ok(j: int, a: int, CB: np.ndarray, lims: np.ndarray, strict: np.ndarr
 
 
 @njit(cache=True)
+def _nondecreasing(S: np.ndarray) -> bool:
+    for j in range(S.shape[0]):
+        for c in range(1, S.shape[1]):
+            if not S[j, c] >= S[j, c - 1]:
+                return False
+    return True
+
+
+@njit(cache=True)
 def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
            CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, minsum: bool
            ) -> tuple[float, np.ndarray]:
@@ -73,6 +85,7 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
             return S[0, L] - S[0, 0], cuts
         return INF, cuts
     w = L - k + 1
+    prune = not minsum and _nondecreasing(S)
     D = np.full((k, L1), INF)
     arg = np.full((k, L1), -1, dtype=np.int64)
     for c in range(1, w + 1):                     # stage 0 ends at c
@@ -88,14 +101,27 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
         c_lo, c_hi = (L, L) if j == k - 1 else (j + 1, j + w)
         for c in range(c_lo, c_hi + 1):
             best, besta = INF, -1
-            for a in range(j, min(c, j + w)):
-                if prev[a] == INF or c > maxend[j, a]:
-                    continue
-                if not _stage_ok(j, a, c, CS, lims, strict):
-                    continue
-                v = _combine(prev[a], S[j, c] - S[j, a], minsum)
-                if v < best:
-                    best, besta = v, a
+            if prune:       # starts from c-1 down: the stage only grows, stop once it exceeds best
+                for a in range(min(c, j + w) - 1, j - 1, -1):
+                    sv = S[j, c] - S[j, a]
+                    if sv > best:
+                        break
+                    if prev[a] == INF or c > maxend[j, a]:
+                        continue
+                    if not _stage_ok(j, a, c, CS, lims, strict):
+                        continue
+                    v = max(prev[a], sv)
+                    if v <= best:       # ties: the smallest start, as the ascending scan
+                        best, besta = v, a
+            else:
+                for a in range(j, min(c, j + w)):
+                    if prev[a] == INF or c > maxend[j, a]:
+                        continue
+                    if not _stage_ok(j, a, c, CS, lims, strict):
+                        continue
+                    v = _combine(prev[a], S[j, c] - S[j, a], minsum)
+                    if v < best:
+                        best, besta = v, a
             D[j, c], arg[j, c] = best, besta
     val = D[k - 1, L]
     if not val < INF:
@@ -153,3 +179,58 @@ def maxend_need(need: np.ndarray, mem: np.ndarray) -> np.ndarray:
                     hi = mid - 1
             out[j, a] = lo
     return out
+
+
+@njit(cache=True)
+def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (X, Y) Pareto walk of `subproblems.cuts` (min X + Y over cuts, X = max(F, lam),
+    Y = max(G, lam)) in one compiled call, the same DPs in the same order as the Python loop
+    it replaces: b_1 = min Y; a_i = min X s.t. Y <= b_i; b_{i+1} = min Y s.t. X < a_i; stop
+    when b + min X can no longer beat the best a + b. Fp, Gp (k, L+1) prefix seconds per
+    sample; lam (k-1, L+1); maxend as in cut_dp. Returns (a (p,), b (p,), cuts (p, k))."""
+    k, L1 = Fp.shape
+    kb = lam.shape[0]
+    no_s = np.empty((0, k, L1))
+    no_b = np.empty((0, kb, L1))
+    no_l = np.empty(0)
+    no_t = np.empty(0, dtype=np.bool_)
+    one_t = np.zeros(1, dtype=np.bool_)
+    FS, FB = Fp.reshape((1, k, L1)), lam.reshape((1, kb, L1))
+    GS = Gp.reshape((1, k, L1))
+    cap = 16
+    A = np.empty(cap)
+    Bv = np.empty(cap)
+    C = np.empty((cap, k), dtype=np.int64)
+    n = 0
+    a_min, _ = cut_dp(Fp, lam, lam, maxend, no_s, no_b, no_l, no_t, False)
+    if not a_min < INF:
+        return A[:0], Bv[:0], C[:0]
+    b_min, _ = cut_dp(Gp, lam, lam, maxend, no_s, no_b, no_l, no_t, False)
+    best = INF
+    a_lim = INF
+    strict = False
+    lim = np.empty(1)
+    while True:
+        if a_lim == INF and not strict:
+            b = b_min
+        else:
+            lim[0] = a_lim
+            one_t[0] = strict
+            b, _ = cut_dp(Gp, lam, lam, maxend, FS, FB, lim, one_t, False)
+        if not np.isfinite(b) or b + a_min >= best:
+            break
+        lim[0] = b
+        one_t[0] = False
+        a, cuts = cut_dp(Fp, lam, lam, maxend, GS, FB, lim, one_t, False)
+        if n == cap:
+            cap *= 2
+            A2, B2, C2 = np.empty(cap), np.empty(cap), np.empty((cap, k), dtype=np.int64)
+            A2[:n], B2[:n], C2[:n] = A, Bv, C
+            A, Bv, C = A2, B2, C2
+        A[n], Bv[n], C[n] = a, b, cuts
+        n += 1
+        best = min(best, a + b)
+        a_lim = a
+        strict = True
+    return A[:n], Bv[:n], C[:n]

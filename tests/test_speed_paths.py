@@ -1,0 +1,63 @@
+"""The fast paths of the per-slot solver give the same answers as the plain ones: the compiled
+frontier walk and the pruned min-max scan against the numpy DPs on long models and many
+stages, share_cap against its definition, and the baselines kept in a SlotCache."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver import baselines
+from solver.io.synthetic import random_state
+from solver.model.memory import memory_use, share_cap
+from solver.subproblems import cuts as C
+from solver.subproblems.cache import SlotCache
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_frontier_and_pruned_scan_match_numpy_on_long_models(seed):
+    rng = np.random.default_rng(8_000 + seed)
+    state = random_state(8_000 + seed, n=10, L=int(rng.integers(40, 121)), scale=float(rng.choice([1.0, 10.0, 30.0])))
+    av = list(state.available_indices)
+    for k in (2, 5, min(8, len(av))):
+        devices = tuple(int(x) for x in rng.permutation(av)[:k])
+        for min_share in (None, state.workload.batch):
+            got = []
+            for backend in ("compiled", "numpy"):
+                sc = SlotCache(state, dp_backend=backend)
+                ga = sc.group_arrays(devices, min_share)
+                got.append((None if ga is None else C._alpha_frontier(ga),
+                            C.frontier_cuts(state, devices, 4, min_share, cache=sc),
+                            C.balanced_cuts(state, devices, min_share, cache=sc)))
+            assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_share_cap_is_the_largest_fitting_multiple(seed):
+    state = random_state(8_100 + seed, n=6, L=16, scale=30.0)
+    rng = np.random.default_rng(seed)
+    u, B = state.workload.micro_batch, state.workload.batch
+    M = state.memory_bytes * (1 + 1e-12)
+    for _ in range(20):
+        k = int(rng.integers(1, 5))
+        devices = tuple(int(x) for x in rng.permutation(state.n)[:k])
+        cuts = tuple(sorted(rng.choice(np.arange(1, 16), k - 1, replace=False).tolist())) + (16,)
+        for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True)):
+            cap = share_cap(state, devices, cuts, schedule, recompute)
+            fits = [s for s in range(u, B + 1, u)
+                    if np.all(memory_use(state, devices, cuts, s, schedule, recompute) <= M[list(devices)])]
+            if cap >= B:
+                assert fits == list(range(u, B + 1, u))
+            else:
+                assert fits == list(range(u, cap + 1, u))
+
+
+def test_baselines_are_built_once_per_state_cache():
+    state = random_state(8_200, n=6, L=12)
+    sc = SlotCache(state)
+    for name, f in baselines.ALL.items():
+        first = f(state, cache=sc)
+        assert first == f(state), name                     # the same plan as without a cache
+        assert f(state, cache=sc) is first, name           # kept, not rebuilt
+        assert sc.baselines[f.__name__] is first
+    with pytest.raises(ValueError, match="belongs to slot"):
+        baselines.gpipe(random_state(8_201, n=6, L=12), cache=sc)
