@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import baselines
-from ..model.plan import Plan
+from ..model.plan import Plan, from_physical
 from ..model.state import SlotState
 from ..subproblems.cache import SlotCache
-from .schedules import group_entry, plain
+from .schedules import group_entry, plain_at_micro_batch
 from .scoring import Scorer
 
 
@@ -18,9 +18,13 @@ def fixed_candidates(state: SlotState, Q: np.ndarray, previous_plan: Plan | None
                      ) -> list[tuple[str, Plan]]:
     """(source, plan): each baseline of baselines.ALL that has a plan, "cheapest"
     (baselines.cheapest for the cost weights Q) and "previous" when previous_plan passes
-    Plan.validate in this state."""
-    fixed = [(name, f(state, cache=cache)) for name, f in baselines.ALL.items()]
+    Plan.validate in this state. On a state of TP units (solve.tp) the baselines are left out
+    (they keep degree 1 and are scored in the degree-1 solve) and the previous plan, over
+    physical devices, is read over the units where each of its stages is one."""
+    fixed = [] if state.tp is not None else [(name, f(state, cache=cache)) for name, f in baselines.ALL.items()]
     fixed.append(("cheapest", baselines.cheapest(state, Q, [p for _, p in fixed], cache=cache)))
+    if previous_plan is not None and state.members is not None:
+        previous_plan = from_physical(previous_plan, state)
     if previous_plan is not None and not previous_plan.validate(state):
         fixed.append(("previous", previous_plan))
     return [(name, p) for name, p in fixed if p is not None]
@@ -32,10 +36,10 @@ def score_incumbents(state: SlotState, sc: Scorer, Q: np.ndarray, previous_plan:
     shares (source = its name) and with exact shares (name + "+lp"); with recut_previous, the
     previous plan's device groups are also cut afresh for this slot ("previous-recut")."""
     for name, p in fixed_candidates(state, Q, previous_plan, sc.cache):
-        s = tuple(group_entry(g) for g in p.groups)
+        s = tuple(group_entry(g, sc.u) for g in p.groups)
         sc.score(s, p.shares, source=name)
         sc.score(s, source=name + "+lp")
-        gp = plain(s)
+        gp = plain_at_micro_batch(s)
         if gp != s:         # the same groups under GPipe without recomputation, with exact shares
             sc.score(gp, source=name + "-gpipe+lp")
         if recut_previous and name == "previous":

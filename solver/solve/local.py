@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 from ..model.state import SlotState
 from .families import balanced_partition, chain_chunks
 from .orders import group_orders, nn_order
+from .schedules import entry_micro_batch
 from .scoring import Scored, Scorer, better
 
 
@@ -85,16 +86,20 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
     """Per group, try other orders (group_orders, every order up to `all_up_to` devices) with
     their min-bottleneck cuts for one micro-batch and for the group's share, and the frontier
     cut sets of the current order; one group at a time, keeping improvements (coordinate
-    descent, at most `rounds` rounds)."""
+    descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
+    group is also tried at every other size (Scorer.micro_batch_entries)."""
     for _ in range(rounds):
         improved = False
         for gi in range(len(cur.structure)):
             d, how = cur.structure[gi][0], cur.structure[gi][2:]
+            mb = entry_micro_batch(cur.structure[gi])
             share = cur.plan.groups[gi].share
             def options():
                 for o in group_orders(state, d, all_up_to):
-                    yield from ((o, c, *how) for c in (sc.cuts(o), sc.cuts(o, share)) if c is not None)
-                yield from ((d, c, *how) for c in sc.frontier(d) + sc.frontier(d, share))
+                    yield from ((o, c, *how) for c in (sc.cuts(o, None, mb), sc.cuts(o, share, mb)) if c is not None)
+                yield from ((d, c, *how) for c in sc.frontier(d, None, mb) + sc.frontier(d, share, mb))
+                if len(sc.micro_batches) > 1:
+                    yield from sc.micro_batch_entries(cur.structure[gi], share)
 
             tried = set()
             for e in options():

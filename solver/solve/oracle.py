@@ -9,14 +9,19 @@ stages that fit change), with the min-alpha cuts; exact relative to them. Shares
 (`shares.solve_shares`). Structures are skipped only by valid lower bounds (never by
 heuristics). Each cut set is also tried under 1F1B and with activation recomputation where
 that lifts its memory cap (solve.schedules.variant_entries; a dominance rule, so still exact).
+Where the workload allows several micro-batch sizes (Workload.micro_batch_options), every
+ordered group is enumerated at each size with that size's cut sets, times and memory, so every
+mix of sizes across groups is scored (shares: subproblems.shares.mixed_shares, exact).
 The baselines and the previous plan are scored too, so the oracle never loses to
-them even when it works on frontier cuts.
+them even when it works on frontier cuts. The ring order of the gradient sync needs no
+enumeration: the cost model takes each bucket's best ring (cost.sync, exact up to 8 groups).
 """
 from __future__ import annotations
 
 import itertools
 import math
 import time
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 from ..model import Plan, SlotState, share_cap
@@ -26,8 +31,9 @@ from ..subproblems.cuts import frontier_cuts_all_levels, min_bottleneck_cuts
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .options import SearchTuning, SlotResult, SolveOptions
-from .schedules import variant_entries
+from .schedules import entry, variant_entries
 from .scoring import Scorer, slot_result
+from .tp import all_unit_sets, better, check_degrees, solve_units, tp_applies
 
 MAX_DEVICES = 6
 """Most available devices the oracle enumerates (8,463 sets of ordered groups at 6; 7 would
@@ -52,6 +58,7 @@ def ordered_groupings(devices: Sequence[int]) -> Iterator[list[tuple[int, ...]]]
 
 
 def all_cut_sets(state: SlotState, devices: Sequence[int]) -> list[tuple[int, ...]]:
+    # state: the slot at the group's micro-batch size (SlotState.at_micro_batch)
     """Every cut set of an ordered group that holds one micro-batch in memory."""
     L, u = state.workload.num_layers, state.workload.micro_batch
     k = len(devices)
@@ -70,12 +77,15 @@ def _count_all_cuts(n: int, L: int) -> int:
 def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
                 all_cuts: bool | None = None, previous_plan: Plan | None = None,
                 iterations_per_slot: int = 100, keep_candidates: bool = False,
-                cache: SlotCache | None = None, tuning: SearchTuning | None = None) -> SlotResult:
+                cache: SlotCache | None = None, tuning: SearchTuning | None = None,
+                tp_degrees: Sequence[int] = (1,)) -> SlotResult:
     """Exhaustive optimum of V T + sum Q_k c_k (+ amortised migration from previous_plan);
     queues and V as for solve_slot (solve.inputs).
     all_cuts None: every cut set when that is at most tuning.oracle_all_cuts_limit ordered-group
     cut sets, else tuning.oracle_frontier frontier cut sets per group (SearchTuning). cache: the caller's SlotCache of this state (a new one when
-    None). ValueError above MAX_DEVICES available devices."""
+    None). tp_degrees: where the slot has servers, every way of forming TP units of these
+    degrees is enumerated too (solve.tp.all_unit_sets), each solved exactly. ValueError above
+    MAX_DEVICES available devices."""
     t0 = time.perf_counter()
     tune = tuning or SearchTuning()
     Q = check_queues(state, queues)
@@ -84,37 +94,44 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
     if len(avail) > MAX_DEVICES:
         raise ValueError(f"solve_exact enumerates at most {MAX_DEVICES} available devices, "
                          f"slot {state.t} has {len(avail)}")
+    check_degrees(tp_degrees)
+    if tp_applies(state, tp_degrees):
+        return _exact_over_units(state, queues, V, all_cuts, previous_plan, iterations_per_slot, keep_candidates,
+                                 cache, tune, tp_degrees, t0)
     why = infeasible_reason(state)
     if why:
         return SlotResult.infeasible(why, time.perf_counter() - t0)
     L, B = state.workload.num_layers, state.workload.batch
-    if all_cuts is None:
-        all_cuts = _count_all_cuts(len(avail), L) <= tune.oracle_all_cuts_limit
     opt = SolveOptions(exact=True, iterations_per_slot=iterations_per_slot, keep_candidates=keep_candidates,
                        tuning=tune)
     cache = slot_cache(state, cache)
     sc = Scorer(state, Q, V, opt, previous_plan, cache=cache)
+    if all_cuts is None:
+        all_cuts = _count_all_cuts(len(avail), L) * len(sc.micro_batches) <= tune.oracle_all_cuts_limit
     cut_options: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
 
-    def options_of(g: tuple[int, ...]) -> list[tuple[int, ...]]:
+    def options_of(g: tuple[int, ...]) -> list[tuple]:
         if g not in cut_options:
-            if all_cuts:
-                cut_options[g] = all_cut_sets(state, g)
-            else:
-                fr = dict(cache=cache, relax=tune.frontier_relax, seeds=tune.frontier_seeds)
-                found = dict.fromkeys(frontier_cuts_all_levels(state, g, tune.oracle_frontier, B, **fr))
-                mb = min_bottleneck_cuts(state, g, cache=cache)
-                if mb is not None:
-                    found[mb] = None
-                cut_options[g] = list(found)
-            cut_options[g] = [e for c in cut_options[g]
-                              for e in [(g, c), *variant_entries(sc, g, c)]]
+            cut_options[g] = []
+            for u in sc.micro_batches:
+                st_u, cache_u = sc.at(sc.mb(u))
+                if all_cuts:
+                    found = all_cut_sets(st_u, g)
+                else:
+                    fr = dict(cache=cache_u, relax=tune.frontier_relax, seeds=tune.frontier_seeds)
+                    cuts_u = dict.fromkeys(frontier_cuts_all_levels(st_u, g, tune.oracle_frontier, B, **fr))
+                    mb_cuts = min_bottleneck_cuts(st_u, g, cache=cache_u)
+                    if mb_cuts is not None:
+                        cuts_u[mb_cuts] = None
+                    found = list(cuts_u)
+                cut_options[g] += [e for c in found for e in [entry(g, c, micro_batch=sc.mb(u)),
+                                                              *variant_entries(sc, g, c, sc.mb(u))]]
         return cut_options[g]
 
     # incumbents first (they make the bounds bite): baselines, cheapest, previous plan
     score_incumbents(state, sc, Q, previous_plan, recut_previous=False)
     for groups in ordered_groupings(avail):
-        if not groups or len(groups) > B // state.workload.micro_batch:
+        if not groups or len(groups) > B // min(sc.micro_batches):
             continue
         if sc.best is not None and sc.device_bound(groups) > sc.best.objective:
             continue
@@ -131,3 +148,30 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         f"exact relative to the frontier cut sets (up to {tune.oracle_frontier} per ordered group and "
         f"memory level, at every share level u..B, plus the min-alpha cuts), not every cut set")
     return slot_result(state, sc, Q, V, Status.OPTIMAL, f"oracle: {what}; {sc.count} structures scored", t0)
+
+
+def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None, previous_plan: Plan | None,
+                      iterations_per_slot: int, keep_candidates: bool, cache: SlotCache | None,
+                      tune: SearchTuning, degrees: Sequence[int], t0: float) -> SlotResult:
+    """solve_exact on every set of TP units of the slot (solve.tp.all_unit_sets); the best."""
+    best, count, bounds = None, 0, []
+    cache = slot_cache(state, cache)
+
+    def solve(ust: SlotState, ucache: SlotCache) -> SlotResult:
+        return solve_exact(ust, queues, V, all_cuts=all_cuts, previous_plan=previous_plan,
+                           iterations_per_slot=iterations_per_slot, keep_candidates=keep_candidates,
+                           cache=ucache, tuning=tune)
+
+    for units in all_unit_sets(state, degrees):
+        res, _ = solve_units(state, units, solve, cache)
+        count += 1
+        if res.plan is not None:
+            bounds.append(res.lower_bound)
+        if better(res, best):
+            best = res
+    if best is None or best.plan is None:
+        return SlotResult.infeasible(f"slot {state.t}: no set of TP units (degrees {tuple(degrees)}) can hold the "
+                                     f"model ({state.workload.name}) with one micro-batch", time.perf_counter() - t0)
+    finite = [b for b in bounds if b == b]
+    return replace(best, solve_time=time.perf_counter() - t0, lower_bound=min(finite) if finite else best.lower_bound,
+                   message=f"{best.message}; over all {count} ways of forming TP units of degrees {tuple(degrees)}")

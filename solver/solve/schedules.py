@@ -1,7 +1,10 @@
-"""Schedule and recomputation choices of the search and the oracle.
+"""Schedule, recomputation and micro-batch choices of the search and the oracle.
 
-A structure entry is (devices, cuts) for a GPipe group without recomputation (the default, so
-that GPipe-only structures keep their old keys), or (devices, cuts, schedule, recompute).
+A structure entry is (devices, cuts) for a GPipe group without recomputation at the workload's
+micro-batch size (the default, so that such structures keep their old keys), (devices, cuts,
+schedule, recompute), or (devices, cuts, schedule, recompute, micro_batch) for a group at
+another of `Workload.micro_batch_options()` (samples; its times, memory and cuts are those of
+`SlotState.at_micro_batch`). The dominance rule below compares choices at one micro-batch size.
 For fixed devices and cuts, a variant never has a smaller time (1F1B's upper bound
 u C + (b - u)(max F + max G + 2 max lam) is >= GPipe's exact time, recomputation adds each
 stage's forward to its backward) nor a smaller cost (busy energy is the same or larger), so a
@@ -16,7 +19,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..cost.pipeline import GroupCoeffs
-from ..cost.simulator import simulate_plan
+from ..cost.simulator import simulated_batch_time
 from ..model.plan import Group, Plan
 from ..model.state import SlotState
 
@@ -28,9 +31,12 @@ class Scorer(Protocol):
     u: int
 
     def coeffs(self, devices: tuple[int, ...], cuts: tuple[int, ...], schedule: str = "gpipe",
-               recompute: bool = False) -> GroupCoeffs: ...
+               recompute: bool = False, micro_batch: int | None = None) -> GroupCoeffs: ...
 
-    def cuts(self, devices: tuple[int, ...], min_share: int | None = None) -> tuple[int, ...] | None: ...
+    def cuts(self, devices: tuple[int, ...], min_share: int | None = None,
+             micro_batch: int | None = None) -> tuple[int, ...] | None: ...
+
+    def u_of(self, e: tuple) -> int: ...
 
     def wanted_shares(self, s: tuple) -> np.ndarray: ...
 
@@ -40,15 +46,26 @@ VARIANTS: tuple[tuple[str, bool], ...] = (("1f1b", False), ("gpipe", True), ("1f
 _ORDER = {"gpipe": 0, "1f1b": 1}
 
 
-def entry(devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe", recompute: bool = False) -> tuple:
-    """A structure entry; the two-element form for GPipe without recomputation."""
+def entry(devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe", recompute: bool = False,
+          micro_batch: int | None = None) -> tuple:
+    """A structure entry; the two-element form for GPipe without recomputation, the
+    five-element form only for a micro_batch (samples) other than None (the workload's u)."""
     d, c = tuple(devices), tuple(cuts)
+    if micro_batch is not None:
+        return (d, c, schedule, bool(recompute), int(micro_batch))
     return (d, c) if (schedule, bool(recompute)) == ("gpipe", False) else (d, c, schedule, bool(recompute))
 
 
-def group_entry(g: Group) -> tuple:
-    """The structure entry of a plan's group."""
-    return entry(g.devices, g.cuts, g.schedule, g.recompute)
+def group_entry(g: Group, default_u: int | None = None) -> tuple:
+    """The structure entry of a plan's group (a micro_batch equal to default_u, the workload's
+    u, is the default and left out)."""
+    mb = None if g.micro_batch == default_u else g.micro_batch
+    return entry(g.devices, g.cuts, g.schedule, g.recompute, mb)
+
+
+def entry_micro_batch(e: tuple) -> int | None:
+    """The entry's micro_batch (None: the workload's u)."""
+    return e[4] if len(e) > 4 else None
 
 
 def plain(structure: Sequence[tuple]) -> tuple:
@@ -56,25 +73,32 @@ def plain(structure: Sequence[tuple]) -> tuple:
     return tuple((e[0], e[1]) for e in structure)
 
 
+def plain_at_micro_batch(structure: Sequence[tuple]) -> tuple:
+    """The same groups under GPipe without recomputation, each at its own micro-batch size."""
+    return tuple(entry(e[0], e[1], micro_batch=entry_micro_batch(e)) for e in structure)
+
+
 def _dominates(a: tuple[str, bool], b: tuple[str, bool]) -> bool:
     return a != b and _ORDER[a[0]] <= _ORDER[b[0]] and a[1] <= b[1]
 
 
-def variant_entries(sc: Scorer, devices: tuple[int, ...], cuts: tuple[int, ...]) -> list[tuple]:
-    """The non-default entries of an ordered, cut group worth scoring: those whose memory cap
-    (samples, at most the batch) is above the cap of every choice that dominates them (module
-    doc); none for one stage (one micro-batch live under any schedule) or when GPipe's cap
-    already holds the batch."""
+def variant_entries(sc: Scorer, devices: tuple[int, ...], cuts: tuple[int, ...],
+                    micro_batch: int | None = None) -> list[tuple]:
+    """The non-default entries (schedule, recompute) of an ordered, cut group at one
+    micro-batch size worth scoring: those whose memory cap (samples, at most the batch) is
+    above the cap of every choice that dominates them (module doc); none for one stage (one
+    micro-batch live under any schedule) or when GPipe's cap already holds the batch."""
     if len(devices) < 2:
         return []
     B = sc.B
-    caps = {("gpipe", False): min(sc.coeffs(devices, cuts).cap, B)}
+    u = sc.u if micro_batch is None else micro_batch
+    caps = {("gpipe", False): min(sc.coeffs(devices, cuts, "gpipe", False, micro_batch).cap, B)}
     if caps[("gpipe", False)] >= B:
         return []
     for v in VARIANTS:
-        caps[v] = min(sc.coeffs(devices, cuts, *v).cap, B)
-    return [entry(devices, cuts, *v) for v in VARIANTS
-            if caps[v] >= sc.u and all(caps[v] > caps[w] for w in caps if _dominates(w, v))]
+        caps[v] = min(sc.coeffs(devices, cuts, *v, micro_batch).cap, B)
+    return [entry(devices, cuts, *v, micro_batch) for v in VARIANTS
+            if caps[v] >= u and all(caps[v] > caps[w] for w in caps if _dominates(w, v))]
 
 
 def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
@@ -82,7 +106,7 @@ def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
     fastest (smallest alpha) variant entry that holds that share, else the one with the largest
     cap, over the group's cuts for one micro-batch and for the 1F1B peak of that share
     (u min(k, share / u) samples); None when no cap binds or nothing changes."""
-    if len(s) > sc.B // sc.u or all(sc.coeffs(*e).cap >= sc.B for e in s):
+    if sum(sc.u_of(e) for e in s) > sc.B or all(sc.coeffs(*e).cap >= sc.B for e in s):
         return None
     want = sc.wanted_shares(s)
     out, changed = [], False
@@ -92,11 +116,13 @@ def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
         if gc.cap >= w or k < 2:
             out.append(e)
             continue
-        peak = sc.u * min(k, int(w) // sc.u)
-        cut_sets = dict.fromkeys(c for c in (sc.cuts(d), sc.cuts(d, None if peak <= sc.u else peak)) if c is not None)
+        mb, u = entry_micro_batch(e), sc.u_of(e)
+        peak = u * min(k, int(w) // u)
+        cut_sets = dict.fromkeys(c for c in (sc.cuts(d, None, mb), sc.cuts(d, None if peak <= u else peak, mb))
+                                 if c is not None)
         options = []
         for c in cut_sets:
-            for v in variant_entries(sc, d, c):
+            for v in variant_entries(sc, d, c, mb):
                 g = sc.coeffs(*v)
                 options.append((g.cap < w, -min(g.cap, int(w)), g.alpha, v))
         best = min(options, key=lambda o: o[:3], default=None)
@@ -113,6 +139,6 @@ def simulated_note(plan: Plan, state: SlotState, closed_form: float) -> tuple[fl
     multi-stage 1F1B group, whose closed form is only an upper bound; else closed_form and ""."""
     if not any(g.schedule == "1f1b" and len(g.devices) > 1 for g in plan.groups):
         return closed_form, ""
-    sim = simulate_plan(plan, state)
-    return sim.batch_time, (f"; batch time {sim.batch_time:.6g} s from the event simulator (1F1B group; "
-                            f"the objective uses the closed-form upper bound {closed_form:.6g} s)")
+    t = simulated_batch_time(plan, state)
+    return t, (f"; batch time {t:.6g} s from the event simulator (1F1B group; "
+               f"the objective uses the closed-form upper bound {closed_form:.6g} s)")

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..cost.costs import cost_coeffs
+from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import holder_mask, migration_time
 from ..cost.pipeline import GroupCoeffs
 from ..cost.sync import sync_time
@@ -31,12 +32,13 @@ from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
 from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
-from .orders import Ordered, group_orders
-from .schedules import plain, relieve_by_schedule, simulated_note
+from .orders import Ordered, group_orders, memory_order
+from .schedules import entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note, variant_entries
 
 Structure = tuple[tuple, ...]
 """((devices, cuts), ...), an entry (devices, cuts, schedule, recompute) where a group is not
-GPipe without recomputation (solve.schedules)."""
+GPipe without recomputation, (devices, cuts, schedule, recompute, micro_batch) where it trains
+at another micro-batch size than the workload's (solve.schedules)."""
 
 
 @dataclass
@@ -61,6 +63,9 @@ class Scorer:
         self.cache = slot_cache(state, cache)
         wl = state.workload
         self.B, self.u, self.L = wl.batch, wl.micro_batch, wl.num_layers
+        self.micro_batches = (self.u,) + tuple(u for u in wl.micro_batch_options() if u != self.u and self.B % u == 0)
+        """The micro-batch sizes (samples) a group may train at, the workload's u first."""
+        self._caches: dict[int, SlotCache] = {self.u: self.cache}
         self.prev = previous_plan if options.replan else None
         self.prev_held = holder_mask(self.prev, state.base or state) if self.prev is not None else None
         self._cuts: dict[tuple, tuple | None] = {}
@@ -90,24 +95,53 @@ class Scorer:
         self.count = 0
 
     # ---- caches -------------------------------------------------------------------------
-    def coeffs(self, devices: Ordered, cuts: tuple[int, ...], schedule: str = "gpipe",
-               recompute: bool = False) -> GroupCoeffs:
-        return self.cache.group_coeffs(devices, cuts, schedule, recompute)
+    def at(self, micro_batch: int | None) -> tuple[SlotState, SlotCache]:
+        """The state of a group at `micro_batch` samples (None: the workload's u) and its cache."""
+        u = self.u if micro_batch is None else int(micro_batch)
+        if u not in self._caches:
+            self._caches[u] = SlotCache(self.state.at_micro_batch(u), dp_backend=self.cache.dp_backend)
+        return self._caches[u].state, self._caches[u]
 
-    def cuts(self, devices: Ordered, min_share: int | None = None) -> tuple[int, ...] | None:
-        key = (devices, min_share)
+    def u_of(self, e: tuple) -> int:
+        """The micro-batch size (samples) of a structure entry."""
+        mb = entry_micro_batch(e)
+        return self.u if mb is None else int(mb)
+
+    def mb(self, u: int) -> int | None:
+        """The entry form of micro-batch size u: None for the workload's own."""
+        return None if u == self.u else int(u)
+
+    def coeffs(self, devices: Ordered, cuts: tuple[int, ...], schedule: str = "gpipe",
+               recompute: bool = False, micro_batch: int | None = None) -> GroupCoeffs:
+        if micro_batch is None:
+            return self.cache.group_coeffs(devices, cuts, schedule, recompute)
+        return self.at(micro_batch)[1].group_coeffs(devices, cuts, schedule, recompute)
+
+    def cuts(self, devices: Ordered, min_share: int | None = None,
+             micro_batch: int | None = None) -> tuple[int, ...] | None:
+        key = (devices, min_share) if micro_batch is None else (devices, min_share, int(micro_batch))
         if key not in self._cuts:
             self.tries += self.cut_work(len(devices))
-            self._cuts[key] = min_bottleneck_cuts(self.state, devices, min_share, cache=self.cache)
+            st, cache = self.at(micro_batch)
+            self._cuts[key] = min_bottleneck_cuts(st, devices, min_share, cache=cache)
         return self._cuts[key]
 
-    def frontier(self, devices: Ordered, min_share: int | None = None) -> list[tuple[int, ...]]:
-        key = (devices, min_share)
+    def frontier(self, devices: Ordered, min_share: int | None = None,
+                 micro_batch: int | None = None) -> list[tuple[int, ...]]:
+        key = (devices, min_share) if micro_batch is None else (devices, min_share, int(micro_batch))
         if key not in self._frontier:
             self.tries += 2 * self.cut_work(len(devices))
-            self._frontier[key] = frontier_cuts(self.state, devices, self.opt.frontier, min_share, cache=self.cache,
+            st, cache = self.at(micro_batch)
+            self._frontier[key] = frontier_cuts(st, devices, self.opt.frontier, min_share, cache=cache,
                                                 relax=self.tuning.frontier_relax, seeds=self.tuning.frontier_seeds)
         return self._frontier[key]
+
+    def evaluation(self, plan: Plan) -> Evaluation:
+        """cost.evaluate of a plan, each group's coefficients at its own micro-batch size."""
+        if all(g.micro_batch in (None, self.u) for g in plan.groups):
+            return self.cache.evaluation(plan)
+        return evaluate(plan, self.state, [self.coeffs(g.devices, g.cuts, g.schedule, g.recompute,
+                                                       self.mb(g.micro_batch or self.u)) for g in plan.groups])
 
     def cut_work(self, k: int) -> float:
         """Work units (one unit ~ scoring one structure) of the cut DPs of a k-device group:
@@ -131,21 +165,26 @@ class Scorer:
         W z with z >= B / sum_g 1 / alpha_lb(g) (compute alone; FLOP-based: work over the summed
         speed, measured times: per-layer fastest member over k) and W from device prices and
         idle powers (busy energy and F are >= 0)."""
-        st = self.state
+        used = [d for g in groups for d in g]
+        inv = max(self._throughput(groups, u) for u in self.micro_batches)
+        W = self.V + float(self._w_dev[used].sum())
+        return W * self.B / inv if inv > 0 else 0.0
+
+    def _throughput(self, groups: Sequence[Ordered], u: int) -> float:
+        """sum over groups of 1 / alpha_lb (samples per second), every group at micro-batch u;
+        the largest over u bounds groups at any mix of sizes (device_bound)."""
+        st = self.state if u == self.u else self.at(u)[0]
         inv = 0.0
-        used: list[int] = []
         measured = bool(st.workload.measured)
         for g in groups:
             d = list(g)
-            used += d
             if not measured:
                 a = 1.0 / float(self._inv_fwd[d].sum()) + 1.0 / float(self._inv_bwd[d].sum())
             else:
                 a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
                      + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
             inv += 1.0 / a if a > 0 else math.inf
-        W = self.V + float(self._w_dev[used].sum())
-        return W * self.B / inv if inv > 0 else 0.0
+        return inv
 
     def scored(self) -> list[Scored]:
         """Every feasible structure scored so far, in scoring order."""
@@ -166,14 +205,15 @@ class Scorer:
         self.tries += 1
         gcs = [self.coeffs(*e) for e in s]
         m = len(gcs)
-        if m > self.B // self.u or any(g.cap < self.u for g in gcs):
+        us = [self.u_of(e) for e in s]
+        if sum(us) > self.B or any(g.cap < u for g, u in zip(gcs, us)):
             self._seen[key] = None
             return None
         alpha = np.array([g.alpha for g in gcs])
         beta = np.array([g.beta for g in gcs])
         best = self.best
         # z >= B / sum(1/alpha) and z >= max beta + u alpha: a bound before anything costly
-        zlb = max(self.B / float(np.sum(1.0 / alpha)), float(np.max(beta + self.u * alpha)))
+        zlb = max(self.B / float(np.sum(1.0 / alpha)), float(np.max(beta + np.asarray(us) * alpha)))
         if prune and best is not None and self.V * zlb > best.objective:
             return None
         cc = cost_coeffs(self.state, gcs)
@@ -187,13 +227,14 @@ class Scorer:
                 return None
         self._seen[key] = None
         if shares is None:
-            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, self.u, W, q, lp_bound=False)
+            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, us[0] if len(set(us)) == 1 else us, W, q,
+                             lp_bound=False)
             if r.status != "optimal":
                 return None
             b = np.array(r.shares, dtype=float)
         else:
             b = np.asarray(shares, dtype=float)
-            if len(b) != m or any(x > g.cap for x, g in zip(b, gcs)):
+            if len(b) != m or any(x > g.cap or x % u for x, g, u in zip(b, gcs, us)):
                 return None
         self.count += 1
         z = float(np.max(alpha * b + beta))
@@ -214,16 +255,29 @@ class Scorer:
     def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True) -> Scored | None:
         """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
-        for a larger share and score again."""
+        for a larger share and score again. Where groups may train at several micro-batch
+        sizes, the same is done with every group at each size (the workload's u first)."""
         groups = list(groups)
         if prune and self.best is not None and (self.exhausted()
                                                 or self.device_bound(groups) > self.best.objective):
             return None
+        sc = None
+        for u in self.micro_batches:
+            if u != self.u and self.exhausted():
+                break
+            cand = self._score_groups_at(groups, self.mb(u), source if u == self.u else f"{source}@u{u}", prune)
+            if cand is not None and (sc is None or better(cand, sc)):
+                sc = cand
+        return sc
+
+    def _score_groups_at(self, groups: list[Ordered], mb: int | None, source: str, prune: bool) -> Scored | None:
         s = []
         for d in groups:
-            c = self.cuts(d)
+            c = self.cuts(d, None, mb)
+            if c is None and len(d) > 1:      # no cuts hold one micro-batch in this order: another may
+                d, c = self.fitting_order(d, mb)
             if c is not None:
-                s.append((d, c))
+                s.append(entry(d, c, micro_batch=mb))
         if not s:
             return None
         sc = self.score(tuple(s), source=source, prune=prune)
@@ -242,17 +296,45 @@ class Scorer:
                     sc = cand
         return sc
 
+    def micro_batch_entries(self, e: tuple, share: int | None = None) -> list[tuple]:
+        """The group of entry e at every other allowed micro-batch size: its devices with
+        min-bottleneck cuts for one micro-batch and for `share` samples (samples), under
+        GPipe and under the variants that lift its memory cap there (schedules.variant_entries)."""
+        out: list[tuple] = []
+        d = e[0]
+        for u in self.micro_batches:
+            if u == self.u_of(e):
+                continue
+            mb = self.mb(u)
+            cut_sets = dict.fromkeys(c for c in (self.cuts(d, None, mb),
+                                                 self.cuts(d, share, mb) if share and share > u else None)
+                                     if c is not None)
+            for c in cut_sets:
+                out += [entry(d, c, micro_batch=mb), *variant_entries(self, d, c, mb)]
+        return out
+
     def wanted_shares(self, s: Structure) -> np.ndarray:
-        """Shares (samples, multiples of u) the structure would get if memory did not bind."""
+        """Shares (samples, multiples of each group's u) the structure would get if memory did not bind."""
         gcs = [self.coeffs(*e) for e in s]
-        b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=float(self.u))
-        return np.maximum(np.ceil(b / self.u - 1e-9), 1).astype(int) * self.u
+        us = np.array([self.u_of(e) for e in s])
+        lo = float(us[0]) if np.all(us == us[0]) else us.astype(float)
+        b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=lo)
+        return np.maximum(np.ceil(b / us - 1e-9), 1).astype(int) * us
+
+    def fitting_order(self, d: Ordered, mb: int | None) -> tuple[Ordered, tuple | None]:
+        """(order, cuts) of the first of group_orders(d) (memory-rich first before the rest)
+        whose min-bottleneck cuts hold one micro-batch; (d, None) when none does."""
+        for o in dict.fromkeys([memory_order(self.state, d), *group_orders(self.state, d, self.all_orders_up_to)]):
+            c = self.cuts(o, None, mb)
+            if c is not None:
+                return o, c
+        return d, None
 
     def relieve_memory(self, s: Structure) -> Structure | None:
         """When a group's memory cap is below the share it would get without caps: re-cut it
         (trying the current, memory-rich-first and speed orders) to hold that share; None when
         no cap binds or nothing changes."""
-        if len(s) > self.B // self.u:
+        if sum(self.u_of(e) for e in s) > self.B:
             return None
         if all(self.coeffs(*e).cap >= self.B for e in s):
             return None            # no cap can bind
@@ -263,13 +345,14 @@ class Scorer:
             if self.coeffs(*e).cap >= w:
                 out.append(e)
                 continue
+            mb = entry_micro_batch(e)
             options = []
             for o in group_orders(self.state, d, self.all_orders_up_to):
-                c2 = self.cuts(o, int(w))
+                c2 = self.cuts(o, int(w), mb)
                 if c2 is not None:
-                    options.append((self.coeffs(o, c2).alpha, o, c2))
+                    options.append((self.coeffs(o, c2, "gpipe", False, mb).alpha, o, c2))
             if options:
-                out.append(min(options)[1:])
+                out.append(entry(*min(options)[1:], micro_batch=mb))
                 changed = True
             else:
                 out.append(e)
@@ -299,14 +382,16 @@ def slot_result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: S
         best = min(valid, key=lambda s: (s.objective, s.batch_time))
         message += " (fell back: the best candidate failed Plan.validate)"
     plan = best.plan
-    ev = sc.cache.evaluation(plan)
-    pool = tuple((s.plan, s.batch_time, tuple(sc.cache.evaluation(s.plan).costs)) for s in sc.pool) \
+    ev = sc.evaluation(plan)
+    pool = tuple((s.plan, s.batch_time, tuple(sc.evaluation(s.plan).costs)) for s in sc.pool) \
         if sc.opt.keep_candidates else ()
     single = None
-    if len(state.available_indices) == 1:       # its only plan, without migration
+    if len(state.available_indices) == 1:       # its only plans (one per micro-batch size), without migration
         d = state.available_indices[0]
-        alone = Scorer(state, Q, V, sc.opt, None, cache=sc.cache).score((((d,), (state.workload.num_layers,)),))
-        single = alone.objective if alone is not None else math.inf
+        alone = Scorer(state, Q, V, sc.opt, None, cache=sc.cache)
+        objs = [alone.score((entry((d,), (state.workload.num_layers,), micro_batch=alone.mb(u)),))
+                for u in alone.micro_batches]
+        single = min((o.objective for o in objs if o is not None), default=math.inf)
     batch_time, how = simulated_note(plan, state, ev.batch_time)
     return SlotResult(plan, batch_time, ev.costs, best.objective, status, message + how,
                       time.perf_counter() - t0, sc.count, best.migration, ev, pool,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Sequence
 
 from ..model.plan import Plan
@@ -23,10 +24,12 @@ from .families import families, split_pipes
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .local import local_search, polish
+from .micro_batch import micro_batch_sizes, single_size, solve_by_micro_batch
 from .options import SlotResult, SolveOptions
 from .oracle import solve_exact
 from .scoring import Scorer, slot_result
 from .sources import describe
+from .tp import check_degrees, search_configurations, tp_applies, tp_result
 
 
 def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
@@ -47,10 +50,40 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
     if opt.exact:
         return solve_exact(state, queues, V, previous_plan=previous_plan if opt.replan else None,
                            iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
-                           cache=cache, tuning=opt.tuning)
+                           cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees)
+    check_degrees(opt.tp_degrees)
+    plain = _search(state, queues, Q, V, previous_plan, opt, cache, t0)
+    if not tp_applies(state, opt.tp_degrees):
+        return plain
+
+    def run(o: SolveOptions):
+        return lambda ust, uc: _search(ust, queues, Q, V, previous_plan, o, uc, time.perf_counter())
+
+    def explore(ust: SlotState, uc: SlotCache) -> SlotResult:
+        """A trial configuration: at the workload's own micro-batch size, on tp_explore of the
+        work budget (the winner is searched again in full)."""
+        n = len(ust.available_indices)
+        full = opt.max_structures if opt.max_structures is not None else opt.tuning.work_budget(n)
+        one = single_size(ust, ust.workload.micro_batch)
+        return run(replace(opt, max_structures=opt.tuning.tp_explore * full))(one, uc if one is ust else None)
+
+    same = opt.tuning.tp_explore >= 1 and len(micro_batch_sizes(state)) == 1
+    best, config, runs, bounds = search_configurations(state, opt.tp_degrees, explore, explore if same else run(opt),
+                                                       cache, plain)
+    return tp_result(best, config, runs, bounds, time.perf_counter() - t0)
+
+
+def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
+            opt: SolveOptions, cache: SlotCache | None, t0: float) -> SlotResult:
+    """The tentative search on one state (physical, or one TP configuration's units); queues as
+    given to solve_slot, Q their checked weights. TP configurations are solve_slot's (outside),
+    micro-batch sizes solve_by_micro_batch's (inside, each size searched at degree 1 only)."""
     why = infeasible_reason(state)
     if why:
         return SlotResult.infeasible(why, time.perf_counter() - t0)
+    if len(micro_batch_sizes(state)) > 1:    # groups may choose their micro-batch size
+        return solve_by_micro_batch(state, queues, Q, V, _without_tp, previous_plan=previous_plan, options=opt,
+                                    cache=cache)
     cache = slot_cache(state, cache)
     sc = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     n = len(state.available_indices)
@@ -99,3 +132,9 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units); "
                        f"best: {describe(sc.best.source)}", t0)
+
+
+def _without_tp(state: SlotState, queues: Sequence[float] | None, V: float, *, options: SolveOptions,
+                **kw) -> SlotResult:
+    """solve_slot without TP configurations (they are chosen outside the micro-batch sizes)."""
+    return solve_slot(state, queues, V, options=replace(options, tp_degrees=(1,)), **kw)

@@ -22,6 +22,9 @@ constants and are left out.) Everything exact below works in micro-batch units n
   are evaluated at once with numpy. Ties at equal value go to the smaller z.
 * The continuous LP (lp_value, a lower bound) is the capped water fill when q is constant and a
   persistent HiGHS model (ShareLP) otherwise.
+* Groups at different micro-batch sizes u_g (b_g in u_g * Z, B a multiple of each): `mixed_shares`,
+  exact by a DP over totals 0..B for each candidate z, visited in increasing z under a
+  continuous bound (its docstring). Equal sizes take the paths above unchanged.
 """
 from __future__ import annotations
 
@@ -71,7 +74,8 @@ def _fail(status: str, message: str) -> ShareResult:
 def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: float = 0.0,
                cap: Optional[Sequence[float]] = None) -> tuple[np.ndarray, float]:
     """Closed form of min z s.t. alpha_g b_g + beta_g <= z, sum b = B, lo <= b_g <= cap_g
-    (continuous b in samples; alpha s/sample > 0, beta s; returns (b, z seconds)).
+    (continuous b in samples; alpha s/sample > 0, beta s; lo samples, one number or one per
+    group; returns (b, z seconds)).
 
     With lo = 0 and no cap this is classic water filling: b_g = max(0, (z - beta_g) / alpha_g),
     groups with beta_g >= z get 0 and do not count in z. With lo > 0 every group runs, so
@@ -81,9 +85,12 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
     a = np.asarray(alpha, dtype=float)
     c = np.asarray(beta, dtype=float)
     m = len(a)
+    if np.ndim(lo):             # one lower bound per group (groups at their own micro-batch)
+        lo = np.asarray(lo, dtype=float)
+    lo_sum = m * lo if np.ndim(lo) == 0 else float(lo.sum())
     hi = np.full(m, np.inf) if cap is None else np.minimum(np.asarray(cap, dtype=float), B)
-    if m * lo > B * (1 + 1e-12) or hi.sum() < B * (1 - 1e-12) or np.any(hi < lo):
-        raise ValueError(f"water_fill: infeasible (m*lo={m * lo}, sum cap={hi.sum()}, B={B})")
+    if lo_sum > B * (1 + 1e-12) or hi.sum() < B * (1 - 1e-12) or np.any(hi < lo):
+        raise ValueError(f"water_fill: infeasible (sum lo={lo_sum}, sum cap={hi.sum()}, B={B})")
     pts = np.unique(np.concatenate([a * lo + c, (a * hi + c)[np.isfinite(hi)]]))
 
     def g(z: np.ndarray) -> np.ndarray:
@@ -100,12 +107,12 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
         z = float(pts[-1])
     else:   # beyond the last breakpoint only uncapped groups still grow
         z = float(pts[-1] + (B - gp[-1]) / np.sum(1.0 / a[~np.isfinite(hi)]))
-    if lo > 0:
+    if np.any(lo > 0):
         z = max(z, float(np.max(a * lo + c)))
     b = np.clip((z - c) / a, lo, hi)
     room = b - lo
     if room.sum() > 0:
-        b = lo + room * ((B - m * lo) / room.sum())
+        b = lo + room * ((B - lo_sum) / room.sum())
     return b, z
 
 
@@ -255,8 +262,9 @@ class ShareLP:
         return self._models[m]
 
     def solve(self, alpha: Sequence[float], beta: Sequence[float], cap: Sequence[float], B: float,
-              u: float, W: float, q: Sequence[float]) -> LPSolution:
-        """Continuous optimum with u <= b_g <= min(cap_g, B); status "optimal" or "error"
+              u: float | Sequence[float], W: float, q: Sequence[float]) -> LPSolution:
+        """Continuous optimum with u_g <= b_g <= min(cap_g, B) (u one number or one per group);
+        status "optimal" or "error"
         (HiGHS's model status is checked on every run; one retry on a freshly built model)."""
         a = np.asarray(alpha, dtype=float)
         c = np.asarray(beta, dtype=float)
@@ -272,7 +280,7 @@ class ShareLP:
                 h.changeCoeff(int(g), int(g), float(a[g]))
             a_now[:] = a
             h.changeColsCost(m + 1, idx, np.r_[qq, float(W)])
-            h.changeColsBounds(m, idx[:m], np.full(m, float(u)), hi)
+            h.changeColsBounds(m, idx[:m], np.broadcast_to(np.asarray(u, dtype=float), (m,)).copy(), hi)
             h.changeRowsBounds(m + 1, idx, np.r_[np.full(m, -inf), float(B)], np.r_[-c, float(B)])
             h.run()
             ms = h.getModelStatus()
@@ -284,18 +292,27 @@ class ShareLP:
         return LPSolution((), float("nan"), float("nan"), "error", f"HiGHS model status: {status}")
 
 
-def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[int], B: int, u: int,
-                 W: float, q: Sequence[float], *, lp: Optional[ShareLP] = None,
+def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[int], B: int,
+                 u: int | Sequence[int], W: float, q: Sequence[float], *, lp: Optional[ShareLP] = None,
                  lp_bound: bool = True) -> ShareResult:
     """Exact integer shares (samples) of one structure; see the module docstring.
 
     alpha s/sample (> 0), beta s, cap samples (rounded down to a multiple of u), B and u
-    samples (B a multiple of u), W >= 0 per second, q per sample. `lp` is the ShareLP to use
+    samples (B a multiple of u), W >= 0 per second, q per sample. u may be one micro-batch
+    size per group (groups training at their own size; B a multiple of each): equal sizes
+    take the path above, different ones `mixed_shares`. `lp` is the ShareLP to use
     for the bound when q is not constant (keep one to reuse its HiGHS models across calls; default:
     a new one for this call); lp_bound=False skips that
     LP (lp_value is then nan). Status "infeasible" says why; "error" means bad input or a
     HiGHS failure and carries no plan.
     """
+    if np.ndim(u):
+        us = [int(x) for x in u]
+        if len(us) != len(alpha):
+            return _fail("error", f"u: expected one micro-batch size per group ({len(alpha)}), got {len(us)}")
+        if len(set(us)) > 1:
+            return mixed_shares(alpha, beta, cap, B, us, W, q, lp=lp, lp_bound=lp_bound)
+        u = us[0]
     a = np.asarray(alpha, dtype=float)
     c = np.asarray(beta, dtype=float)
     qq = np.asarray(q, dtype=float)
@@ -340,3 +357,146 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
     b = n * u
     z = float(np.max(a * b + c))
     return ShareResult(tuple(int(x) for x in b), z, float(W) * z + float(qq @ b), lp_value, "optimal")
+
+
+def _shift(x: np.ndarray, t: int) -> np.ndarray:
+    """x moved t rows down (row j holds row j - t; inf above)."""
+    if t >= len(x):
+        return np.full_like(x, np.inf)
+    return np.concatenate([np.full((t,) + x.shape[1:], np.inf), x[:len(x) - t]])
+
+
+def _min_cost_tables(H: np.ndarray, us: np.ndarray, cost: np.ndarray, B: int) -> list[np.ndarray]:
+    """DP over groups: table g holds, for every total s = 0..B samples, the least sum of
+    cost_h n_h over groups h <= g with 1 <= n_h <= H_h micro-batches and sum u_h n_h = s
+    (inf where no such choice exists). Per group, totals are split by residue mod u_g:
+    new[r + u j] = cost j + min over the H rows i = j-H .. j-1 of (prev[r + u i] - cost i),
+    a trailing-window minimum built by doubling (O(B log H) per group)."""
+    prev = np.full(B + 1, np.inf)
+    prev[0] = 0.0
+    tables = []
+    for g in range(len(H)):
+        u, h, k = int(us[g]), int(H[g]), float(cost[g])
+        J = -(-(B + 1) // u)
+        j = np.arange(J, dtype=float)[:, None]
+        A = np.r_[prev, np.full(J * u - B - 1, np.inf)].reshape(J, u) - k * j
+        cur = _shift(A, 1)                  # windows of 1 row ending one row up
+        res = np.full_like(cur, np.inf)
+        width, offset = 1, 0
+        while h:
+            if h & 1:
+                res = np.minimum(res, _shift(cur, offset))
+                offset += width
+            h >>= 1
+            if h:
+                cur = np.minimum(cur, _shift(cur, width))
+                width *= 2
+        new = (res + k * j).reshape(-1)[:B + 1]
+        tables.append(new)
+        prev = new
+    return tables
+
+
+def mixed_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[int], B: int,
+                 u: Sequence[int], W: float, q: Sequence[float], *, lp: Optional[ShareLP] = None,
+                 lp_bound: bool = True) -> ShareResult:
+    """Exact integer shares when groups train at different micro-batch sizes u_g (samples):
+    b_g = u_g n_g with 1 <= n_g <= min(cap_g, B) / u_g and sum b_g = B (B a multiple of each u_g).
+
+    The optimum's z is some group's time t_g(n) = alpha_g u_g n + beta_g. For a fixed z group g
+    may take at most H_g(z) micro-batches, and the cheapest exact-sum allocation C(z) is a DP
+    over totals 0..B (`_min_cost_tables`, cost q_g u_g per micro-batch). Candidates z are
+    visited in increasing order, from the smallest feasible one (binary search: feasibility
+    grows with z); a z is solved only when its continuous bound W z + (cheapest fractional
+    allocation) is below the incumbent, and the visit stops once W z + min_z C(z) cannot beat
+    it; ties at equal value go to the smaller z. Arguments and result as solve_shares."""
+    a = np.asarray(alpha, dtype=float)
+    c = np.asarray(beta, dtype=float)
+    qq = np.asarray(q, dtype=float)
+    us = np.asarray(u, dtype=np.int64)
+    m = len(a)
+    if m == 0 or len(c) != m or len(qq) != m or len(cap) != m or len(us) != m:
+        return _fail("error", f"need m >= 1 groups with matching lengths (alpha {len(a)}, beta {len(c)}, "
+                              f"cap {len(cap)}, q {len(qq)}, u {len(us)})")
+    if B <= 0 or np.any(us <= 0) or np.any(B % us):
+        return _fail("error", f"batch B={B} must be a positive multiple of every group's micro-batch u={us.tolist()}")
+    if not (np.all(np.isfinite(a)) and np.all(a > 0) and np.all(np.isfinite(c)) and np.all(np.isfinite(qq))):
+        return _fail("error", "alpha must be finite and > 0; beta and q finite")
+    if not (np.isfinite(W) and W >= 0):
+        return _fail("error", f"W={W} must be finite and >= 0")
+    capn = np.minimum(np.asarray(cap, dtype=np.int64), B) // us
+    if np.any(capn < 1):
+        bad = [int(g) for g in np.flatnonzero(capn < 1)]
+        return _fail("infeasible", f"groups {bad} cannot hold one micro-batch of their u (cap < u)")
+    if int(us.sum()) > B:
+        return _fail("infeasible", f"one micro-batch per group needs {int(us.sum())} samples but B={B}")
+    au = a * us
+    cost = qq * us
+    z_all = np.unique(np.concatenate([au[g] * np.arange(1, capn[g] + 1) + c[g] for g in range(m)]))
+
+    def H(z: float) -> np.ndarray:
+        return np.minimum(np.floor((z - c) / au + _TOL_N), capn).astype(np.int64)
+
+    def C(z: float) -> tuple[float, list[np.ndarray] | None]:
+        h = H(z)
+        if np.any(h < 1) or int((h * us).sum()) < B:
+            return np.inf, None
+        t = _min_cost_tables(h, us, cost, B)
+        return float(t[-1][B]), t
+
+    lo_i, hi_i = 0, len(z_all) - 1
+    if not np.isfinite(C(float(z_all[hi_i]))[0]):
+        return _fail("infeasible", f"no shares in multiples of u={us.tolist()} within the caps "
+                                   f"{(capn * us).tolist()} sum to B={B}")
+    while lo_i < hi_i:                  # the smallest feasible candidate z
+        mid = (lo_i + hi_i) // 2
+        if np.isfinite(C(float(z_all[mid]))[0]):
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    z = z_all[lo_i:]
+    cost_min = C(float(z[-1]))[0]
+    # continuous bound per z: room above one micro-batch each, cheapest q first, fractional
+    order = np.argsort(qq, kind="stable")
+    room = np.maximum(np.minimum((z[:, None] - c) / a, (capn * us).astype(float)) - us, 0.0)[:, order]
+    lb = W * z + (_fill(room, float(B - us.sum())) @ qq[order]) + float(qq @ us)
+    best_z = float(z[0])
+    cz, best_t = C(best_z)
+    best_f = W * best_z + cz
+    tol = 1e-12 * max(1.0, abs(best_f))
+    for i in range(1, len(z)):
+        zi = float(z[i])
+        if W * zi + cost_min >= best_f - tol:
+            break
+        if lb[i] >= best_f - tol:
+            continue
+        cz, t = C(zi)
+        if W * zi + cz < best_f - tol:
+            best_f, best_z, best_t = W * zi + cz, zi, t
+            tol = 1e-12 * max(1.0, abs(best_f))
+    n = np.zeros(m, dtype=np.int64)
+    h = H(best_z)
+    s = B
+    for g in range(m - 1, -1, -1):      # walk the DP back from the total B
+        prev = best_t[g - 1] if g else np.r_[0.0, np.full(B, np.inf)]
+        target = best_t[g][s]
+        for k in range(1, int(h[g]) + 1):
+            r = s - int(us[g]) * k
+            if r < 0:
+                break
+            if prev[r] + cost[g] * k <= target + 1e-12 * max(1.0, abs(target)):
+                n[g], s = k, r
+                break
+    b = n * us
+    zz = float(np.max(a * b + c))
+    lp_value = float("nan")
+    if lp_bound:
+        if np.all(qq == qq[0]):
+            _, z_lp = water_fill(a, c, float(B), lo=us.astype(float), cap=(capn * us).astype(float))
+            lp_value = float(W) * z_lp + float(qq[0]) * B
+        else:
+            sol = (lp if lp is not None else ShareLP()).solve(a, c, capn * us, B, us.astype(float), W, qq)
+            if sol.status != "optimal":
+                return _fail("error", f"share LP failed: {sol.message}")
+            lp_value = sol.value
+    return ShareResult(tuple(int(x) for x in b), zz, float(W) * zz + float(qq @ b), lp_value, "optimal")
