@@ -1,7 +1,7 @@
 """Budgets met without tuning: default settings on every shipped instance and a long i.i.d. run.
 
     python -m benchmarks.bench_budgets [--quick] [--out benchmarks/results] [--instances a,b]
-                                       [--long-slots 1000]
+                                       [--long-slots 1000] [--tradeoff default,...]
 
 Per instance (instances/*.toml, all slots; the 64/256-device ones have 5 slots), with the
 defaults of `dynpar run` (the scale-free V, the budget tracker at 1%):
@@ -14,8 +14,12 @@ defaults of `dynpar run` (the scale-free V, the budget tracker at 1%):
   MILP at equal budget use (the MILP's limits = the online run's realised average costs, the
   online plans among its candidates), online / offline average batch time.
 The long run: LONG_SEED's i.i.d. random trace, budgets calibrated between the cheapest and the
-fastest plans, tracked and plain. Writes budgets_instances.csv and budgets_long.csv into --out
-and prints a table.
+fastest plans, tracked and plain. The trade-off (--tradeoff instances): "ours" at each tolerance
+of TRADEOFF_TOLERANCES, the plain controller (no tracker, queue prices) at the default V and at
+V x TRADEOFF_V_FACTORS, and every baseline: average batch time against budget use, the points of
+the report's trade-off plot. Writes budgets_instances.csv, budgets_long.csv and
+budgets_tradeoff.csv into --out and prints a table. --quick: the first 5 slots, no instance
+with LARGE_N or more devices.
 """
 from __future__ import annotations
 
@@ -44,6 +48,9 @@ TOL = 0.01
 MILP_SLOTS = 30
 MILP_DEVICES = 12
 LONG_SEED = 303
+LARGE_N = 64
+TRADEOFF_TOLERANCES = (0.0, 0.01, 0.03, 0.1)
+TRADEOFF_V_FACTORS = (0.1, 10.0)
 
 
 def log(msg: str) -> None:
@@ -100,6 +107,30 @@ def bench_instance(inst: Instance, milp: bool) -> dict:
     return row
 
 
+def _point(inst: Instance, label: str, kind: str, s: dict, tolerance: float | None) -> dict:
+    use = {f"{b.name}_use_pct": 100 * s[f"avg_cost_{b.name}"] / b.limit for b in inst.budgets}
+    return {"instance": inst.name, "policy": label, "kind": kind, "tolerance": tolerance, "V": s["V"],
+            "avg_batch_time_s": s["avg_batch_time"], **use, "worst_use_pct": max(use.values(), default=float("nan"))}
+
+
+def tradeoff(inst: Instance) -> list[dict]:
+    """Average batch time against budget use: "ours" at each tolerance, the plain controller
+    at several V, every baseline (module docstring)."""
+    rows = []
+    V0 = None
+    for tol in TRADEOFF_TOLERANCES:
+        s = run_online(inst, budget_tolerance=tol).summary
+        V0 = s["V"]
+        rows.append(_point(inst, f"ours, tolerance {100 * tol:g}%", "ours", s, tol))
+    for f in (1.0, *TRADEOFF_V_FACTORS):
+        s = run_online(inst, V=V0 * f, budget_tolerance=None).summary
+        rows.append(_point(inst, f"plain, V = {V0 * f:.3g}", "plain", s, None))
+    for name in BASELINE_NAMES:
+        rows.append(_point(inst, name, "baseline", run_online(inst, policy=name).summary, None))
+    log(f"  trade-off {inst.name}: {len(rows)} points")
+    return rows
+
+
 def long_run(slots: int) -> pd.DataFrame:
     inst = calibrate_budgets(random_instance(LONG_SEED, n=5, L=8, slots=slots), 0.4, slots=range(min(slots, 30)))
     rows = []
@@ -121,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--instances", default="", help="comma-separated instance names (default all)")
     ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
+    ap.add_argument("--tradeoff", default="default", help="comma-separated instances of the trade-off (default: default; '': none)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,10 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         inst = load_instance(ROOT / "instances" / f"{name}.toml")
         if args.quick:
+            if inst.n >= LARGE_N:
+                continue
             inst = inst.head(min(5, inst.num_slots))
         rows.append(bench_instance(inst, inst.num_slots <= MILP_SLOTS and inst.n <= MILP_DEVICES))
         pd.DataFrame(rows).to_csv(out / "budgets_instances.csv", index=False)   # after each instance
     table = pd.DataFrame(rows)
+    points = []
+    for name in filter(None, args.tradeoff.split(",")):
+        inst = load_instance(ROOT / "instances" / f"{name}.toml")
+        points += tradeoff(inst.head(min(5, inst.num_slots)) if args.quick else inst)
+        pd.DataFrame(points).to_csv(out / "budgets_tradeoff.csv", index=False)
     long = long_run(args.long_slots or (150 if args.quick else 1000)) if args.long_slots != 0 else pd.DataFrame()
     if len(long):
         long.to_csv(out / "budgets_long.csv", index=False)

@@ -78,3 +78,38 @@ def plot_online_vs_offline(df: pd.DataFrame, path: Path) -> Path:
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return save(fig, path)
+
+
+def plot_budget_tradeoff(df: pd.DataFrame, path: Path) -> Path:
+    """Average batch time (s) against the worst budget's use (average cost / limit, %), one
+    panel per instance: "ours" at each tolerance (a line), the plain controller at each V (a
+    line) and every baseline (a labelled point). Rows: instance, policy, kind ("ours", "plain",
+    "baseline"), avg_batch_time_s, worst_use_pct (bench_budgets' budgets_tradeoff.csv)."""
+    plt = pyplot()
+    insts = list(dict.fromkeys(df.instance))
+    fig, axes = plt.subplots(1, len(insts), figsize=(6.5 * len(insts), 4.6), squeeze=False)
+    style = {"ours": ("C0", "o", "-"), "plain": ("C1", "s", "--")}
+    for ax, name in zip(axes[0], insts):
+        g = df[df.instance == name]
+        for kind, (color, marker, ls) in style.items():
+            h = g[g.kind == kind].sort_values("worst_use_pct")
+            if len(h):
+                ax.plot(h.worst_use_pct, h.avg_batch_time_s, marker=marker, ls=ls, color=color,
+                        label="ours (budget tracker), one point per tolerance" if kind == "ours"
+                        else "plain controller, one point per V")
+                for r in h.itertuples():
+                    ax.annotate(r.policy.split(", ", 1)[-1], (r.worst_use_pct, r.avg_batch_time_s), fontsize=6,
+                                xytext=(3, 3), textcoords="offset points", color=color)
+        b = g[g.kind == "baseline"]
+        ax.scatter(b.worst_use_pct, b.avg_batch_time_s, color="C2", marker="^", label="baselines")
+        for r in b.itertuples():
+            ax.annotate(r.policy, (r.worst_use_pct, r.avg_batch_time_s), fontsize=7, xytext=(3, -8),
+                        textcoords="offset points")
+        ax.axvline(100.0, color="k", ls="--", lw=1)
+        ax.axvline(101.0, color="C3", ls=":", lw=1, label="budget + 1%")
+        ax.set(xscale="log", yscale="log", xlabel="worst budget use: avg cost / limit (%)",
+               ylabel="avg batch time (s)", title=f"{instance_label(name)}: batch time against budget use")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save(fig, path)

@@ -2,7 +2,7 @@
 
     python -m benchmarks.run_all [--quick] [--out results/bench]      (also: dynpar bench)
 
-1. each of benchmarks/bench_{quality,speed,online,shares,torch}.py runs in its own process as
+1. each of benchmarks/bench_{quality,speed,online,shares,torch,budgets}.py runs in its own process as
    `python -m benchmarks.<module> [--quick] --out OUT`, with a time limit; a missing module or
    a failure is recorded, never fatal;
 2. solver.online.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
@@ -27,11 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-MODULES = ("bench_quality", "bench_speed", "bench_online", "bench_shares", "bench_torch")
+MODULES = ("bench_quality", "bench_speed", "bench_online", "bench_shares", "bench_torch", "bench_budgets")
 INSTANCES = ROOT / "instances"
 QUICK_SLOTS = 5
 LARGE_N = 64                     # instances with at least this many devices skip compare in --quick
 TIME_LIMIT_S = {True: 240, False: 3600}   # per benchmark module (quick, full)
+MODULE_TIME_LIMIT_S = {"bench_budgets": {True: 900, False: 4 * 3600}}   # exceptions to TIME_LIMIT_S
 V_DEFAULT = 1.0
 V_EXTRA = (0.1, 0.3, 3.0, 10.0)   # "ours" is also run at these V (queues are in budget units)
 
@@ -48,15 +49,16 @@ def run_module(mod: str, quick: bool, out: Path) -> dict:
         return {"module": mod, "status": "missing", "seconds": 0.0, "note": "no such file"}
     args = (["--quick"] if quick else []) + ["--out", str(out)]
     log(f"{mod} {' '.join(args)}")
+    limit = MODULE_TIME_LIMIT_S.get(mod, TIME_LIMIT_S)[quick]
     t0 = time.perf_counter()
     logfile = out / "logs" / f"{mod}.log"
     try:
         with logfile.open("w") as fh:
             proc = subprocess.run([sys.executable, "-m", f"benchmarks.{mod}", *args],
-                                  cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=TIME_LIMIT_S[quick])
+                                  cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=limit)
         status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
     except subprocess.TimeoutExpired:
-        status = f"timed out after {TIME_LIMIT_S[quick]} s"
+        status = f"timed out after {limit} s"
     dt = time.perf_counter() - t0
     tail = logfile.read_text().strip().splitlines()[-1:] if logfile.exists() else []
     note = "" if status == "ok" else (tail[0][:200] if tail else "")

@@ -65,13 +65,17 @@ def test_guarantee_c_overshoot_within_tolerance(seed, frac, tol):
 
 
 def test_tracker_changes_the_outcome_where_the_plain_controller_overshoots():
-    """The same trace at a large V: the plain controller overshoots, the tracked one does not."""
+    """The same trace at a large V: the plain controller overshoots, the tracked one (with the
+    queues' prices, so that only the tracker differs; and with the default price from history)
+    does not."""
     inst = slack_instance(3, 0.3, slots=8)
     plain = run_online(inst, V=100.0, budget_tolerance=None).summary
-    tracked = run_online(inst, V=100.0, budget_tolerance=0.01).summary
+    tracked = run_online(inst, V=100.0, budget_tolerance=0.01, pricing="queue").summary
+    priced = run_online(inst, V=100.0, budget_tolerance=0.01).summary
     worst = max(plain[f"overshoot_{b.name}"] for b in inst.budgets)
     assert worst > 0.01, "the trace does not test the tracker"
     assert all(tracked[f"overshoot_{b.name}"] <= 0.01 + 1e-9 for b in inst.budgets)
+    assert all(priced[f"overshoot_{b.name}"] <= 0.01 + 1e-9 for b in inst.budgets)
     assert tracked["tracker_binding_slots"] > 0 and plain["tracker_binding_slots"] == 0
 
 
@@ -167,3 +171,70 @@ def test_v_rule_says_when_the_tracker_is_off() -> None:
     assert on.V == off.V == 0.01 * 50 / 2.0
     assert "tolerance 1%" in on.describe() and "tracker is off" not in on.describe()
     assert "tracker is off" in off.describe()
+
+
+# ---------------------------------------------------------------- the price from history
+
+def _frontiers(seed: int, n: int, K: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.column_stack([rng.uniform(0.1, 3.0, P), rng.uniform(0.2, 2.0, (P, K))])
+            for P in rng.integers(1, 6, n)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 5), st.integers(1, 2), st.floats(0.3, 1.6))
+def test_history_price_is_the_lp_dual(seed, n, K, g):
+    """Strong duality: at the returned price lambda >= 0, the dual function
+    mean_t min_p (T_tp + lambda . (y_tp - target)) equals the LP relaxation's value, computed
+    independently by the offline MILP's LP (Pyomo + HiGHS) over the same points; the frontier
+    keeps no dominated point and drops none that is not dominated."""
+    from solver.online.offline import Candidate, solve_offline
+    from solver.online.pricing import History, frontier
+    from solver.model import Group, Plan
+    pts = _frontiers(seed, n, K)
+    h = History()
+    for p in pts:
+        h.add(p)
+        f = frontier(p)
+        assert not any(np.all(a <= b) and np.any(a < b) for a in f for b in f)
+        assert all(any(np.all(a <= b) for a in f) for b in p)
+    pr = h.price([g] * K)
+    assert pr.ok and all(0 <= x <= pr.cap for x in pr.lam) and np.allclose(pr.target, g)
+    dummy = Plan((Group((0,), (1,), 4),))
+    cands = [[Candidate(dummy, float(r[0]), tuple(float(x) for x in r[1:])) for r in p] for p in pts]
+    off = solve_offline([g] * K, cands)
+    if any(pr.raised):   # the history cannot reach the target: the LP says so too
+        assert off.status == Status.INFEASIBLE
+        assert all(x == pytest.approx(pr.cap) for x, r in zip(pr.lam, pr.raised) if r)
+        return
+    dual = np.mean([np.min(p[:, 0] + (p[:, 1:] - g) @ np.asarray(pr.lam)) for p in pts])
+    assert dual == pytest.approx(off.lp_bound, rel=1e-6, abs=1e-9)
+
+
+def test_history_price_of_an_unreachable_target():
+    """A target below every plan's use: the elastic row says so (raised) and prices the budget
+    at the cap; a reachable one gets the segment's slope."""
+    from solver.online.pricing import History
+    h = History()
+    h.add(np.array([[1.0, 1.5], [2.0, 0.8]]))
+    pr = h.price([0.5])
+    assert pr.ok and pr.raised == (True,) and pr.lam[0] == pytest.approx(pr.cap)
+    ok = h.price([1.15])
+    assert ok.raised == (False,) and ok.lam[0] == pytest.approx(1.0 / 0.7)
+
+
+def test_priced_run_rows_and_pricing_argument():
+    """A tracked run prices from history by default (price_* and target_* in every row, the
+    weights V * price), the plain run uses the queues; pricing on a baseline is an error."""
+    inst = slack_instance(6, 0.3, slots=4)
+    run = run_online(inst)
+    assert run.summary["pricing"] == "history"
+    for b in inst.budgets:
+        assert run.rows[f"price_{b.name}"].notna().all() and (run.rows[f"price_{b.name}"] >= 0).all()
+        assert run.rows[f"target_{b.name}"].iloc[0] == pytest.approx(1.0)
+    plain = run_online(inst, budget_tolerance=None)
+    assert plain.summary["pricing"] == "queue" and "price_money" not in plain.rows
+    with pytest.raises(ValueError, match="pricing"):
+        run_online(inst, policy="even-dp", pricing="history")
+    with pytest.raises(ValueError, match="pricing"):
+        run_online(inst, pricing="lagrange")

@@ -62,9 +62,9 @@ class ControllerState:
 
 
 def run_config(instance: Instance, policy: str, V: float | None, replan: bool, iterations_per_slot: int,
-               options: Any, budget_tolerance: float | None = None) -> dict:
+               options: Any, budget_tolerance: float | None = None, pricing: str = "queue") -> dict:
     """The settings a saved run must match to be resumed (JSON-ready)."""
     return {"instance": instance.name, "num_slots": instance.num_slots, "policy": policy,
-            "V": None if V is None else float(V), "budget_tolerance": budget_tolerance,
+            "V": None if V is None else float(V), "budget_tolerance": budget_tolerance, "pricing": pricing,
             "replan": bool(replan), "iterations_per_slot": int(iterations_per_slot),
             "options": repr(options), "budgets": [[b.name, b.kind, float(b.limit)] for b in instance.budgets]}

@@ -5,8 +5,10 @@ decomposition"; docs/BUDGETS.md).
 Defaults (docs/BUDGETS.md): V=None takes the scale-free default V of online.vrule, measured in
 the first executed slot; budget_tolerance=0.01 runs "ours" with the budget tracker of
 online.tracking (every budget within 1% over the run wherever the cheapest plan of every slot
-meets it), after a pre-flight check that says in one line when a budget cannot be met.
-budget_tolerance=None is the plain drift-plus-penalty controller of the article. Baselines and
+meets it), after a pre-flight check that says in one line when a budget cannot be met, and
+prices the budgets from the run's history (online.pricing: the offline LP's duals over the
+slots seen so far) instead of the queues. budget_tolerance=None is the plain drift-plus-penalty
+controller of the article. Baselines and
 ablations are never tracked (they ignore the budgets, or are the controller's ablations); their
 overshoot is reported as it is.
 
@@ -29,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..errors import InfeasibleSlotError
@@ -38,6 +41,7 @@ from ..solve import SolveOptions, solve_slot
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
 from .policies import Decision, Ours, Policy, make_policy
+from .pricing import BRACKET, History, Price, points
 from .queues import initial_queues, update_queues
 from .result import OnlineRun, run_status
 from .summary import summarise
@@ -96,7 +100,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                start: int = 0, stop: int | None = None,
                progress: Callable[[int, int], None] | None = None,
                on_infeasible: str = "skip", budget_tolerance: float | None = DEFAULT_TOLERANCE,
-               check_budgets: bool = True) -> OnlineRun:
+               check_budgets: bool = True, pricing: str | None = None) -> OnlineRun:
     """Run `policy` over slots start..stop-1 of `instance`; an OnlineRun (online.result) whose
     .rows has one row per slot (see `_row`).
 
@@ -105,6 +109,9 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     overridden by the arguments here). budget_tolerance: fraction, every budget within
     (1 + tolerance) of its limit over the run for "ours" (online.tracking); None: no tracking.
     check_budgets: the pre-flight check of the budgets against the cheapest plans (tracked runs).
+    pricing: how "ours" prices the budgets: "history" (online.pricing: the offline LP's price
+    over the slots seen so far, the search's weights V * price) or "queue" (the queues, the
+    article's drift-plus-penalty); None: "history" for a tracked run, else "queue".
     state_path: JSON file of the controller state; if it exists the run continues from it
     (`start` is then ignored) and the returned rows hold every row so far.
     progress(done, total): called after each slot. on_infeasible: "skip" | "raise".
@@ -122,7 +129,13 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     name = pol.name
     limits = [b.limit for b in instance.budgets]
     tracked = budget_tolerance is not None and isinstance(pol, Ours) and pol.queue_mode == "real" and bool(limits)
-    config = run_config(instance, name, V, replan, iterations_per_slot, options, budget_tolerance)
+    if pricing not in (None, "history", "queue"):
+        raise ValueError(f"pricing must be 'history', 'queue' or None, got {pricing!r}")
+    if pricing == "history" and not (isinstance(pol, Ours) and pol.queue_mode == "real"):
+        raise ValueError(f"pricing='history' prices the budgets for 'ours'; policy {name!r} has no price")
+    mode = pricing or ("history" if tracked else "queue")
+    priced = mode == "history" and isinstance(pol, Ours) and pol.queue_mode == "real" and bool(limits)
+    config = run_config(instance, name, V, replan, iterations_per_slot, options, budget_tolerance, mode)
     stop = instance.num_slots if stop is None else min(int(stop), instance.num_slots)
     opts = replace(options or SolveOptions(), replan=replan, iterations_per_slot=iterations_per_slot)
 
@@ -149,6 +162,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     if tracked:
         tracker = (Tracker.from_dict(cs.extra["tracker"]) if cs.extra.get("tracker") else
                    Tracker(tol, horizon, tuple(limits), pre.attainable if pre else (True,) * len(limits)))
+    history = History.from_dict(cs.extra["history"]) if cs.extra.get("history") else History()
+    excess = list(cs.extra.get("excess") or [0.0] * len(limits))   # sum of c / Cbar - 1 so far
 
     total = max(stop - cs.next_slot, 0)
     for done, t in enumerate(range(cs.next_slot, stop), start=1):
@@ -160,7 +175,24 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             vc = _decide_V(V, state, opts, horizon, tol, budget_tolerance is not None)
         Vt = vc.V if vc is not None else 1.0
         extra: dict[str, Any] = {}
-        if tracked:
+        W = Q   # the weights the search and the tracker use: the queues, or V * the price
+
+        def charge(p: Plan) -> Charge:
+            return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot)
+        if priced:
+            W, pr, seen = _priced_weights(pol, state, Q, Vt, prev, slack, history, excess, horizon,
+                                          int(cs.rows[-1]["executed"]) if cs.rows else 0, limits, opts)
+            for k, b in enumerate(instance.budgets):
+                extra[f"price_{b.name}"] = pr.lam[k]
+                extra[f"target_{b.name}"] = pr.target[k]
+            res = pol.solve(state, W, Vt, prev, keep_candidates=True)
+            pool = getattr(res, "candidate_pool", ())
+            if pool:
+                history.extend_last(points(pool, limits))
+            d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
+                         getattr(res, "solve_time", 0.0))
+            d = _best_at_price(d, [*seen, *(c[0] for c in pool)], state, charge, W, Vt)
+        elif tracked:
             res = pol.solve(state, Q, Vt, prev)
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
                          getattr(res, "solve_time", 0.0))
@@ -184,16 +216,16 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             row = _row(t, name, Vt, state, d, None, Q, Q, float("nan"), cs.rows[-1] if cs.rows else None, extra)
             Qn = Q
         else:
-            def charge(p: Plan) -> Charge:
-                return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot)
             ch = charge(d.plan)
             if tracker is not None:
                 ch0 = charge(slack) if slack is not None else None
                 if ch0 is not None:
                     tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs)
-                tr = track(tracker, d.plan, ch, Q, Vt, lambda q: pol.solve(state, q, Vt, prev), charge, slack,
+                tr = track(tracker, d.plan, ch, W, Vt,
+                           lambda q: pol.solve(state, q, Vt, prev, keep_candidates=priced), charge, slack,
                            remaining=instance.num_slots - t - 1,
-                           cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev))
+                           cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev),
+                           valid=(lambda p: not p.validate(state)) if priced else None)
                 if tr.how != "plan":
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
                                  d.solve_time + tr.extra_solve_time)
@@ -202,7 +234,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 extra.update({f"cheapest_{b.name}": (ch0.costs[k] if ch0 else float("nan"))
                               for k, b in enumerate(instance.budgets)}, tracker=tr.how)
             Qn = update_queues(Q, ch.costs, limits)
-            row = _row(t, name, Vt, state, d, ch, Q, Qn, ch.objective(Q, Vt), cs.rows[-1] if cs.rows else None,
+            excess = [float(e + c / lim - 1.0) for e, c, lim in zip(excess, ch.costs, limits)]
+            row = _row(t, name, Vt, state, d, ch, Q, Qn, ch.objective(W, Vt), cs.rows[-1] if cs.rows else None,
                        extra)
             prev = d.plan
         cs.rows.append(row)
@@ -210,15 +243,81 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         cs.extra["V"] = vc.to_dict() if vc is not None else None
         if tracker is not None:
             cs.extra["tracker"] = tracker.to_dict()
+        if priced:
+            cs.extra["history"] = history.to_dict()
+            cs.extra["excess"] = excess
         if state_path is not None:
             cs.save(state_path)
         if progress is not None:
             progress(done, total)
-    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None)
+    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None,
+                   mode if isinstance(pol, Ours) else None)
+
+
+def _priced_weights(pol: Ours, state: SlotState, Q: Sequence[float], V: float, prev: Plan | None,
+                    slack: Plan | None, history: History, excess: Sequence[float], horizon: int,
+                    executed: int, limits: Sequence[float],
+                    opts: SolveOptions) -> tuple[tuple[float, ...], Price, list[Plan]]:
+    """Record this slot's frontier and price the budgets from the history (online.pricing):
+    weights V * lambda. The frontier is the slack plan and the candidate pools of the search
+    with every queue 0, with every budget at BRACKET times and 1 / BRACKET the last price's
+    scale s (its largest component; before any price, one reference batch time per budget's
+    worth: this slot's fastest batch time) and, for K >= 2, with each budget alone at s. Returns the
+    weights, the price and the pools' plans. HiGHS failing on the price LP is an error (its
+    model status named), never a silent switch to the queues."""
+    from ..cost import evaluate
+    K = len(limits)
+    sopts = replace(opts, replan=False, keep_candidates=True)
+    fast = solve_slot(state, (0.0,) * K, 1.0, options=sopts)
+    pools = [fast.candidate_pool]
+    last = max(history.lam, default=0.0)
+    scale = last if last > 0 else (fast.batch_time if fast.plan is not None else 0.0)
+    if scale > 0 and np.isfinite(scale):
+        weights = [(f * scale,) * K for f in (1.0 / BRACKET, BRACKET)]
+        if K >= 2:   # each budget alone: the search is a heuristic, and weighing one budget finds other plans
+            weights += [tuple(scale if j == k else 0.0 for j in range(K)) for k in range(K)]
+        for w in weights:
+            pools.append(solve_slot(state, w, 1.0, options=sopts).candidate_pool)
+    pts = [points(pool, limits) for pool in pools if pool]
+    if slack is not None:
+        ev = evaluate(slack, state)
+        pts.append(points([(slack, ev.batch_time, ev.costs)], limits))
+    history.add(np.vstack(pts) if pts else np.zeros((0, K + 1)))
+    left = max(horizon - executed, 1)
+    pr = history.price([1.0 - e / left for e in excess])
+    if not pr.ok:
+        raise RuntimeError(f"slot {state.t}: the budget price LP over {pr.slots} slots failed "
+                           f"(HiGHS model status {pr.status!r})")
+    history.lam = list(pr.lam)
+    scale = V if V > 0 else 1.0
+    return tuple(scale * x for x in pr.lam), pr, [c[0] for pool in pools for c in (pool or ())]
+
+
+def _best_at_price(d: Decision, plans: Sequence[Plan], state: SlotState, charge: Callable[[Plan], Charge],
+                   W: Sequence[float], V: float) -> Decision:
+    """The search's plan, or the plan of this slot's candidate pools (searches at other weights)
+    with the least slot objective V T + sum_k W_k c_k / Cbar_k at the price, charged with
+    migration like any plan; the message says when a pool plan is taken."""
+    seen: set[Plan] = set()
+    best, best_obj = d.plan, (charge(d.plan).objective(W, V) if d.plan is not None else float("inf"))
+    for p in plans:
+        if p in seen or p == d.plan:
+            continue
+        seen.add(p)
+        if p.validate(state):
+            continue
+        obj = charge(p).objective(W, V)
+        if obj < best_obj * (1 - 1e-12):
+            best, best_obj = p, obj
+    if best is d.plan:
+        return d
+    return Decision(best, d.status if d.plan is not None else "feasible",
+                    f"{d.message}; priced: a plan of the slot's candidate pools has a lower objective at the price"
+                    .lstrip("; "), d.solve_time)
 
 
 def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker: Tracker | None,
-            pre: Preflight | None, tolerance: float | None) -> OnlineRun:
+            pre: Preflight | None, tolerance: float | None, pricing: str | None = None) -> OnlineRun:
     status, message = run_status(rows)
     notes = tuple(pre.lines if pre else ()) + tuple(tracker.notes if tracker else ())
     s = summarise(rows, instance, tolerance=tolerance)
@@ -230,7 +329,7 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
         message += "; " + " ".join(notes)
     s.update({"status": str(status), "success": status.success, "message": message, "notes": list(notes),
               "V": vc.V if vc else float("nan"), "V_rule": vc.to_dict() if vc else None,
-              "budget_tolerance": tolerance,
+              "budget_tolerance": tolerance, "pricing": pricing,
               "tracker_binding_slots": tracker.binding if tracker else 0})
     if pre is not None:
         for k, b in enumerate(instance.budgets):

@@ -156,11 +156,13 @@ class Ours(Policy):
             return tuple(max(float(q), 1.0) for q in queues), 0.0
         return tuple(float(q) for q in queues), float(V)
 
-    def solve(self, state: SlotState, queues: Sequence[float], V: float, previous_plan: Plan | None):
+    def solve(self, state: SlotState, queues: Sequence[float], V: float, previous_plan: Plan | None,
+              keep_candidates: bool = False):
+        """solve_slot under this policy's queue mode; keep_candidates: return the scored pool too."""
         Q, v = self.weights(state, queues, V)
+        opts = replace(self._options(), keep_candidates=True) if keep_candidates else self._options()
         try:
-            return solve_slot(state, Q, v, previous_plan=previous_plan if self.replan else None,
-                              options=self._options())
+            return solve_slot(state, Q, v, previous_plan=previous_plan if self.replan else None, options=opts)
         except InfeasibleSlotError as e:
             return _Infeasible(str(e))
 

@@ -13,7 +13,8 @@ The drift-plus-penalty plan is kept when it is admissible (the usual case: the t
 only when the slack eps * H is used up). Otherwise the tracker adds a tracking weight
 lambda_k to the queue of each violated budget and re-solves (lambda = m * max(V T, max_k Q_k),
 m = 1, 4, 16, 64 up to the first admissible plan, then one geometric bisection step back
-towards the last weight that was not), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
+towards the last weight that was not; given `valid`, the plans of these searches' candidate
+pools too), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
 with every queue 1, charged with migration like any plan). Among the candidates it takes the
 admissible one with the least slot objective V T + sum_k Q_k c_k / Cbar_k at the real queues.
 When no candidate is admissible (the premise below fails in this slot), the investment test
@@ -215,11 +216,14 @@ class Tracked:
 def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: float,
           resolve: Callable[[tuple[float, ...]], Any], charge: Callable[[Plan], Charge],
           slack: Plan | None, remaining: int = 0,
-          cheapest_now: Callable[[], Any] | None = None) -> Tracked:
+          cheapest_now: Callable[[], Any] | None = None,
+          valid: Callable[[Plan], bool] | None = None) -> Tracked:
     """Keep `plan` when admissible, else search with tracking weights and the slack plan
     (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge;
     remaining: slots of the run after this one; cheapest_now() -> SlotResult: the least charged
-    cost from the previous plan (for the investment test)."""
+    cost from the previous plan (for the investment test); valid(plan): given, every plan of
+    a re-solve's candidate pool (SlotResult.candidate_pool) that it accepts is a candidate too
+    ("tracking weight x<m>, pool"), so the pick is not limited to the few weights tried."""
     import time
     Q = np.asarray(queues, dtype=float)
     if tracker.violations(ch.costs)[0] == 0.0:
@@ -230,20 +234,31 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     a = tracker.allowance()
     base = max(V * ch.charged_time, float(Q.max()) if len(Q) else 0.0, 1e-9)
     violated = (tracker.use(ch.costs) > a + 1e-12) & np.asarray(tracker.attainable, dtype=bool)
+    seen = {plan}
+
+    def add(res: Any, m: float) -> Charge | None:
+        """The re-solve's plan (and, with `valid`, its pool) as candidates; the plan's charge."""
+        if res.plan is None:
+            return None
+        c = charge(res.plan)
+        cands.append((res.plan, c, f"tracking weight x{m:g}"))
+        seen.add(res.plan)
+        for p, _, _ in (getattr(res, "candidate_pool", ()) if valid is not None else ()):
+            if p not in seen and valid(p):
+                seen.add(p)
+                cands.append((p, charge(p), f"tracking weight x{m:g}, pool"))
+        return c
+
     if violated.any():
         last_bad = 0.0
         for m in LAMBDA_STEPS:
-            res = resolve(tuple(Q + m * base * violated))
-            if res.plan is None:
+            c = add(resolve(tuple(Q + m * base * violated)), m)
+            if c is None:
                 break
-            c = charge(res.plan)
-            cands.append((res.plan, c, f"tracking weight x{m:g}"))
             if tracker.violations(c.costs)[0] == 0.0:
                 if last_bad > 0:   # one bisection step (geometric) towards the weight that failed
                     mid = (m * last_bad) ** 0.5
-                    r2 = resolve(tuple(Q + mid * base * violated))
-                    if r2.plan is not None:
-                        cands.append((r2.plan, charge(r2.plan), f"tracking weight x{mid:g}"))
+                    add(resolve(tuple(Q + mid * base * violated)), mid)
                 break
             last_bad = m
     if slack is not None:
