@@ -112,9 +112,9 @@ def test_oracle_chooses_micro_batch_no_worse_than_any_single_size(seed, n, L, qu
 @given(st.integers(0, 10**5), st.integers(2, 6), st.integers(3, 8), st.sampled_from([0.0, 0.5]))
 def test_search_plans_have_allowed_sizes_fit_and_are_scored_right(seed, n, L, queue):
     """Every plan the search returns has allowed sizes, fits memory at them, its objective is the
-    cost model's figure for that plan, and no single-u search it contains beats it: the search
-    scores each of its groupings at every u, so its best is at least as good as the best plan
-    with all groups at one u that it scored."""
+    cost model's figure for that plan, and it is no worse than the search with every group held
+    at any one u (solve.micro_batch runs exactly those searches and keeps the best, then mixes
+    sizes), nor than any single-size candidate it scored."""
     s = multi_u_state(seed, n, L)
     Q = (queue, queue)
     res = solve_slot(s, Q, 1.0, options=SolveOptions(keep_candidates=True))
@@ -126,6 +126,10 @@ def test_search_plans_have_allowed_sizes_fit_and_are_scored_right(seed, n, L, qu
         sizes = {g.micro_batch or s.workload.micro_batch for g in plan.groups}
         if len(sizes) == 1:
             assert res.objective <= evaluate(plan, s).objective(Q, 1.0) * (1 + 1e-9) + 1e-12
+    for u in US:
+        fixed = solve_slot(fixed_u_state(s, u), Q, 1.0)
+        if fixed.status.success:
+            assert res.objective <= fixed.objective * (1 + 1e-9) + 1e-12
     if n <= 4:
         exact = solve_exact(s, Q, 1.0)
         assert exact.objective <= res.objective * (1 + 1e-9) + 1e-12
