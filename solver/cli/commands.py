@@ -348,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the controller state to controller_state.json after each slot; resume from it "
                         "when present")
     r.add_argument("--no-plots", action="store_true", help="write no PNG plots")
-    r.add_argument("--tp-degrees", type=_degrees, default=(1, 2, 4, 8), metavar="T,...", help=TP_HELP)
+    r.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
@@ -358,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order "
                                                 "(default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
-    s.add_argument("--tp-degrees", type=_degrees, default=(1, 2, 4, 8), metavar="T,...", help=TP_HELP)
+    s.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
     s.add_argument("--plot", nargs="?", const="", default=None, metavar="PATH",
                    help="write the slot's pipeline timeline PNG (event simulator) to PATH "
