@@ -255,29 +255,19 @@ class Scorer:
     def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True) -> Scored | None:
         """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
-        for a larger share and score again. Where groups may train at several micro-batch
-        sizes, the same is done with every group at each size (the workload's u first)."""
+        for a larger share and score again. Every group at the workload's u (other sizes:
+        solve.micro_batch, which searches each size on its own state, and micro_batch_entries)."""
         groups = list(groups)
         if prune and self.best is not None and (self.exhausted()
                                                 or self.device_bound(groups) > self.best.objective):
             return None
-        sc = None
-        for u in self.micro_batches:
-            if u != self.u and self.exhausted():
-                break
-            cand = self._score_groups_at(groups, self.mb(u), source if u == self.u else f"{source}@u{u}", prune)
-            if cand is not None and (sc is None or better(cand, sc)):
-                sc = cand
-        return sc
-
-    def _score_groups_at(self, groups: list[Ordered], mb: int | None, source: str, prune: bool) -> Scored | None:
         s = []
         for d in groups:
-            c = self.cuts(d, None, mb)
+            c = self.cuts(d)
             if c is None and len(d) > 1:      # no cuts hold one micro-batch in this order: another may
-                d, c = self.fitting_order(d, mb)
+                d, c = self.fitting_order(d, None)
             if c is not None:
-                s.append(entry(d, c, micro_batch=mb))
+                s.append((d, c))
         if not s:
             return None
         sc = self.score(tuple(s), source=source, prune=prune)
