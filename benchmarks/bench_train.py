@@ -128,6 +128,7 @@ def figures(df: pd.DataFrame) -> dict:
             "predicted_s": df["batch_time"].round(5).tolist(),
             "measured_s": df["measured_batch_time"].round(5).tolist(),
             "extra_latency_s": df["extra_latency"].round(6).tolist(),
+            "bandwidth_scale": df["bandwidth_scale"].round(4).tolist(),
             "speed_factors": df["speed_factors"].tolist(),
             "err_after_slot0": [round(e, 4) for e in err],
             "max_abs_err_after_slot0": round(max(abs(e) for e in err), 4) if err else None,
@@ -136,7 +137,7 @@ def figures(df: pd.DataFrame) -> dict:
 
 def cross_check(inst, runs: dict) -> dict:
     """The model's view of one round: every policy's last plan priced under each run's final
-    estimates (speed factors, extra latency). Where the planner's plan measures slower than a
+    estimates (speed factors, extra latency, bandwidth scale). Where the planner's plan measures slower than a
     baseline's although every run's estimates price it faster, the inputs are wrong, not the
     ranking noise; where the estimates themselves disagree on the ranking, the runs measured
     different machines (load) and the comparison is noise."""
@@ -148,7 +149,8 @@ def cross_check(inst, runs: dict) -> dict:
     out = {}
     for judge, r in runs.items():
         f = {int(k): v for k, v in json.loads(r["speed_factors"][-1]).items()}
-        st = observed_state(inst.state(t), present, f, float(r["extra_latency_s"][-1]))
+        st = observed_state(inst.state(t), present, f, float(r["extra_latency_s"][-1]),
+                            float(r["bandwidth_scale"][-1]))
         out[judge] = {pol: round(float(evaluate(plan_from_json(x["plan_json"][-1]), st).batch_time), 5)
                       for pol, x in runs.items()}
     return out

@@ -284,31 +284,38 @@ def test_estimator_factor_reproduces_measurement(tmp_path: Path) -> None:
     assert st2.available_indices == (0, 1, 2)
 
 
-def test_estimator_extra_latency_reproduces_measured_batch_time(tmp_path: Path) -> None:
-    """delta (seconds added to every link's latency) is fitted so that the cost model's
-    batch time with the new speed factors equals the measured one; a plan without messages
-    keeps the previous delta; compute alone over-predicting gives delta 0, said."""
+def test_estimator_fits_speed_bandwidth_and_latency(tmp_path: Path) -> None:
+    """From one slot's measurements: speed factors reproduce the measured compute, the
+    bandwidth scale the measured all-reduce and the extra latency the measured batch time
+    (2 groups x 2 stages: all three at once); a plan without messages keeps both link
+    estimates; compute alone over-predicting gives delta 0, said."""
     from solver.cost import evaluate
-    from solver.runtime.estimator import estimate, with_extra_latency
+    from solver.cost.sync import sync_time
+    from solver.runtime.estimator import estimate, with_links
     inst = load_instance(write_instance(tmp_path))
     st, present = inst.state(0), np.ones(4, dtype=bool)
     plan = Plan((Group((0, 1), (3, 7), 16), Group((2, 3), (5, 7), 16)))
+    structure = [(g.devices, g.cuts) for g in plan.groups]
     compute = {d: 2 * v for d, v in predicted_compute(plan, st).items()}
-    t_compute = estimate({}, 0.0, plan, st, present, compute, 1e-9).refit_batch_time
-    measured = 3.0 * t_compute
-    est = estimate({}, 0.0, plan, st, present, compute, measured)
-    assert est.note == "" and est.delta > 0
-    assert est.refit_batch_time == pytest.approx(measured, rel=1e-9)
-    again = evaluate(plan, observed_state(st, present, est.factors, est.delta)).batch_time
-    assert again == pytest.approx(measured, rel=1e-9)
+    truth = observed_state(st, present, {d: 0.5 for d in range(4)}, 2e-4, 300.0)  # what the "machine" is
+    sync, measured = sync_time(truth, structure), evaluate(plan, truth).batch_time
+    plain = estimate({}, 0.0, 1.0, plan, st, present, compute, 1e-9)
+    est = estimate({}, 0.0, 1.0, plan, st, present, compute, measured, sync)
+    assert est.note == ""
+    assert est.delta == pytest.approx(2e-4, rel=1e-3) and est.beta == pytest.approx(300.0, rel=1e-3)
     assert est.factors == pytest.approx({d: 0.5 for d in range(4)})
-    low = estimate({}, 0.0, plan, st, present, compute, 0.5 * t_compute)
+    fitted = observed_state(st, present, est.factors, est.delta, est.beta)
+    assert evaluate(plan, fitted).batch_time == pytest.approx(measured, rel=1e-6)
+    assert sync_time(fitted, structure) == pytest.approx(sync, rel=1e-6)
+    assert predicted_compute(plan, fitted) == pytest.approx(compute)
+    low = estimate({}, 0.0, 1.0, plan, st, present, compute, 0.5 * plain.refit_batch_time)
     assert low.delta == 0.0 and "alone predict" in low.note
     alone = Plan((Group((0,), (7,), 32),))
-    kept = estimate(est.factors, est.delta, alone, st, present, {0: 1.0}, 5.0)
-    assert kept.delta == est.delta and "no messages" in kept.note
-    moved = with_extra_latency(st, 0.25)
+    kept = estimate(est.factors, est.delta, est.beta, alone, st, present, {0: 1.0}, 5.0, 0.0)
+    assert (kept.delta, kept.beta) == (est.delta, est.beta)
+    moved = with_links(st, 0.25, 4.0)
     assert moved.latency[0, 1] == pytest.approx(st.latency[0, 1] + 0.25) and moved.latency[1, 1] == st.latency[1, 1]
+    assert moved.bandwidth[0, 1] == pytest.approx(st.bandwidth[0, 1] / 4)
 
 
 def test_profile_measures_the_optimizer_step(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Every slot (`iterations_per_slot` iterations) rank 0 observes the slot's state (the
 instance's trace, limited to the devices present in this job, with the speed factors and
-the extra message latency the estimator drew from the last measurements: runtime.estimator), lets the policy plan it with
+the link estimates (extra latency, bandwidth scale) the estimator drew from the last measurements: runtime.estimator), lets the policy plan it with
 the previous plan (migration charged, solver.online.charge_plan), and broadcasts the plan;
 every rank migrates blocks and optimizer state to the new holders (runtime.replan) and
 trains the slot's iterations (GPipe per group over isend/recv, gradients all-reduced across
@@ -129,6 +129,7 @@ class Controller:
         self.previous: Plan | None = plan_from_dict(prev) if prev else None
         self.factors = {int(k): float(v) for k, v in s.get("factors", {}).items()}
         self.delta = float(s.get("delta", 0.0))
+        self.beta = float(s.get("beta", 1.0))
         self.rows: list[dict] = list(s.get("rows", []))
         self.restarts = int(s.get("restarts", 0)) + (1 if saved else 0)
         if s.get("policy_state"):
@@ -137,12 +138,12 @@ class Controller:
 
     def state_dict(self) -> dict[str, Any]:
         return {"queues": list(self.queues), "factors": {str(k): v for k, v in self.factors.items()},
-                "delta": self.delta,
+                "delta": self.delta, "beta": self.beta,
                 "previous_plan": plan_to_dict(self.previous) if self.previous else None,
                 "rows": self.rows, "restarts": self.restarts, "policy_state": self.policy.state_dict()}
 
     def decide(self, t: int) -> Plan:
-        state = observed_state(self.inst.state(t), self.present, self.factors, self.delta)
+        state = observed_state(self.inst.state(t), self.present, self.factors, self.delta, self.beta)
         if self.cfg.plans:
             d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
             bad = d.plan.validate(state)
@@ -194,13 +195,15 @@ class Controller:
                     "predicted_compute": json.dumps({str(d): v for d, v in pred.items()}),
                     "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
                     "measured_parts": json.dumps({str(d): v for d, v in measured.get("parts", {}).items()}),
-                    "devices_present": int(self.present.sum()), "extra_latency_used": self.delta})
-        est = estimate(self.factors, self.delta, plan, self.inst.state(p["t"]), self.present, measured["compute"],
-                       t_meas)
-        row.update({"extra_latency": est.delta, "refit_batch_time": est.refit_batch_time,
+                    "devices_present": int(self.present.sum()), "extra_latency_used": self.delta,
+                    "bandwidth_scale_used": self.beta})
+        syncs = [v["sync"] for v in measured.get("parts", {}).values()]
+        est = estimate(self.factors, self.delta, self.beta, plan, self.inst.state(p["t"]), self.present,
+                       measured["compute"], t_meas, min(syncs) if syncs else None)
+        row.update({"extra_latency": est.delta, "bandwidth_scale": est.beta, "refit_batch_time": est.refit_batch_time,
                     "speed_factors": json.dumps({str(d): v for d, v in sorted(est.factors.items())}),
                     "estimator_note": est.note})
-        self.factors, self.delta = est.factors, est.delta
+        self.factors, self.delta, self.beta = est.factors, est.delta, est.beta
         self.queues, self.previous = Qn, plan
         self.rows.append(row)
         self.pending = None
