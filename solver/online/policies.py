@@ -72,16 +72,19 @@ def with_even_shares(plan: Plan, state: SlotState) -> Plan | None:
 
 def with_lp_shares(plan: Plan, state: SlotState, queues: Sequence[float], V: float) -> Plan | None:
     """The same groups and cuts with shares from the slot LP (solver.subproblems.shares.solve_shares):
-    minimise W z + sum_g q_g b_g, W = V + sum_k w_k R_k, q_g = sum_k w_k e_kg, w_k = Q_k / Cbar_k."""
+    minimise W z + sum_g q_g b_g, W = V + sum_k w_k R_k, q_g = sum_k w_k e_kg, w_k = Q_k / Cbar_k;
+    each group's coefficients under its own schedule, recomputation and micro-batch size."""
 
-    coeffs = [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]
+    coeffs = [group_coeffs(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule, g.recompute)
+              for g in plan.groups]
+    us = [g.micro_batch or state.workload.micro_batch for g in plan.groups]
     cc = cost_coeffs(state, coeffs)
     Q = budget_weights([b.limit for b in state.budgets], queues)
     W = float(V + (Q @ cc.R if len(Q) else 0.0))
     q = (Q @ cc.e) if len(Q) else np.zeros(len(coeffs))
     res = solve_shares(np.array([c.alpha for c in coeffs]), np.array([c.beta for c in coeffs]),
                        np.array([c.cap for c in coeffs]), state.workload.batch,
-                       state.workload.micro_batch, W, np.asarray(q, dtype=float), lp_bound=False)
+                       us[0] if len(set(us)) == 1 else us, W, np.asarray(q, dtype=float), lp_bound=False)
     if res.status != "optimal" or len(res.shares) != len(plan.groups):
         return None
     return Plan(tuple(replace(g, share=int(s)) for g, s in zip(plan.groups, res.shares)))
