@@ -25,6 +25,8 @@ says why. When even that is impossible the status is "infeasible" and the plan N
 """
 from __future__ import annotations
 
+import math
+
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -62,9 +64,15 @@ class Decision:
 
 
 def with_even_shares(plan: Plan, state: SlotState) -> Plan | None:
-    """The same groups and cuts with shares as even as possible within memory; None if impossible."""
-    caps = [share_cap(state, g.devices, g.cuts) for g in plan.groups]
-    shares = baselines.even_split(len(plan.groups), state.workload.batch, state.workload.micro_batch, caps)
+    """The same groups and cuts with shares as even as possible within memory (each group's cap
+    under its own schedule, recomputation and micro-batch size; shares in units of the least
+    common multiple of the groups' sizes); None if impossible."""
+    caps = [share_cap(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule, g.recompute)
+            for g in plan.groups]
+    unit = math.lcm(*(g.micro_batch or state.workload.micro_batch for g in plan.groups))
+    if state.workload.batch % unit:
+        return None
+    shares = baselines.even_split(len(plan.groups), state.workload.batch, unit, caps)
     if shares is None:
         return None
     return Plan(tuple(replace(g, share=s) for g, s in zip(plan.groups, shares)))
