@@ -1,6 +1,15 @@
-"""Cross-group gradient synchronisation: bucketed ring all-reduces (seconds per iteration)."""
+"""Cross-group gradient synchronisation: bucketed ring all-reduces (seconds per iteration).
+
+The ring of each bucket is the best ring order for its holders (one device per group), not
+the order of the groups in the plan: a plan fixes who holds each bucket, and the all-reduce
+of that bucket runs on the ring of its holders that the cost model finds fastest
+(`best_rings`). So a plan's groups may be listed in any order; its sync time, its egress and
+the event simulator's sync (which uses `sync_time`) do not depend on that order.
+"""
 from __future__ import annotations
 
+import itertools
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -11,10 +20,129 @@ from ..model.state import SlotState
 Structure = Sequence[tuple[Sequence[int], Sequence[int]]]
 """Groups without shares: ((devices, cuts), ...)."""
 
+EXACT_RINGS_UP_TO = 8
+"""Rings of up to this many holders are chosen by enumerating every directed ring (7! = 5040
+at 8); above it, among the group order and nearest-neighbour chains (`ring_candidates`)."""
+
+NN_STARTS = 8
+"""Start devices of the nearest-neighbour rings tried above EXACT_RINGS_UP_TO holders."""
+
+_TIE = 1e-12
+"""Relative margin by which a ring must beat an earlier candidate (the group order first)."""
+
+
+@lru_cache(maxsize=None)
+def _all_rings(m: int) -> np.ndarray:
+    """(P, m) int: succ[p, i] the ring successor of position i, over every directed ring of m
+    positions (position 0 fixed first: (m-1)! rings)."""
+    rows = []
+    for rest in itertools.permutations(range(1, m)):
+        order = (0,) + rest
+        succ = np.empty(m, dtype=int)
+        succ[list(order)] = list(order[1:] + order[:1])
+        rows.append(succ)
+    return np.array(rows, dtype=int)
+
+
+def _edges(state: SlotState, holders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(m, m) bytes/s and seconds of the ring edges among `holders`: the pair's nominal
+    bandwidth times min of the two TP degrees (parallel shards), and its latency."""
+    bw = state.bandwidth[np.ix_(holders, holders)]
+    if state.tp is not None:
+        t = np.asarray(state.tp, dtype=float)[holders]
+        bw = bw * np.minimum(t[:, None], t[None, :])
+    return bw, state.latency[np.ix_(holders, holders)]
+
+
+def _nn_ring(bw: np.ndarray, lat: np.ndarray, start: int) -> np.ndarray:
+    """Successor array of the chain that always goes on to the unvisited holder with the
+    fastest link from the last one (ties: lower latency, then position), closed into a ring."""
+    m = len(bw)
+    order = [start]
+    left = np.ones(m, dtype=bool)
+    left[start] = False
+    for _ in range(m - 1):
+        last = order[-1]
+        cand = np.flatnonzero(left)
+        key = np.lexsort((cand, lat[last, cand], -bw[last, cand]))
+        nxt = int(cand[key[0]])
+        order.append(nxt)
+        left[nxt] = False
+    succ = np.empty(m, dtype=int)
+    succ[order] = order[1:] + order[:1]
+    return succ
+
+
+def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rings worth trying for one bucket's holders (in group order): (succ (C, m) ring
+    successors by position, slowest-link bytes/s (C,), largest latency (C,)), the group order
+    first, then the (bandwidth, latency) Pareto-optimal rings among every directed ring (up to
+    EXACT_RINGS_UP_TO holders, so the best ring for any bucket size is among them) or among
+    nearest-neighbour rings from NN_STARTS starts (above). Cached per state and holders."""
+    memo = state.__dict__.setdefault("_ring_candidates", {})
+    key = tuple(int(h) for h in holders)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    h = np.asarray(key, dtype=int)
+    m = len(h)
+    bw, lat = _edges(state, h)
+    pos = np.arange(m)
+    group = np.roll(pos, -1)[None, :]
+    if m <= 2:
+        succ = group
+    elif m <= EXACT_RINGS_UP_TO:
+        succ = np.concatenate([group, _all_rings(m)])
+    else:
+        succ = np.concatenate([group] + [_nn_ring(bw, lat, s)[None, :] for s in range(min(m, NN_STARTS))])
+    ring_bw = bw[pos[None, :], succ].min(axis=1)
+    ring_lat = lat[pos[None, :], succ].max(axis=1)
+    if len(succ) > 1:           # keep the group order and the Pareto front of the others
+        order = np.lexsort((ring_lat[1:], -ring_bw[1:])) + 1
+        keep, best_lat = [0], np.inf
+        for i in order:
+            if ring_lat[i] < best_lat:
+                keep.append(int(i))
+                best_lat = ring_lat[i]
+        succ, ring_bw, ring_lat = succ[keep], ring_bw[keep], ring_lat[keep]
+    memo[key] = hit = (succ, ring_bw, ring_lat)
+    return hit
+
+
+def best_rings(state: SlotState, cols: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """nxt (m, buckets): each bucket's holder's ring successor on the ring of least
+    2(m-1)/m * nbytes / slowest link + 2(m-1) * largest latency (nominal link bandwidths)
+    among ring_candidates; exact for up to EXACT_RINGS_UP_TO groups. An earlier candidate
+    (the group order first) is kept unless a later one is faster by more than a 1e-12 share.
+    Each (holders, bytes) choice is cached per state."""
+    memo = state.__dict__.setdefault("_ring_choice", {})
+    out = []
+    for holders, nb in zip(map(tuple, cols.T.tolist()), nbytes.tolist()):
+        key = (holders, nb)
+        succ = memo.get(key)
+        if succ is None:
+            succ = memo[key] = _choose_ring(state, holders, nb)
+        out.append(succ)
+    return np.array(out, dtype=int).T
+
+
+def _choose_ring(state: SlotState, holders: tuple[int, ...], nbytes: float) -> tuple[int, ...]:
+    """Each holder's successor on the best ring of best_rings for one bucket of nbytes bytes."""
+    succ, ring_bw, ring_lat = ring_candidates(state, holders)
+    pick = 0
+    if len(succ) > 1:
+        m = len(holders)
+        cost = [2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
+                for bw, lat in zip(ring_bw.tolist(), ring_lat.tolist())]
+        best = min(cost)
+        pick = next(i for i, c in enumerate(cost) if c <= best + _TIE * abs(best))
+    return tuple(holders[i] for i in succ[pick].tolist())
+
 
 def buckets(state: SlotState, structure: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The sync's rings: (cols, nxt, nbytes) with cols[g, b] the device of group g holding
-    bucket b, nxt[g, b] its ring successor (the holder in group g+1, cyclically) and nbytes[b]
+    bucket b, nxt[g, b] its successor on the bucket's ring (best_rings; with a state.network,
+    the group-order rings instead where those are faster under its shared NICs) and nbytes[b]
     the bucket's parameter bytes; None for one group or no parameter bytes."""
     m = len(structure)
     if m <= 1:
@@ -30,30 +158,17 @@ def buckets(state: SlotState, structure: Structure) -> tuple[np.ndarray, np.ndar
     cols = np.empty((m, len(starts)), dtype=int)
     for gi, (d, c) in enumerate(structure):
         cols[gi] = np.asarray(d, dtype=int)[np.searchsorted(np.asarray(c, dtype=int), starts, side="right")]
-    return cols, np.concatenate((cols[1:], cols[:1])), nbytes
+    nxt = best_rings(state, cols, nbytes)
+    if state.network is not None:
+        group = np.concatenate((cols[1:], cols[:1]))
+        if not np.array_equal(nxt, group) and _ring_time(state, cols, group, nbytes) <= _ring_time(state, cols, nxt, nbytes):
+            nxt = group
+    return cols, nxt, nbytes
 
 
-def sync_time(state: SlotState, structure: Structure) -> float:
-    """Seconds of the cross-group gradient all-reduce (bucketed rings), 0 for one group.
-
-    Layers held by the same devices in every group form one bucket, reduced on the ring of
-    those devices in group order: 2(m-1)/m * bytes / slowest ring link + 2(m-1) * largest
-    ring latency. The result is the largest per-device sum of buckets. Every device holds one
-    contiguous layer range of its group, so the buckets are the segments between the union
-    of all groups' cut points (segments without parameter bytes cost nothing). With a
-    state.network, every bucket's ring runs at once: the bandwidth at the bucket's size, and a
-    server's NIC shared by its distinct devices with a ring edge to another server.
-
-    Tensor parallelism (state.tp): a stage of t devices holds its bucket in t shards and runs
-    t rings at once, one per shard; a ring edge between stages of degrees t_a and t_b moves
-    the bucket over min(t_a, t_b) links in parallel (each physical device of a server counts
-    against its NIC), so its bandwidth is min(t_a, t_b) times the per-link figure.
-    """
-    rings = buckets(state, structure)
-    if rings is None:
-        return 0.0
-    cols, nxt, nbytes = rings
-    m = len(structure)
+def _ring_time(state: SlotState, cols: np.ndarray, nxt: np.ndarray, nbytes: np.ndarray) -> float:
+    """sync_time of these rings."""
+    m = cols.shape[0]
     par = 1.0 if state.tp is None else np.minimum(np.asarray(state.tp)[cols], np.asarray(state.tp)[nxt])
     if state.network is None:
         bw = (state.bandwidth[cols, nxt] * par).min(axis=0)
@@ -66,3 +181,31 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
     per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)
     return float(per_device.max())
+
+
+def sync_time(state: SlotState, structure: Structure) -> float:
+    """Seconds of the cross-group gradient all-reduce (bucketed rings), 0 for one group.
+
+    Layers held by the same devices in every group form one bucket, reduced on a ring of
+    those devices: 2(m-1)/m * bytes / slowest ring link + 2(m-1) * largest ring latency. The
+    result is the largest per-device sum of buckets. Every device holds one contiguous layer
+    range of its group, so the buckets are the segments between the union of all groups' cut
+    points (segments without parameter bytes cost nothing).
+
+    Ring order: each bucket runs on the best ring of its holders (module doc, `buckets`):
+    without a state.network the least time exactly for up to EXACT_RINGS_UP_TO groups (every
+    directed ring enumerated; buckets are independent, so the per-bucket best minimises the
+    result), and never slower than the group order above. With a state.network every
+    bucket's ring runs at once: the bandwidth at the bucket's size, and a server's NIC shared
+    by its distinct devices with a ring edge to another server; the rings are then chosen on
+    nominal link bandwidths, and the group-order rings are kept where those are faster.
+
+    Tensor parallelism (state.tp): a stage of t devices holds its bucket in t shards and runs
+    t rings at once, one per shard; a ring edge between stages of degrees t_a and t_b moves
+    the bucket over min(t_a, t_b) links in parallel (each physical device of a server counts
+    against its NIC), so its bandwidth is min(t_a, t_b) times the per-link figure.
+    """
+    rings = buckets(state, structure)
+    if rings is None:
+        return 0.0
+    return _ring_time(state, *rings)

@@ -2,6 +2,7 @@
 chunks of a fast-link chain, single pipelines and data parallelism over the holders."""
 from __future__ import annotations
 
+import heapq
 from typing import Sequence
 
 import numpy as np
@@ -24,10 +25,10 @@ def clusters(state: SlotState, devices: Sequence[int], threshold: float) -> list
         while stack:
             i = stack.pop()
             comp.append(i)
-            for j in list(left):
-                if min(state.bandwidth[i, j], state.bandwidth[j, i]) >= threshold:
-                    left.discard(j)
-                    stack.append(j)
+            cand = np.fromiter(left, dtype=int, count=len(left))
+            for j in cand[np.minimum(state.bandwidth[i, cand], state.bandwidth[cand, i]) >= threshold].tolist():
+                left.discard(j)
+                stack.append(j)
         out.append(sorted(comp))
     return out
 
@@ -35,11 +36,11 @@ def clusters(state: SlotState, devices: Sequence[int], threshold: float) -> list
 def balanced_partition(state: SlotState, devices: Sequence[int], m: int) -> list[list[int]]:
     """m groups of similar total speed (LPT: fastest first to the slowest group so far)."""
     groups: list[list[int]] = [[] for _ in range(m)]
-    load = [0.0] * m
+    heap = [(0.0, i) for i in range(m)]         # (load, group): the least (load, index) first
     for d in sorted(devices, key=lambda d: (-state.speed[d], d)):
-        g = min(range(m), key=lambda i: (load[i], i))
+        load, g = heapq.heappop(heap)
         groups[g].append(d)
-        load[g] += float(state.speed[d])
+        heapq.heappush(heap, (load + float(state.speed[d]), g))
     return [g for g in groups if g]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Iterable
 
+import numpy as np
+
 from ..model.state import SlotState
 
 Ordered = tuple[int, ...]
@@ -18,6 +20,15 @@ def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     if len(rest) <= 2:
         return tuple(rest)
     out = [rest.pop(0)]
+    if len(rest) > 16:                  # the same choice, vectorised: max of (bandwidth, speed, -index)
+        left = np.array(rest, dtype=int)
+        speed = np.asarray(state.speed, dtype=float)
+        while len(left):
+            key = np.lexsort((-left, speed[left], state.bandwidth[out[-1], left]))
+            pick = key[-1]
+            out.append(int(left[pick]))
+            left = np.delete(left, pick)
+        return tuple(out)
     while rest:
         last = out[-1]
         nxt = max(rest, key=lambda d: (state.bandwidth[last, d], state.speed[d], -d))

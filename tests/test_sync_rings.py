@@ -1,0 +1,86 @@
+"""The sync's ring order is the best for each bucket's holders (cost.sync): exact against
+enumeration of every group order for small m, independent of the plan's group order, and
+never slower than the group-order ring."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from solver.cost.sync import EXACT_RINGS_UP_TO, _ring_time, buckets, ring_candidates, sync_time
+from solver.io.synthetic import random_state
+
+
+def _state(seed: int, n: int, L: int):
+    """A random slot, every device available, whose model has parameters (the next seed else)."""
+    while True:
+        state = random_state(seed, n=n, L=L, p_available=1.0)
+        if state.param_prefix[-1] > 0:
+            return state
+        seed += 1_000
+
+
+def _group_ring(state, structure):
+    cols, _, nbytes = buckets(state, structure)
+    return _ring_time(state, cols, np.concatenate((cols[1:], cols[:1])), nbytes)
+
+
+def _structure(state, rng, m, two_stage):
+    idx = [int(x) for x in rng.permutation(list(state.available_indices))]
+    L = state.workload.num_layers
+    out = []
+    for g in range(m):
+        if two_stage and rng.random() < 0.5:
+            out.append(((idx[2 * g], idx[2 * g + 1]), (int(rng.integers(1, L)), L)))
+        else:
+            out.append(((idx[2 * g],), (L,)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_bucket_ring_is_the_best_over_every_ring(seed):
+    state = _state(9_000 + seed, 12, 8)
+    m = min(6, len(state.available_indices) // 2)
+    s = _structure(state, np.random.default_rng(seed), m, two_stage=False)
+    best = min(_group_ring(state, [s[i] for i in p]) for p in itertools.permutations(range(m)))
+    assert sync_time(state, s) == pytest.approx(best, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sync_does_not_depend_on_group_order_and_beats_every_group_order(seed):
+    state = _state(9_100 + seed, 12, 10)
+    rng = np.random.default_rng(seed)
+    m = min(5, len(state.available_indices) // 2)
+    s = _structure(state, rng, m, two_stage=True)
+    t = sync_time(state, s)
+    orders = list(itertools.permutations(range(m)))
+    for p in orders[:: max(1, len(orders) // 12)]:
+        assert sync_time(state, [s[i] for i in p]) == pytest.approx(t, rel=1e-12)
+    assert t <= min(_group_ring(state, [s[i] for i in p]) for p in orders) * (1 + 1e-12)
+
+
+def test_many_groups_never_slower_than_the_group_order():
+    state = _state(9_200, 40, 6)
+    rng = np.random.default_rng(3)
+    m = EXACT_RINGS_UP_TO + 6
+    for _ in range(5):
+        s = _structure(state, rng, m, two_stage=False)
+        assert sync_time(state, s) <= _group_ring(state, s) * (1 + 1e-12)
+
+
+def test_candidates_keep_the_group_order_first_and_a_pareto_front():
+    state = _state(9_300, 12, 6)
+    holders = tuple(int(x) for x in state.available_indices[:5])
+    succ, bw, lat = ring_candidates(state, holders)
+    assert list(succ[0]) == [1, 2, 3, 4, 0]
+    for i in range(1, len(bw)):
+        for j in range(1, len(bw)):
+            if i != j:
+                assert not (bw[j] >= bw[i] and lat[j] <= lat[i] and (bw[j] > bw[i] or lat[j] < lat[i]))
+    for row in succ:                                   # each a single cycle through every holder
+        seen, p = set(), 0
+        for _ in range(len(row)):
+            seen.add(p)
+            p = row[p]
+        assert p == 0 and seen == set(range(len(row)))
