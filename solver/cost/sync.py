@@ -20,9 +20,9 @@ from ..model.state import SlotState
 Structure = Sequence[tuple[Sequence[int], Sequence[int]]]
 """Groups without shares: ((devices, cuts), ...)."""
 
-EXACT_RINGS_UP_TO = 8
-"""Rings of up to this many holders are chosen by enumerating every directed ring (7! = 5040
-at 8); above it, among the group order and nearest-neighbour chains (`ring_candidates`)."""
+EXACT_RINGS_UP_TO = 7
+"""Rings of up to this many holders are chosen by enumerating every directed ring (6! = 720
+at 7); above it, among the group order and nearest-neighbour chains (`ring_candidates`)."""
 
 NN_STARTS = 8
 """Start devices of the nearest-neighbour rings tried above EXACT_RINGS_UP_TO holders."""
@@ -99,11 +99,9 @@ def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarra
     ring_lat = lat[pos[None, :], succ].max(axis=1)
     if len(succ) > 1:           # keep the group order and the Pareto front of the others
         order = np.lexsort((ring_lat[1:], -ring_bw[1:])) + 1
-        keep, best_lat = [0], np.inf
-        for i in order:
-            if ring_lat[i] < best_lat:
-                keep.append(int(i))
-                best_lat = ring_lat[i]
+        lat_sorted = ring_lat[order]
+        before = np.concatenate([[np.inf], np.minimum.accumulate(lat_sorted)[:-1]])
+        keep = np.concatenate([[0], order[lat_sorted < before]])
         succ, ring_bw, ring_lat = succ[keep], ring_bw[keep], ring_lat[keep]
     memo[key] = hit = (succ, ring_bw, ring_lat)
     return hit

@@ -14,7 +14,7 @@ ordered group is enumerated at each size with that size's cut sets, times and me
 mix of sizes across groups is scored (shares: subproblems.shares.mixed_shares, exact).
 The baselines and the previous plan are scored too, so the oracle never loses to
 them even when it works on frontier cuts. The ring order of the gradient sync needs no
-enumeration: the cost model takes each bucket's best ring (cost.sync, exact up to 8 groups).
+enumeration: the cost model takes each bucket's best ring (cost.sync, exact up to 7 groups).
 """
 from __future__ import annotations
 
