@@ -31,6 +31,11 @@ Solve = Callable[..., SlotResult]
 """solve_slot's signature: (state, queues, V, *, previous_plan, options, cache) -> SlotResult."""
 
 
+POLISH_SHARE = 0.25
+"""The mixing polish's work budget, as a fraction of one search's (SolveOptions.max_structures
+or the tuning's default)."""
+
+
 def micro_batch_sizes(state: SlotState) -> tuple[int, ...]:
     """The sizes (samples) a group may train at: the workload's u first, then every other
     option dividing the batch."""
@@ -88,7 +93,9 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
                                      time.perf_counter() - t0, sc.count)
     if options.local_search:
         tune = options.tuning
-        sc.tries, sc.budget = 0, tune.work_budget(len(state.available_indices)) * 0.25
+        full = options.max_structures if options.max_structures is not None \
+            else tune.work_budget(len(state.available_indices))
+        sc.tries, sc.budget = 0, POLISH_SHARE * full
         small = tune.small(len(state.available_indices), sc.L)
         polish(state, sc, sc.best, math.inf, tune.all_orders_small if small else tune.all_orders_polish,
                tune.polish_rounds)
