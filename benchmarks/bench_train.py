@@ -15,8 +15,9 @@ run on torch.distributed.pipelining (engine "torch").
 Per round (`--rounds`), every policy (ours and the baselines: the same controller,
 observations and processes) runs S slots one after the other; figures from slot 1 on
 (slot 0 is predicted before any measurement): err = measured / predicted - 1 per slot, and
-the mean measured seconds per iteration; the 1-minute load average before and after each
-run (other processes share the cores). Model view, per round: every policy's last plan
+the mean measured seconds per iteration, each busy rank's CPU share (process CPU seconds
+over wall seconds per iteration: how much of a core it got), and the 1-minute load average
+before and after each run (other processes share the cores). Model view, per round: every policy's last plan
 priced under each run's final estimates, to tell a wrong model input (the estimates rank
 the plans wrongly) from noise (the runs' estimates disagree).
 Failure drill: ours with the device of `--kill` killed (SIGKILL) mid-run, then the same
@@ -130,6 +131,7 @@ def figures(df: pd.DataFrame) -> dict:
             "extra_latency_s": df["extra_latency"].round(6).tolist(),
             "bandwidth_scale": df["bandwidth_scale"].round(4).tolist(),
             "speed_factors": df["speed_factors"].tolist(),
+            "cpu_share": [{d: round(v["cpu_share"], 3) for d, v in json.loads(m).items()} for m in df["measured_parts"]],
             "err_after_slot0": [round(e, 4) for e in err],
             "max_abs_err_after_slot0": round(max(abs(e) for e in err), 4) if err else None,
             "mean_measured_after_slot0_s": round(float(later["measured_batch_time"].mean()), 5)}
@@ -226,12 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     (folder / "train_bench.json").write_text(json.dumps(out, indent=1))
     print(f"link: {out['link_measured']}; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
           f"iterations, {rounds} round(s), repeat {REPEAT}")
-    print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | load")
+    print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | "
+          "CPU seconds / wall seconds of each busy rank | load before, after the run")
     for k, r in enumerate(out["rounds_data"]):
         for pol, x in r["runs"].items():
             for j in range(1, len(x["plans"])):
+                share = " ".join(f"{v:.2f}" for v in x["cpu_share"][j].values())
                 print(f"  {pol:8s} {k} {j} | {x['plans'][j]:28s} | {x['predicted_s'][j]:.4f} -> {x['measured_s'][j]:.4f} "
-                      f"({x['err_after_slot0'][j - 1]:+.1%}) | {x['load_1min']}")
+                      f"({x['err_after_slot0'][j - 1]:+.1%}) | cpu share {share} | {x['load_1min']}")
     for pol, v in summary.items():
         print(f"{pol:8s} measured {v['median_measured_s']:.4f} s/iter (median of rounds {v['measured_s_per_round']}), "
               f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}")

@@ -37,7 +37,6 @@ seconds (dynpar profile) are charged with the instance's optimizer_step = "measu
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Mapping
 

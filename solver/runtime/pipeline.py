@@ -14,6 +14,8 @@ from torch import nn
 
 from .layout import StageRole, micro_sizes
 from .placement import synchronizer
+
+CPU = torch.device("cpu")
 from .seeding import micro_batch as holding_rows
 
 
@@ -146,7 +148,7 @@ def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],
 
 
 def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequence[int],
-                max_norm: float, device: torch.device = torch.device("cpu")) -> float:
+                max_norm: float, device: torch.device = CPU) -> float:
     """Collective over the default process group (every rank calls it; `layers` may be
     empty): scale the gradients of this rank's `layers` so that the L2 norm of the whole
     model's gradient is at most `max_norm`, as torch.nn.utils.clip_grad_norm_ on one
@@ -173,7 +175,7 @@ def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequen
 def sync_and_step(rank: int, held: Mapping[int, object], layers: Sequence[int],
                   bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]],
                   clip_norm: float | None = None, owned: Sequence[int] = (),
-                  device: torch.device = torch.device("cpu")) -> float:
+                  device: torch.device = CPU) -> float:
     """The end of one iteration on a stage: all-reduce its gradients with the holders of the same
     layers in other groups, clip them to the global norm `clip_norm` when given (then a
     collective of every rank: clip_global, `owned` the layers this rank counts), step and

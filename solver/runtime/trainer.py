@@ -343,19 +343,18 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             g = rplan.groups[role.group]
             tstage = TorchStage(role, {i: held[i].module for i in role.layers}, g.devices,
                                 groups[tuple(sorted(g.devices))], g.schedule, g.micro_batch or wl.micro_batch, B,
-                                spec.loss,
-                                dev, repeat, spec.autocast)
+                                spec.loss, dev, repeat, spec.autocast)
         if replanned or fresh:
             _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
         fresh = False
         mine_layers = list(role.layers) if role is not None else []
         owned = [i for i in mine_layers if holders[i][0] == rank]
-        elapsed, compute, piped_s, sync_s, step_s = [], [], [], [], []
+        elapsed, compute, piped_s, sync_s, step_s, cpu = [], [], [], [], [], []
         while step < slot_end:
             if cfg.kill and cfg.kill == (me, step):
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
-            s0 = time.perf_counter()
+            s0, p0 = time.perf_counter(), time.process_time()
             c = 0.0
             if role is not None:
                 rows = (role.offset, role.offset + role.share)
@@ -367,13 +366,14 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                     f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
                                          x if role.prev is None else None, y if role.next is None else None,
                                          spec.loss, rplan.groups[role.group].micro_batch or wl.micro_batch, B,
-                                         shapes[role.first][0],
-                                         shapes[role.first][1], dev, None, repeat, step, spec.autocast)
+                                         shapes[role.first][0], shapes[role.first][1], dev, None, repeat, step,
+                                         spec.autocast)
                 c = f + b
             s1 = time.perf_counter()
             sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev)
             s2 = time.perf_counter()
             elapsed.append(s2 - s0)
+            cpu.append((time.process_time() - p0) / max(s2 - s0, 1e-12))
             compute.append(c)
             piped_s.append(s1 - s0)
             sync_s.append(sy)
@@ -383,7 +383,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                 _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
         report = [None] * dist.get_world_size()
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
-                                        {"pipeline": piped_s, "sync": sync_s, "step": step_s}))
+                                        {"pipeline": piped_s, "sync": sync_s, "step": step_s,
+                                         "cpu_share": cpu}))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
             moved = max(r[4] for r in report)
