@@ -225,10 +225,13 @@ def section_budgets(out: Path) -> str:
         return text + not_run("bench_budgets", "budgets_instances.csv or budgets_tradeoff.csv")
     if inst is not None:
         cols = ["instance", "slots", "ours_s", "ours_worst_over_pct", "plain_s", "plain_worst_over_pct",
-                "tracker_cost_pct", "best_meeting_baseline", "ours_vs_best_meeting_pct", "online_over_offline"]
+                "tracker_cost_pct", "best_meeting_baseline", "ours_vs_best_meeting_pct", "online_over_offline",
+                "online_over_offline_prefix"]
         text += (f"From `{name}`: the defaults (scale-free V, budget tracker at 1%, price from history) on each "
                  "instance; `*_worst_over_pct` = worst budget's average cost / limit - 1 (%); `online_over_offline` = "
-                 "online (re-planning off) / offline MILP average batch time at the online run's own budget use.\n\n"
+                 "online (re-planning off) / offline MILP average batch time at the online run's own budget use; "
+                 "`online_over_offline_prefix`: the same MILP also held to the tracker's rule (running excess "
+                 "<= 1% x slots after every slot).\n\n"
                  + md_table(inst[[c for c in cols if c in inst.columns]]) + "\n")
         if "online_over_offline" in inst and inst["online_over_offline"].notna().any():
             r = inst["online_over_offline"]

@@ -107,7 +107,7 @@ def plot_budget_tradeoff(df: pd.DataFrame, path: Path) -> Path:
                         textcoords="offset points")
         ax.axvline(100.0, color="k", ls="--", lw=1)
         ax.axvline(101.0, color="C3", ls=":", lw=1, label="budget + 1%")
-        ax.set(xscale="log", yscale="log", xlabel="worst budget use: avg cost / limit (%)",
+        ax.set(xscale="log", xlabel="worst budget use: avg cost / limit (%)",
                ylabel="avg batch time (s)", title=f"{instance_label(name)}: batch time against budget use")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)

@@ -238,3 +238,27 @@ def test_priced_run_rows_and_pricing_argument():
         run_online(inst, policy="even-dp", pricing="history")
     with pytest.raises(ValueError, match="pricing"):
         run_online(inst, pricing="lagrange")
+
+
+def test_report_has_the_budget_tradeoff_plot_and_table(tmp_path):
+    """make_report's budgets section: the defaults' table with the online / offline median, and
+    the trade-off plot (ours per tolerance, plain per V, baselines) from bench_budgets' CSVs."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.make_report import main as report
+    pd.DataFrame([{"instance": "default", "slots": 20, "ours_s": 1.1, "ours_worst_over_pct": 0.5,
+                   "plain_s": 1.0, "plain_worst_over_pct": 4.0, "tracker_cost_pct": 10.0,
+                   "online_over_offline": r, "online_over_offline_prefix": 1.0} for r in (1.02, 1.06, 1.04)]
+                 ).to_csv(tmp_path / "budgets_instances.csv", index=False)
+    pts = [{"instance": "default", "policy": f"ours, tolerance {t:g}%", "kind": "ours", "tolerance": t / 100,
+            "avg_batch_time_s": 1.3 - 0.02 * t, "worst_use_pct": 99 + t} for t in (0, 1, 3)]
+    pts += [{"instance": "default", "policy": "plain, V = 0.2", "kind": "plain", "avg_batch_time_s": 1.0,
+             "worst_use_pct": 104.0}, {"instance": "default", "policy": "even-dp", "kind": "baseline",
+                                       "avg_batch_time_s": 3.0, "worst_use_pct": 340.0}]
+    pd.DataFrame(pts).to_csv(tmp_path / "budgets_tradeoff.csv", index=False)
+    assert report(["--out", str(tmp_path)]) == 0
+    png = tmp_path / "budget_tradeoff.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "## Budgets met without tuning" in text and "![budget_tradeoff.png](budget_tradeoff.png)" in text
+    assert "online / offline: median 1.04, max 1.06 over 3 instances" in text
+    assert "budgets_tradeoff.csv" not in text.split("## Other tables")[-1] or "## Other tables" not in text

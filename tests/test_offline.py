@@ -140,3 +140,28 @@ def test_offline_le_online_default_settings():
     assert res.success and res.status == "optimal", res.message
     assert res.avg_batch_time <= s["avg_batch_time"] * (1 + 1e-9)
     assert np.all(np.asarray(res.avg_costs) <= np.asarray(use) * (1 + 1e-7))
+
+
+@settings(max_examples=15)
+@given(st.integers(0, 10_000), st.integers(1, 4), st.integers(1, 3), st.floats(0.0, 0.5))
+def test_prefix_rows_match_brute_force(seed, H, P, allow):
+    """With prefix = (Cbar, A) the MILP is the best choice whose running excess
+    sum_{s <= t} (c(s) / Cbar - 1) stays <= A after every slot (brute force over every choice)."""
+    rng = np.random.default_rng(seed)
+    cands = [[(DUMMY, float(rng.uniform(0.5, 3)), (float(rng.uniform(0.3, 1.8)),)) for _ in range(P)]
+             for _ in range(H)]
+    limit = 1.2
+    best = None
+    for pick in itertools.product(*[range(P) for _ in range(H)]):
+        ch = [cands[t][p] for t, p in enumerate(pick)]
+        run = np.cumsum([c[2][0] / 1.0 - 1.0 for c in ch])
+        if np.mean([c[2][0] for c in ch]) <= limit * (1 + 1e-9) and run.max() <= allow + 1e-9:
+            v = float(np.mean([c[1] for c in ch]))
+            best = v if best is None else min(best, v)
+    res = solve_offline([limit], cands, prefix=([1.0], allow))
+    if best is None:
+        assert res.status == "infeasible"
+    else:
+        assert res.ok and res.avg_batch_time == pytest.approx(best, rel=1e-7)
+        free = solve_offline([limit], cands)
+        assert free.avg_batch_time <= res.avg_batch_time * (1 + 1e-9)

@@ -98,7 +98,8 @@ def _solver():
     raise RuntimeError("no HiGHS solver available to Pyomo (tried appsi_highs and highs)")
 
 
-def _build(cands: list[list[Candidate]], limits: Sequence[float], relax: bool):
+def _build(cands: list[list[Candidate]], limits: Sequence[float], relax: bool,
+           prefix: tuple[Sequence[float], float] | None = None):
     import pyomo.environ as pyo
     H = len(cands)
     idx = [(t, p) for t in range(H) for p in range(len(cands[t]))]
@@ -113,6 +114,14 @@ def _build(cands: list[list[Candidate]], limits: Sequence[float], relax: bool):
         scale = 1.0 / lim if lim > 0 else 1.0
         return sum(cands[t][p].costs[k] * scale * mm.x[t, p] for t, p in idx) / H <= lim * scale
     m.budget = pyo.Constraint(range(len(limits)), rule=budget)
+    if prefix is not None:
+        ref, allow = [float(x) for x in prefix[0]], float(prefix[1])
+        rows = [(t, k) for t in range(H) for k in range(len(limits)) if ref[k] > 0]
+
+        def running(mm, t, k):
+            return sum((cands[s][p].costs[k] / ref[k] - 1.0) * mm.x[s, p]
+                       for s in range(t + 1) for p in range(len(cands[s]))) <= allow
+        m.prefix = pyo.Constraint(rows, rule=running)
     return m
 
 
@@ -139,10 +148,13 @@ def _solve(m, time_limit_s: float | None):
 
 def solve_offline(instance: Instance | Sequence[float], candidates_per_slot: Sequence[Iterable[Any]], *,
                   limits: Sequence[float] | None = None, time_limit_s: float | None = 60.0,
-                  lp_bound: bool = True) -> OfflineResult:
+                  lp_bound: bool = True, prefix: tuple[Sequence[float], float] | None = None) -> OfflineResult:
     """The offline MILP over given candidates: one list per slot of Candidate or
     (Plan, batch_time, costs). `limits` overrides the instance's budget limits (e.g. to compare
-    at the online controller's realised budget use)."""
+    at the online controller's realised budget use). prefix = (Cbar, A): also keep the running
+    excess sum_{s <= t} (c_k(s) / Cbar_k - 1) <= A after every slot t, for every budget (the
+    budget tracker's rule with A = eps H: the reference under the same guarantee as the online
+    run, which cannot borrow from later slots)."""
     import pyomo.environ as pyo
 
     t0 = time.perf_counter()
@@ -166,13 +178,13 @@ def solve_offline(instance: Instance | Sequence[float], candidates_per_slot: Seq
         return fail(Status.ERROR, f"every candidate needs {K} costs")
     lp = nan
     if lp_bound:
-        mr = _build(cands, lims, relax=True)
+        mr = _build(cands, lims, relax=True, prefix=prefix)
         st, _ = _solve(mr, time_limit_s)
         lp = float(pyo.value(mr.obj)) if st == Status.OPTIMAL else nan
         if st == Status.INFEASIBLE:
             return fail(Status.INFEASIBLE, "even the LP relaxation is infeasible: no mix of candidates meets "
                                       "every averaged budget", lp)
-    m = _build(cands, lims, relax=False)
+    m = _build(cands, lims, relax=False, prefix=prefix)
     st, msg = _solve(m, time_limit_s)
     if st != Status.OPTIMAL:
         return fail(st, msg, lp)
@@ -264,16 +276,23 @@ def offline_reference(instance: Instance, *, slots: Sequence[int] | None = None,
                       settings_scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0),
                       extra_plans: Sequence[Sequence[Plan]] | None = None, include_baselines: bool = True,
                       limits: Sequence[float] | None = None, options: Any = None,
-                      time_limit_s: float | None = 60.0) -> OfflineResult:
+                      time_limit_s: float | None = 60.0,
+                      prefix: tuple[Sequence[float], float] | None = None) -> OfflineResult:
     """Build every slot's candidates (search at several weights, baselines, extra plans such as
-    an online run's, see plans_from_frame) and solve the offline MILP."""
+    an online run's, see plans_from_frame) and solve the offline MILP (prefix: see solve_offline)."""
+    cands = reference_candidates(instance, slots=slots, settings_scales=settings_scales, extra_plans=extra_plans,
+                                 include_baselines=include_baselines, options=options)
+    return solve_offline(instance, cands, limits=limits, time_limit_s=time_limit_s, prefix=prefix)
+
+
+def reference_candidates(instance: Instance, *, slots: Sequence[int] | None = None,
+                         settings_scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0),
+                         extra_plans: Sequence[Sequence[Plan]] | None = None, include_baselines: bool = True,
+                         options: Any = None) -> list[list[Candidate]]:
+    """Every slot's candidates for the offline MILP (slot_candidates of each slot)."""
     slots = list(range(instance.num_slots)) if slots is None else list(slots)
-    cands = []
-    for i, t in enumerate(slots):
-        st = instance.state(t)
-        extra = extra_plans[t] if extra_plans is not None else ()
-        cands.append(slot_candidates(st, None, extra, include_baselines, options, settings_scales))
-    return solve_offline(instance, cands, limits=limits, time_limit_s=time_limit_s)
+    return [slot_candidates(instance.state(t), None, extra_plans[t] if extra_plans is not None else (),
+                            include_baselines, options, settings_scales) for t in slots]
 
 
 def calibrate_budgets(instance: Instance, frac: float = 0.5, slots: Sequence[int] | None = None,
