@@ -87,6 +87,7 @@ class Scorer:
                 self._w_dev += Q[k] * np.asarray(state.price, dtype=float)
             elif Q[k] > 0 and b.kind == "energy":
                 self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
+        self._params, self._param_room = param_room(state)
         t = self.tuning = options.tuning
         self.all_orders_up_to = t.all_orders_small if t.small(len(state.available_indices), self.L) \
             else t.all_orders_memory
@@ -120,6 +121,8 @@ class Scorer:
     def cuts(self, devices: Ordered, min_share: int | None = None,
              micro_batch: int | None = None) -> tuple[int, ...] | None:
         key = (devices, min_share) if micro_batch is None else (devices, min_share, int(micro_batch))
+        if key not in self._cuts and float(self._param_room[list(devices)].sum()) < self._params:
+            self._cuts[key] = None          # the group cannot hold the model at one micro-batch
         if key not in self._cuts:
             self.tries += self.cut_work(len(devices))
             st, cache = self.at(micro_batch)
@@ -312,9 +315,15 @@ class Scorer:
         return np.maximum(np.ceil(b / us - 1e-9), 1).astype(int) * us
 
     def fitting_order(self, d: Ordered, mb: int | None) -> tuple[Ordered, tuple | None]:
-        """(order, cuts) of the first of group_orders(d) (memory-rich first before the rest)
-        whose min-bottleneck cuts hold one micro-batch; (d, None) when none does."""
-        for o in dict.fromkeys([memory_order(self.state, d), *group_orders(self.state, d, self.all_orders_up_to)]):
+        """(order, cuts) of the first of the memory-rich-first order and its reverse (the
+        richest device at the start or at the end of the model) whose min-bottleneck cuts hold
+        one micro-batch; (d, None) when neither does. Two cut DPs: a group that does not fit in
+        the order it was built in is common when memory binds, so more orders would spend the
+        work budget on groups that mostly cannot fit."""
+        m = memory_order(self.state, d)
+        for o in dict.fromkeys([m, tuple(reversed(m))]):
+            if o == d:
+                continue
             c = self.cuts(o, None, mb)
             if c is not None:
                 return o, c
@@ -347,6 +356,30 @@ class Scorer:
             else:
                 out.append(e)
         return tuple(out) if changed else None
+
+
+def param_room(state: SlotState) -> tuple[float, np.ndarray]:
+    """(the bytes the whole model needs at one micro-batch, per device the most of them it can
+    hold): a necessary condition for a group to hold the model, checked before its cut DP
+    costs any work.
+
+    Stage j of any schedule, with or without recomputation, holds at least k_opt P_l + u H_l
+    bytes for each of its layers l at one micro-batch (model.memory: the live samples are at
+    least u, and recomputation keeps u H_j during the backward). At TP degree t a device holds
+    need_l(t) = k_opt P_l(t) + u H_l(t) >= rho_t need_l(1) with rho_t = min_l need_l(t) / need_l(1);
+    so device d can take layers needing at most M_d / rho_t of the whole need_l(1). A group whose
+    devices' sum is below sum_l need_l(1) cannot hold the model, whatever its cuts."""
+    wl = state.workload
+    need = wl.opt_factor * np.asarray(wl.param_bytes, dtype=float) + wl.micro_batch * np.asarray(wl.stash_bytes, float)
+    room = np.array(state.memory_bytes, dtype=float)
+    if state.tp is not None:
+        pos = need > 0
+        for i, t in enumerate(state.tp):
+            if t > 1 and pos.any():
+                wt = state.workload_at(t)
+                need_t = wt.opt_factor * np.asarray(wt.param_bytes, float) + wt.micro_batch * np.asarray(wt.stash_bytes, float)
+                room[i] /= max(float(np.min(need_t[pos] / need[pos])), 1e-12)
+    return float(need.sum()), room * (1 + 1e-9)
 
 
 def better(a: Scored, b: Scored) -> bool:

@@ -26,6 +26,7 @@ from .inputs import check_queues, check_V, infeasible_reason
 from .local import local_search, polish
 from .micro_batch import micro_batch_sizes, single_size, solve_by_micro_batch
 from .options import SlotResult, SolveOptions
+from .orders import memory_order, nn_order
 from .oracle import solve_exact
 from .scoring import Scorer, slot_result
 from .sources import describe
@@ -114,6 +115,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         return SlotResult.infeasible(
             f"slot {state.t}: no device or group of available devices can hold the model "
             f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
+    extend_with_rest(state, sc)
     # 3. local search from the best few distinct structures, then polish the winner
     if opt.local_search:
         starts = sorted({id(s): s for s in sc.scored()}.values(),
@@ -138,3 +140,18 @@ def _without_tp(state: SlotState, queues: Sequence[float] | None, V: float, *, o
                 **kw) -> SlotResult:
     """solve_slot without TP configurations (they are chosen outside the micro-batch sizes)."""
     return solve_slot(state, queues, V, options=replace(options, tp_degrees=(1,)), **kw)
+
+
+def extend_with_rest(state: SlotState, sc: Scorer) -> None:
+    """Score the best structure so far plus one pipeline of the available devices it leaves out
+    (in memory order, its reverse and the fast-link chain), outside the work budget (three cut
+    DPs): the devices too small or slow for the families' groupings may still add throughput as
+    a data-parallel group of their own (e.g. tensor-parallel V100 stages beside A100 pipelines)."""
+    used = {d for e in sc.best.structure for d in e[0]}
+    rest = [d for d in state.available_indices if d not in used]
+    if not rest:
+        return
+    groups = [e[0] for e in sc.best.structure]
+    m = memory_order(state, rest)
+    for order in dict.fromkeys([m, tuple(reversed(m)), nn_order(state, rest)]):
+        sc.score_groups(groups + [order], source="best+rest", prune=False)

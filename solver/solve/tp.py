@@ -6,7 +6,8 @@ remainder stays alone). The search runs unchanged on the configuration's unit st
 (model.units), its plan is read back over physical devices (Group.tp_peers), and the best
 configuration wins. Configurations are visited by coordinate descent from degree 1 everywhere:
 each kind in turn tries each other degree with the others fixed, keeping a change when the
-objective falls; each trial runs at the workload's own micro-batch size on SearchTuning.tp_explore
+objective falls (when degree 1 has no plan at all, the descent starts from the best of "every
+kind at degree t" for each t); each trial runs at the workload's own micro-batch size on SearchTuning.tp_explore
 of the work budget, and the winner once more with every micro-batch size on the full budget
 (unless that search is the same): |kinds| (|degrees| - 1) + 1 searches, or one more, each on
 fewer devices than the slot.
@@ -143,17 +144,28 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     smaller work budget), and the winner, when it is not degree 1, once more by `solve` (unless
     that is `explore` itself), keeping the better of the two. Returns (best result, its configuration, searches run, lower bounds seen)."""
     allowed = allowed_degrees(state, degrees)
-    config = {k: 1 for k in allowed}
-    one = tuple(sorted(config.items()))
+    one = tuple(sorted({k: 1 for k in allowed}.items()))
     best, best_cfg, runs, bounds = plain, one, 0, [plain.lower_bound]
+    tried = {one}
+
+    def trial(cfg: Configuration) -> None:
+        nonlocal best, best_cfg, runs
+        if cfg in tried:
+            return
+        tried.add(cfg)
+        res, _ = solve_units(state, configuration_units(state, cfg), explore, cache)
+        runs += 1
+        bounds.append(res.lower_bound)
+        if better(res, best):
+            best, best_cfg = res, cfg
+
+    if plain.plan is None:      # no start to descend from: every kind at each degree at once first
+        for t in sorted({t for ts in allowed.values() for t in ts}):
+            trial(tuple(sorted((k, max([1, *(x for x in ts if x <= t)])) for k, ts in allowed.items())))
+    config = dict(best_cfg)
     for kind, ts in allowed.items():
-        for t in ts:
-            cfg = tuple(sorted(dict(config, **{kind: t}).items()))
-            res, _ = solve_units(state, configuration_units(state, cfg), explore, cache)
-            runs += 1
-            bounds.append(res.lower_bound)
-            if better(res, best):
-                best, best_cfg = res, cfg
+        for t in (1, *ts):
+            trial(tuple(sorted(dict(config, **{kind: t}).items())))
         config = dict(best_cfg)
     if best_cfg != one and solve is not explore:
         res, _ = solve_units(state, configuration_units(state, best_cfg), solve, cache)
