@@ -295,3 +295,21 @@ def test_tp_times_without_their_bytes_fail_loudly(tmp_path):
     wl = read_workload_csv(p, batch=4, micro_batch=1)
     w2 = wl.at_tp(2)
     assert w2.param_bytes[0] == 2.5 and w2.stash_bytes[0] == 3 and w2.measured["V100-SXM2-16GB"] == ((0.1,), (0.2,))
+
+
+def test_unsplit_column_and_the_megatron_split(tmp_path):
+    from solver.errors import InstanceError
+    from solver.io.transformer import block_unsplit_bytes, korthikanti_bytes
+    from solver.io.workloads import read_workload_csv
+    s, h, a = 512, 1024, 16
+    whole, unsplit = korthikanti_bytes(s, h, a), block_unsplit_bytes(s, h)
+    p = tmp_path / "t.csv"
+    p.write_text(f"name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,stash_unsplit_bytes\n"
+                 f"block,1e9,2e9,{2 * s * h},{whole},1e6,{unsplit}\n")
+    wl = read_workload_csv(p, batch=4, micro_batch=1)
+    for t in (2, 4, 8):       # Korthikanti et al.: s b h (10 + 24 / t + 5 a s / (h t)) per device
+        assert wl.at_tp(t).stash_bytes[0] == pytest.approx(s * h * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,stash_unsplit_bytes\n"
+                 "block,1,2,3,4,5,6\n")
+    with pytest.raises(InstanceError, match="stash_unsplit_bytes': expected at most the layer's stash_bytes 4, got 6"):
+        read_workload_csv(p, batch=4, micro_batch=1)

@@ -76,3 +76,14 @@ def llama_block_saved_bytes(seq: int, hidden: int, heads: int, ffn: int, samples
 def korthikanti_bytes(seq: int, hidden: int, heads: int, samples: int = 1) -> float:
     """The paper's figure, s b h (34 + 5 a s / h) bytes (16-bit activations, 1-byte masks)."""
     return seq * samples * hidden * (34.0 + 5.0 * heads * seq / hidden)
+
+
+def block_unsplit_bytes(seq: int, hidden: int, samples: int = 1, act_bytes: float = 2.0, mask_bytes: float = 1.0,
+                        dropout: bool = True) -> float:
+    """Bytes of a block's saved activations that Megatron's tensor parallelism does not split
+    (each of the t devices keeps them whole): the two layer-norm inputs and the two inputs of the
+    column-parallel linears (QKV, the MLP's first), 4 s b h elements, and the two dropout masks
+    after the row-parallel linears, 2 s b h: with e = 2, m = 1 the 10 s b h of Korthikanti et al.
+    2022, section 4.2.2 (s b h (10 + 24 / t + 5 a s / (h t)) per device at degree t)."""
+    _check_shape(seq=seq, hidden=hidden, heads=1, samples=samples)
+    return float(seq * samples * hidden * (4.0 * act_bytes + (2.0 * mask_bytes if dropout else 0.0)))

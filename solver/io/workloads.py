@@ -33,7 +33,9 @@ in place of the plain one, and every `@mbs<b>@tp1` column with b dividing the ba
 Workload.measured_by_micro_batch). A line `# precision: P` (fp32, bf16, fp16) says the bytes
 are already at P (Workload.precision; 16-bit: the mixed-precision model-state factor).
 Columns opt_s:<kind> give each layer's measured optimizer-step seconds per iteration on
-that kind (Workload.optimizer_seconds, for optimizer_step = "measured").
+that kind (Workload.optimizer_seconds, for optimizer_step = "measured"). An optional column
+stash_unsplit_bytes gives the part of stash_bytes that tensor parallelism does not split
+(Workload.tp_unsplit_stash; without it a TP stage keeps all of it on every device).
 Regenerate with `python -m solver.io.workloads [outdir]`.
 """
 from __future__ import annotations
@@ -344,7 +346,8 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             raise InstanceError(f"{path}: row {start + 1}: column {h!r} has no matching 'fwd_s:' column")
     source = {k: (f"fwd_s:{k}", f"bwd_s:{k}") for k in kinds}
     source.update({k: cols for (k, b, t), cols in variants.items() if b == micro_batch and t == 1})
-    extra: dict[str, list[float]] = {h: [] for h in header if "@" in h or h.startswith("opt_s:")}
+    extra: dict[str, list[float]] = {h: [] for h in header if "@" in h or h.startswith("opt_s:")
+                                     or h == UNSPLIT_COLUMN}
     layers, measured = [], {k: ([], []) for k in source}
     for lineno, row in enumerate(reader, start=start + 2):
         if not row or all(not c.strip() for c in row):
@@ -380,10 +383,31 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     if by_u:
         by_u.setdefault(int(micro_batch), measured)
     tp_variants = _tp_variants(path, variants, extra, int(batch))
+    unsplit = _unsplit(path, extra, layers, start)
     return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
                     float(input_bytes), measured, precision=precision,
                     measured_by_micro_batch=dict(sorted(by_u.items())), tp_variants=tp_variants,
+                    tp_unsplit_stash=unsplit,
                     optimizer_seconds={h[len("opt_s:"):]: tuple(extra[h]) for h in header if h.startswith("opt_s:")})
+
+
+UNSPLIT_COLUMN = "stash_unsplit_bytes"
+"""Optional layer-table column: per layer, the bytes per sample of its saved activations that
+tensor parallelism does not split (Workload.tp_unsplit_stash; for a transformer block
+io.transformer.block_unsplit_bytes)."""
+
+
+def _unsplit(path: Path, extra: dict[str, list[float]], layers: list, start: int) -> tuple[float, ...] | None:
+    """The stash_unsplit_bytes column, or None without one; InstanceError where a value exceeds
+    the layer's stash_bytes."""
+    if UNSPLIT_COLUMN not in extra:
+        return None
+    vals = tuple(extra[UNSPLIT_COLUMN])
+    for i, (v, l) in enumerate(zip(vals, layers)):
+        if v > l.stash_bytes * (1 + 1e-12):
+            raise InstanceError(f"{path}: layer {l.name!r}: column {UNSPLIT_COLUMN!r}: expected at most the layer's "
+                                f"stash_bytes {format_number(l.stash_bytes)}, got {format_number(v)}")
+    return vals
 
 
 def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batch: int) -> dict[int, TPVariant]:
