@@ -73,37 +73,62 @@ def _nn_ring(bw: np.ndarray, lat: np.ndarray, start: int) -> np.ndarray:
     return succ
 
 
+def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(succ (C, m) over positions in `members` (sorted device indices), slowest-link bytes/s
+    (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings among every
+    directed ring (up to EXACT_RINGS_UP_TO members) or among nearest-neighbour rings from
+    NN_STARTS starts (above); ties in the order of enumeration. Cached per state and set."""
+    memo = state.__dict__.setdefault("_ring_fronts", {})
+    hit = memo.get(members)
+    if hit is not None:
+        return hit
+    h = np.asarray(members, dtype=int)
+    m = len(h)
+    bw, lat = _edges(state, h)
+    pos = np.arange(m)
+    if m <= EXACT_RINGS_UP_TO:
+        succ = _all_rings(m)
+    else:
+        succ = np.stack([_nn_ring(bw, lat, s) for s in range(min(m, NN_STARTS))])
+    ring_bw = bw[pos[None, :], succ].min(axis=1)
+    ring_lat = lat[pos[None, :], succ].max(axis=1)
+    order = np.lexsort((ring_lat, -ring_bw))
+    lat_sorted = ring_lat[order]
+    before = np.concatenate([[np.inf], np.minimum.accumulate(lat_sorted)[:-1]])
+    keep = order[lat_sorted < before]
+    memo[members] = hit = (succ[keep], ring_bw[keep], ring_lat[keep])
+    return hit
+
+
 def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rings worth trying for one bucket's holders (in group order): (succ (C, m) ring
     successors by position, slowest-link bytes/s (C,), largest latency (C,)), the group order
-    first, then the (bandwidth, latency) Pareto-optimal rings among every directed ring (up to
-    EXACT_RINGS_UP_TO holders, so the best ring for any bucket size is among them) or among
-    nearest-neighbour rings from NN_STARTS starts (above). Cached per state and holders."""
+    first, then the Pareto front of the holders as a set (`_front`: every directed ring up to
+    EXACT_RINGS_UP_TO holders, so the best ring for any bucket size is among them; above,
+    nearest-neighbour rings). Cached per state and holders."""
     memo = state.__dict__.setdefault("_ring_candidates", {})
     key = tuple(int(h) for h in holders)
     hit = memo.get(key)
     if hit is not None:
         return hit
+    m = len(key)
     h = np.asarray(key, dtype=int)
-    m = len(h)
-    bw, lat = _edges(state, h)
-    pos = np.arange(m)
-    group = np.roll(pos, -1)[None, :]
+    nxt = np.roll(h, -1)
+    par = 1.0 if state.tp is None else np.minimum(np.asarray(state.tp, dtype=float)[h], np.asarray(state.tp, dtype=float)[nxt])
+    g_bw = np.array([float((state.bandwidth[h, nxt] * par).min())])
+    g_lat = np.array([float(state.latency[h, nxt].max())])
+    group = np.roll(np.arange(m), -1)[None, :]
     if m <= 2:
-        succ = group
-    elif m <= EXACT_RINGS_UP_TO:
-        succ = np.concatenate([group, _all_rings(m)])
+        hit = (group, g_bw, g_lat)
     else:
-        succ = np.concatenate([group] + [_nn_ring(bw, lat, s)[None, :] for s in range(min(m, NN_STARTS))])
-    ring_bw = bw[pos[None, :], succ].min(axis=1)
-    ring_lat = lat[pos[None, :], succ].max(axis=1)
-    if len(succ) > 1:           # keep the group order and the Pareto front of the others
-        order = np.lexsort((ring_lat[1:], -ring_bw[1:])) + 1
-        lat_sorted = ring_lat[order]
-        before = np.concatenate([[np.inf], np.minimum.accumulate(lat_sorted)[:-1]])
-        keep = np.concatenate([[0], order[lat_sorted < before]])
-        succ, ring_bw, ring_lat = succ[keep], ring_bw[keep], ring_lat[keep]
-    memo[key] = hit = (succ, ring_bw, ring_lat)
+        members = tuple(sorted(key))
+        f_succ, f_bw, f_lat = _front(state, members)
+        where = {d: i for i, d in enumerate(key)}           # device -> position in group order
+        to_group = np.array([where[d] for d in members])     # sorted position -> group position
+        conv = np.empty_like(f_succ)
+        conv[:, to_group] = to_group[f_succ]
+        hit = (np.concatenate([group, conv]), np.concatenate([g_bw, f_bw]), np.concatenate([g_lat, f_lat]))
+    memo[key] = hit
     return hit
 
 
@@ -125,16 +150,42 @@ def best_rings(state: SlotState, cols: np.ndarray, nbytes: np.ndarray) -> np.nda
 
 
 def _choose_ring(state: SlotState, holders: tuple[int, ...], nbytes: float) -> tuple[int, ...]:
-    """Each holder's successor on the best ring of best_rings for one bucket of nbytes bytes."""
-    succ, ring_bw, ring_lat = ring_candidates(state, holders)
-    pick = 0
-    if len(succ) > 1:
-        m = len(holders)
+    """Each holder's successor on the best ring of best_rings for one bucket of nbytes bytes:
+    the group-order ring unless the best of the holders' Pareto front (`_front`) beats it by
+    more than the _TIE share (the same choice as scanning ring_candidates in order)."""
+    m = len(holders)
+    group = holders[1:] + holders[:1]
+    if m <= 2:
+        return group
+    tp = state.tp
+    g_bw = min(float(state.bandwidth[a, b]) * (1.0 if tp is None else min(tp[a], tp[b]))
+               for a, b in zip(holders, group))
+    g_lat = max(float(state.latency[a, b]) for a, b in zip(holders, group))
+    g_cost = 2.0 * (m - 1) / m * nbytes / g_bw + 2.0 * (m - 1) * g_lat
+    members = tuple(sorted(holders))
+    f_cost, f_next = _front_choice(state, members, nbytes)
+    best = min(g_cost, f_cost)
+    if g_cost <= best + _TIE * abs(best):
+        return group
+    succ_of = dict(zip(members, f_next))
+    return tuple(succ_of[d] for d in holders)
+
+
+def _front_choice(state: SlotState, members: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
+    """(cost, each member's successor) of the first ring of the members' front within the _TIE
+    share of the front's least cost for a bucket of nbytes bytes; cached per state."""
+    memo = state.__dict__.setdefault("_ring_front_choice", {})
+    key = (members, nbytes)
+    hit = memo.get(key)
+    if hit is None:
+        succ, ring_bw, ring_lat = _front(state, members)
+        m = len(members)
         cost = [2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
                 for bw, lat in zip(ring_bw.tolist(), ring_lat.tolist())]
         best = min(cost)
         pick = next(i for i, c in enumerate(cost) if c <= best + _TIE * abs(best))
-    return tuple(holders[i] for i in succ[pick].tolist())
+        hit = memo[key] = (cost[pick], tuple(members[i] for i in succ[pick].tolist()))
+    return hit
 
 
 def buckets(state: SlotState, structure: Structure) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
