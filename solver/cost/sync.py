@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from ..model.network import effective_bandwidth
 from ..model.state import SlotState
@@ -54,22 +55,30 @@ def _edges(state: SlotState, holders: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return bw, state.latency[np.ix_(holders, holders)]
 
 
+@njit(cache=True)
+def _nn_order(bw: np.ndarray, lat: np.ndarray, start: int) -> np.ndarray:
+    m = bw.shape[0]
+    order = np.empty(m, dtype=np.int64)
+    left = np.ones(m, dtype=np.bool_)
+    order[0] = start
+    left[start] = False
+    for step in range(1, m):
+        last = order[step - 1]
+        pick, best_bw, best_lat = -1, -np.inf, np.inf
+        for c in range(m):              # increasing index: ties keep the first
+            if left[c] and (bw[last, c] > best_bw or (bw[last, c] == best_bw and lat[last, c] < best_lat)):
+                pick, best_bw, best_lat = c, bw[last, c], lat[last, c]
+        order[step] = pick
+        left[pick] = False
+    return order
+
+
 def _nn_ring(bw: np.ndarray, lat: np.ndarray, start: int) -> np.ndarray:
     """Successor array of the chain that always goes on to the unvisited holder with the
     fastest link from the last one (ties: lower latency, then position), closed into a ring."""
-    m = len(bw)
-    order = [start]
-    left = np.ones(m, dtype=bool)
-    left[start] = False
-    for _ in range(m - 1):
-        last = order[-1]
-        cand = np.flatnonzero(left)
-        key = np.lexsort((cand, lat[last, cand], -bw[last, cand]))
-        nxt = int(cand[key[0]])
-        order.append(nxt)
-        left[nxt] = False
-    succ = np.empty(m, dtype=int)
-    succ[order] = order[1:] + order[:1]
+    order = _nn_order(np.ascontiguousarray(bw, dtype=float), np.ascontiguousarray(lat, dtype=float), int(start))
+    succ = np.empty(len(order), dtype=int)
+    succ[order] = np.roll(order, -1)
     return succ
 
 
