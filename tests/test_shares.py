@@ -203,3 +203,12 @@ def test_one_group_gets_the_whole_batch_without_an_lp(cap, q):
 def test_one_group_that_cannot_hold_the_batch_is_infeasible():
     r = solve_shares([0.01], [0.2], [60], 64, 4, 1.0, [0.0])
     assert r.status == "infeasible" and "sum of caps" in r.message
+
+
+def test_highs_prints_no_banner():
+    """The share LP's HiGHS instance is made silently: nothing reaches the user's stdout."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "from solver.subproblems.highs import quiet_highs; "
+                          "h = quiet_highs(); print('done')"], capture_output=True, text=True, check=True)
+    assert out.stdout == "done\n"

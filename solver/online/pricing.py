@@ -37,6 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..subproblems.highs import quiet_highs
+
 WINDOW = 200
 BRACKET = 3.0     # the frontier of a slot is searched at the last price times and over this
 PRICE_CAP = 1e4  # the elastic budget rows' price, in slowest batch times per budget's worth
@@ -111,8 +113,7 @@ class History:
         N = sum(sizes)
         allp = np.vstack(pts)
         cap = PRICE_CAP * float(allp[:, 0].max())
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = quiet_highs()
         lp = highspy.HighsLp()
         # columns: x_tp (N), then one elastic slack per budget; rows: K budget rows, n slot rows
         lp.num_col_, lp.num_row_ = N + K, K + n

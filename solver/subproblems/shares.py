@@ -34,6 +34,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .highs import quiet_highs
+
 _TOL_N = 1e-9        # slack on "how many micro-batches fit under z" (float noise in (z - beta) / a)
 _ROWS_PER_CHUNK = 1 << 18   # candidate-z rows x groups evaluated per numpy block
 
@@ -233,8 +235,7 @@ class ShareLP:
 
     def _build(self, m: int) -> tuple[object, np.ndarray]:
         hs = self._hs
-        h = hs.Highs()
-        h.setOptionValue("output_flag", False)
+        h = quiet_highs()
         lp = hs.HighsLp()
         lp.num_col_, lp.num_row_ = m + 1, m + 1
         inf = hs.kHighsInf
