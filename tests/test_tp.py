@@ -38,7 +38,7 @@ def instance(tmp_path: Path, devices: list[tuple[str, str, str]], memory_gb: flo
     """Devices (name, kind, server) in declared servers ([[servers]], NICs not limiting), 200 Gb/s
     inside a server and 25 between servers (1 us / 10 us latency); a money budget."""
     (tmp_path / "layers.csv").write_text(LAYERS)
-    body = [f'name = "tp"', "num_slots = 1", "[workload]", 'model = "layers.csv"', f"batch = {batch}",
+    body = ['name = "tp"', "num_slots = 1", "[workload]", 'model = "layers.csv"', f"batch = {batch}",
             f"micro_batch = {micro}", "[network]", "intra_server_gbps = 200.0", "inter_server_gbps = 25.0",
             "intra_server_latency_ms = 0.001", "inter_server_latency_ms = 0.01", ""]
     for n, k, s in devices:
@@ -137,7 +137,7 @@ def test_singleton_units_equal_the_physical_slot(tmp_path_factory, seed):
     rng = np.random.default_rng(seed)
     devs = [int(x) for x in rng.permutation(s.n)]
     k = int(rng.integers(1, 4))
-    groups, start, shares = [], 0, [8, 8] if k > 1 else [16]
+    groups, shares = [], [8, 8] if k > 1 else [16]
     for gi in range(min(k, 2)):
         stages = devs[gi * 2: gi * 2 + 2] if k > 1 else devs[:2]
         groups.append(Group(tuple(stages), (2, 4), shares[gi], "1f1b" if seed % 2 else "gpipe", bool(seed % 3 == 0)))

@@ -14,10 +14,8 @@ everywhere.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
-
-from dataclasses import replace
 
 from .memory import MEM_RTOL, SCHEDULES, memory_use
 from .state import SlotState, measurement_notes

@@ -172,6 +172,6 @@ def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None,
     if best is None or best.plan is None:
         return SlotResult.infeasible(f"slot {state.t}: no set of TP units (degrees {tuple(degrees)}) can hold the "
                                      f"model ({state.workload.name}) with one micro-batch", time.perf_counter() - t0)
-    finite = [b for b in bounds if b == b]
+    finite = [b for b in bounds if not math.isnan(b)]
     return replace(best, solve_time=time.perf_counter() - t0, lower_bound=min(finite) if finite else best.lower_bound,
                    message=f"{best.message}; over all {count} ways of forming TP units of degrees {tuple(degrees)}")

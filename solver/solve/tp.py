@@ -21,6 +21,7 @@ degree-1 one, unchanged.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 from typing import Callable, Iterator, Sequence
 
@@ -192,7 +193,7 @@ def tp_result(best: SlotResult, config: Configuration, runs: int, bounds: Sequen
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
     of the configurations searched (a bound over those, not over every way of forming units)
     and the configuration in the message."""
-    finite = [b for b in bounds if b == b]
+    finite = [b for b in bounds if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
     msg = f"{best.message}; TP: {runs + 1} searches (coordinate descent over one degree " \
           f"per kind), chosen: {describe_configuration(config)}; lower bound over the configurations searched"
