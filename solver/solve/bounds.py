@@ -100,9 +100,11 @@ def price_weights(state: SlotState, Q: np.ndarray) -> np.ndarray:
     return w
 
 
-def compute_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:
-    """min over non-empty device sets U of (V + sum_U w_d) B / sum_U theta_d (module doc);
-    -inf when a queue weight is negative (no bound is claimed), 0 when no device is available."""
+def _inputs(state: SlotState, Q: np.ndarray, V: float, profile: int | None
+            ) -> float | tuple[list[int], np.ndarray, np.ndarray]:
+    """(available devices, their throughputs theta, their price weights w) for the bounds, or
+    the bound itself where it is trivial: -inf when a queue weight or V is negative (no bound
+    is claimed), 0 when no device is available or one has infinite throughput."""
     Q = np.asarray(Q, dtype=float)
     if np.any(Q < 0) or V < 0:
         return -math.inf
@@ -112,7 +114,16 @@ def compute_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None
     theta = device_throughputs(state, idx, profile)
     if np.any(np.isinf(theta)):
         return 0.0
-    w = price_weights(state, Q)[idx]
+    return idx, theta, price_weights(state, Q)[idx]
+
+
+def compute_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:
+    """min over non-empty device sets U of (V + sum_U w_d) B / sum_U theta_d (module doc);
+    -inf when a queue weight is negative (no bound is claimed), 0 when no device is available."""
+    got = _inputs(state, Q, V, profile)
+    if isinstance(got, float):
+        return got
+    idx, theta, w = got
     order = np.argsort(w / theta, kind="stable")
     num = V + np.cumsum(w[order])
     den = np.cumsum(theta[order])
@@ -169,16 +180,10 @@ def _least_ratio(V: float, w: np.ndarray, theta: np.ndarray, holder: np.ndarray,
 def memory_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:
     """The compute bound with the fill and drain that non-holders' pipelines must pay (module
     doc); -inf when a queue weight is negative, 0 when no device is available."""
-    Q = np.asarray(Q, dtype=float)
-    if np.any(Q < 0) or V < 0:
-        return -math.inf
-    idx = list(state.available_indices)
-    if not idx:
-        return 0.0
-    theta = device_throughputs(state, idx, profile)
-    if np.any(np.isinf(theta)):
-        return 0.0
-    w = price_weights(state, Q)[idx]
+    got = _inputs(state, Q, V, profile)
+    if isinstance(got, float):
+        return got
+    idx, theta, w = got
     holder = holders_mask(state, idx)
     wl = state.workload
     c = min(wl.micro_batch_options()) * float(theta.min() / theta.max()) / 2.0
@@ -218,16 +223,12 @@ def sync_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = 
     """The fill-and-drain and sync bound of the module doc; -inf when a queue weight is
     negative or above SYNC_BOUND_UP_TO available devices (no bound claimed), 0 when none is
     available."""
-    Q = np.asarray(Q, dtype=float)
-    idx = list(state.available_indices)
-    if np.any(Q < 0) or V < 0 or len(idx) > SYNC_BOUND_UP_TO:
+    if len(state.available_indices) > SYNC_BOUND_UP_TO:
         return -math.inf
-    if not idx:
-        return 0.0
-    theta = device_throughputs(state, idx, profile)
-    if np.any(np.isinf(theta)):
-        return 0.0
-    w = price_weights(state, Q)[idx]
+    got = _inputs(state, Q, V, profile)
+    if isinstance(got, float):
+        return got
+    idx, theta, w = got
     wl = state.workload
     u = min(wl.micro_batch_options())
     rho = float(theta.min() / theta.max())
