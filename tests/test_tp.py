@@ -313,3 +313,13 @@ def test_unsplit_column_and_the_megatron_split(tmp_path):
                  "block,1,2,3,4,5,6\n")
     with pytest.raises(InstanceError, match="stash_unsplit_bytes': expected at most the layer's stash_bytes 4, got 6"):
         read_workload_csv(p, batch=4, micro_batch=1)
+
+
+def test_tp_boundary_bytes_must_be_the_whole_boundary(tmp_path):
+    from solver.errors import InstanceError
+    from solver.io.workloads import read_workload_csv
+    p = tmp_path / "t.csv"
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,param_bytes@tp2,out_bytes@tp2,"
+                 "stash_bytes@tp2\nl0,1,2,8,4,6,3,4,2\n")
+    with pytest.raises(InstanceError, match=r"column 'out_bytes@tp2': expected the layer's out_bytes 8"):
+        read_workload_csv(p, batch=4, micro_batch=1)

@@ -52,10 +52,10 @@ def migration_time(previous: Plan | None, plan: Plan, state: SlotState,
     prev = holder_mask(previous, state) if previous_held is None else previous_held
     any_prev = prev > 0
     worst = 0.0
+    full = state.workload.opt_factor * state.workload.param_bytes
     for g in plan.groups:
         for unit, (_, a, c) in zip(g.units(), g.stages()):
             t = len(unit)
-            full = state.workload.opt_factor * state.workload.param_bytes
             for r, d in enumerate(unit):
                 frac = _missing_fraction(prev[d, a:c], t, r)
                 new = np.flatnonzero(frac > 0) + a

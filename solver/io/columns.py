@@ -13,8 +13,8 @@ takes the `@mbs<u>@tp1` column at the workload's micro-batch size u, when the ta
 place of the plain `fwd_s:<kind>` column; the other `@tp1` sizes become
 Workload.measured_by_micro_batch, and each degree t > 1 with its `param_bytes@tp<t>` and
 `stash_bytes@tp<t>` columns becomes Workload.tp_variants[t] (with its timed sizes), which the
-tensor-parallel planner uses (model.units). `out_bytes@tp<t>` is not used: the boundary is
-sent once per stage, at its degree-1 size.
+tensor-parallel planner uses (model.units). `out_bytes@tp<t>` must equal out_bytes (the
+boundary is sent once per stage, at its degree-1 size); a different figure is an error.
 """
 from __future__ import annotations
 

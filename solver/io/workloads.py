@@ -382,7 +382,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
     if by_u:
         by_u.setdefault(int(micro_batch), measured)
-    tp_variants = _tp_variants(path, variants, extra, int(batch))
+    tp_variants = _tp_variants(path, variants, extra, int(batch), layers)
     unsplit = _unsplit(path, extra, layers, start)
     return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
                     float(input_bytes), measured, precision=precision,
@@ -410,10 +410,13 @@ def _unsplit(path: Path, extra: dict[str, list[float]], layers: list, start: int
     return vals
 
 
-def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batch: int) -> dict[int, TPVariant]:
+def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batch: int,
+                 layers: list) -> dict[int, TPVariant]:
     """{t: TPVariant} from the `param_bytes@tp<t>`, `stash_bytes@tp<t>` and timed `@mbs<b>@tp<t>`
     columns (t > 1; sizes b dividing the batch). InstanceError naming the columns when times at a
-    degree come without its bytes."""
+    degree come without its bytes, and when an `out_bytes@tp<t>` column differs from out_bytes
+    (the model sends a stage's boundary once, at its degree-1 size: a different figure would be
+    ignored)."""
     degrees = {t for (_, _, t) in variants if t > 1}
     degrees |= {int(m.group(2)) for h in extra if (m := BYTES_VARIANT.match(h)) and int(m.group(2)) > 1}
     out: dict[int, TPVariant] = {}
@@ -427,6 +430,12 @@ def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batc
         for (k, b, tt), (fc, bc) in sorted(variants.items()):
             if tt == t and batch % b == 0:
                 by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
+        oc = bytes_column("out_bytes", t)
+        for v, l in zip(extra.get(oc, ()), layers):
+            if abs(v - l.out_bytes) > 1e-9 * max(abs(l.out_bytes), 1.0):
+                raise InstanceError(f"{path}: layer {l.name!r}: column {oc!r}: expected the layer's out_bytes "
+                                    f"{format_number(l.out_bytes)} (a TP stage sends its boundary once, whole), "
+                                    f"got {format_number(v)}")
         out[t] = TPVariant(tuple(extra[pc]), tuple(extra[sc]), dict(sorted(by_u.items())))
     return out
 

@@ -99,16 +99,20 @@ class SlotState:
 
     def param_prefix_at(self, t: int) -> np.ndarray:
         """(L+1,) prefix sums of the parameter bytes one device of a degree-t stage holds."""
-        if t == 1:
-            return self.param_prefix
-        return np.concatenate([[0.0], np.cumsum(self.workload_at(t).param_bytes)])
+        return self.param_prefix if t == 1 else self._prefixes_at(t)[0]
 
     def stash_prefix_at(self, t: int) -> np.ndarray:
         """(L+1,) prefix sums of the saved activation bytes per sample of one device of a
         degree-t stage."""
-        if t == 1:
-            return self.stash_prefix
-        return np.concatenate([[0.0], np.cumsum(self.workload_at(t).stash_bytes)])
+        return self.stash_prefix if t == 1 else self._prefixes_at(t)[1]
+
+    def _prefixes_at(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        cache = self.__dict__.setdefault("_prefix_at", {})
+        if t not in cache:
+            wl = self.workload_at(t)
+            cache[t] = (np.concatenate([[0.0], np.cumsum(wl.param_bytes)]),
+                        np.concatenate([[0.0], np.cumsum(wl.stash_bytes)]))
+        return cache[t]
 
     @property
     def available_indices(self) -> tuple[int, ...]:
