@@ -4,6 +4,7 @@ and never silently overshot, the run's result contract, and resume with the trac
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -262,3 +263,20 @@ def test_report_has_the_budget_tradeoff_plot_and_table(tmp_path):
     assert "## Budgets met without tuning" in text and "![budget_tradeoff.png](budget_tradeoff.png)" in text
     assert "online / offline: median 1.04, max 1.06 over 3 instances" in text
     assert "budgets_tradeoff.csv" not in text.split("## Other tables")[-1] or "## Other tables" not in text
+
+
+def test_cli_pricing_flag(tmp_path, capsys):
+    """`dynpar run --pricing` reaches the controller (summary.json says which pricing ran), and
+    --pricing history with a policy that has no price is a one-line usage error."""
+    import json
+
+    from solver.cli.commands import main
+    assert main(["run", str(Path(__file__).resolve().parents[1] / "instances" / "pipedream_resnet50.toml"), "--slots", "2", "--pricing", "queue",
+                 "--no-plots", "--out", str(tmp_path)]) == 0
+    s = json.loads((tmp_path / "pipedream_resnet50" / "ours" / "summary.json").read_text())
+    assert s["pricing"] == "queue" and s["budget_tolerance"] == 0.01
+    capsys.readouterr()
+    assert main(["run", str(Path(__file__).resolve().parents[1] / "instances" / "pipedream_resnet50.toml"), "--slots", "2", "--pricing", "history",
+                 "--policy", "even-dp", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--pricing history" in err[0] and "even-dp" in err[0]

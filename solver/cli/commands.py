@@ -1,6 +1,7 @@
 """The `dynpar` command line: a thin layer over the library (no logic of its own).
 
-    dynpar run [INSTANCE] [--V V] [--budget-tolerance 0.01] [--policy ours] [--out results] [--slots N]
+    dynpar run [INSTANCE] [--V V] [--budget-tolerance 0.01] [--pricing {history,queue}] [--policy ours]
+               [--out results] [--slots N]
     dynpar solve INSTANCE --slot T [--V 1] [--queues 0,0] [--exact] [--json]
     dynpar compare [INSTANCE] [--V 1] [--policies a,b] [--out results] [--slots N]
     dynpar bench [--quick] [--out DIR]
@@ -58,6 +59,8 @@ def _slot_reason(t: int, message: str) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..model import plan_from_json
     from ..online import run_online
+    if args.pricing == "history" and args.policy != "ours":
+        raise UsageError(f"--pricing history: prices the budgets for policy ours, not {args.policy!r}")
     inst = _load(args.instance, args.slots)
     out = Path(args.out) / inst.name / args.policy
     v_text = "default rule" if args.V is None else f"{args.V:g}"
@@ -65,7 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}), policy {args.policy}, V={v_text}, budget tolerance "
-          f"{'off' if args.budget_tolerance is None else f'{100 * args.budget_tolerance:g}%'}", flush=True)
+          f"{'off' if args.budget_tolerance is None else f'{100 * args.budget_tolerance:g}%'}"
+          + (f", pricing {args.pricing}" if args.pricing else ""), flush=True)
     for n in inst.notes:
         print(f"note: {n}")
     from ..solve import SolveOptions
@@ -73,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                      options=SolveOptions(tp_degrees=args.tp_degrees),
                      state_path=out / "controller_state.json" if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
-                     budget_tolerance=args.budget_tolerance)
+                     budget_tolerance=args.budget_tolerance, pricing=args.pricing)
     df = run.rows
     for note in run.notes:
         print(f"note: {note}", flush=True)
@@ -337,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget-tolerance", type=_tolerance, default=0.01, metavar="FRACTION",
                    help="keep every budget within (1 + FRACTION) of its limit over the run (default 0.01 = 1%%; "
                         "'off': the plain drift-plus-penalty controller)")
+    r.add_argument("--pricing", choices=("history", "queue"), default=None,
+                   help="how ours prices the budgets: history (the offline LP's price over the slots seen so "
+                        "far) or queue (the virtual queues, the article's controller); default: history with "
+                        "the budget tracker, queue with --budget-tolerance off (docs/BUDGETS.md)")
     r.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
                    help=f"{' | '.join(POLICY_NAMES)} (default ours)")
     r.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/<policy>/ "
