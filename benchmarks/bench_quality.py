@@ -1,17 +1,21 @@
 """Plan quality on fresh slots drawn from real layer tables: the search against the oracle
 (n <= 6) and against the per-slot lower bound.
 
-    python benchmarks/bench_quality.py [OUTDIR] [--quick] [--instances N] [--max-oracle-L L] [--max-oracle-n N]
+    python benchmarks/bench_quality.py [OUTDIR] [--quick] [--instances N] [--max-oracle-L L] [--max-oracle-n N] [--seed0 S]
     python benchmarks/bench_quality.py --rebound CSV
+
+--oracle-from CSV reuses the oracle objectives recorded there for the same slots (the oracle
+is deterministic; it takes minutes per slot at L ~ 177), so that a changed search is re-measured
+on the same slots in seconds.
 
 --rebound recomputes only this tree's lower bound on the slots of a recorded quality.csv
 (same seeds) against the objectives recorded there, and prints both certified gaps.
 
 Workloads: every packaged layer table (solver/data/models), the imported tables shipped with
 the instances (instances/*_layers.csv) and, when ../shared/data is present, the PipeDream
-profiles there (imported by solver.io.pipedream). Per slot (seeds 31_000 + i, apart from the
-tests'): one workload, n = 2..6 random devices (synthetic.random_instance's kinds, prices and
-links), device memory set to a multiple of the model's whole-model need at one micro-batch
+profiles there (imported by solver.io.pipedream). Per slot (seeds S + i, default S = 31_000, apart
+from the tests'; another --seed0 draws fresh slots): one workload, n = 2..6 random devices
+(synthetic.random_instance's kinds, prices and links), device memory set to a multiple of the model's whole-model need at one micro-batch
 (levels 0.35, 0.7, 1.5, 4 in turn: from "must pipeline" to loose; the workload changes
 every four slots), queues zero on every third slot
 and random (0..3 budget units) on the others. Records the search's gap to the oracle
@@ -62,15 +66,15 @@ def workloads() -> dict[str, object]:
     return out
 
 
-def slot(i: int, tables: dict):
-    """Slot i: (state, queues, facts)."""
-    rng = np.random.default_rng(SEED0 + i)
+def slot(i: int, tables: dict, seed0: int = SEED0):
+    """Slot i of the series drawn from seed0: (state, queues, facts)."""
+    rng = np.random.default_rng(seed0 + i)
     names = sorted(tables)
     name = names[(i // len(MEMORY_LEVELS)) % len(names)]
     wl = tables[name]
     n = int(rng.integers(2, 7))
     level = MEMORY_LEVELS[i % len(MEMORY_LEVELS)]
-    inst = random_instance(SEED0 + i, n=n, L=4, slots=1, p_leave=0.0)
+    inst = random_instance(seed0 + i, n=n, L=4, slots=1, p_leave=0.0)
     whole = wl.opt_factor * float(np.sum(wl.param_bytes)) + wl.micro_batch * float(np.sum(wl.stash_bytes))
     devs = tuple(replace(d, memory_bytes=level * whole * float(rng.uniform(0.8, 1.25))) for d in inst.devices)
     state = replace(inst, workload=wl, devices=devs).state(0)
@@ -78,22 +82,40 @@ def slot(i: int, tables: dict):
     return state, Q, dict(workload=name, n=n, L=wl.num_layers, memory_level=level)
 
 
-def run(count: int, max_oracle_L: int, max_oracle_n: int, V: float = 1.0) -> pd.DataFrame:
+def recorded_oracle(csv: Path | None) -> dict[tuple[int, int], float]:
+    """(seed0, i) -> the oracle's objective recorded in a quality.csv (its oracle_objective
+    column, else objective / (1 + gap)); {} for None."""
+    if csv is None:
+        return {}
+    df = pd.read_csv(csv)
+    df = df[df["gap"].notna()]
+    obj = df["oracle_objective"] if "oracle_objective" in df else df["objective"] / (1.0 + df["gap"])
+    seeds = df["seed0"] if "seed0" in df else pd.Series(SEED0, index=df.index)
+    return {(int(a), int(b)): float(o) for a, b, o in zip(seeds, df["i"], obj)}
+
+
+def run(count: int, max_oracle_L: int, max_oracle_n: int, V: float = 1.0, seed0: int = SEED0,
+        oracle_from: Path | None = None) -> pd.DataFrame:
     tables = workloads()
+    known = recorded_oracle(oracle_from)
     rows = []
     for i in range(count):
-        state, Q, info = slot(i, tables)
+        state, Q, info = slot(i, tables, seed0)
         res = solve_slot(state, Q, V)
-        row = dict(i=i, **info, available=len(state.available_indices), gap=np.nan,   # first "gap" column:
+        row = dict(i=i, seed0=seed0, **info, available=len(state.available_indices), gap=np.nan,   # first "gap" column:
                    search_time=res.solve_time, status=str(res.status),              # make_report's
                    objective=res.objective, lower_bound=res.lower_bound, gap_to_bound=res.gap,
                    oracle_time=np.nan, oracle_status="")
-        if res.plan is not None and info["L"] <= max_oracle_L and row["available"] <= max_oracle_n:
+        if res.plan is not None and (seed0, i) in known:
+            row.update(oracle_status="recorded", oracle_mode="recorded", oracle_objective=known[(seed0, i)],
+                       gap=res.objective / known[(seed0, i)] - 1.0)
+        elif res.plan is not None and info["L"] <= max_oracle_L and row["available"] <= max_oracle_n:
             t = time.perf_counter()
             ex = solve_exact(state, Q, V)
             row.update(oracle_time=time.perf_counter() - t, oracle_status=str(ex.status),
                        oracle_mode="model" if "exact for the model" in ex.message else "restricted",
                        gap=res.objective / ex.objective - 1.0 if ex.plan is not None else np.nan,
+                       oracle_objective=ex.objective,
                        oracle_gap_to_bound=ex.gap)
         rows.append(row)
         print(f"{i}: {info['workload']} n={info['n']} L={info['L']} mem={info['memory_level']} "
@@ -134,8 +156,9 @@ def rebound(csv: Path, V: float = 1.0) -> str:
     df = df[df["objective"] < np.inf]
     tables = workloads()
     now = []
-    for i in df["i"]:
-        state, Q, _ = slot(int(i), tables)
+    seeds = df["seed0"] if "seed0" in df else [SEED0] * len(df)
+    for i, s0 in zip(df["i"], seeds):
+        state, Q, _ = slot(int(i), tables, int(s0))
         now.append(slot_lower_bound(state, check_queues(state, Q), V))
     now = np.array(now)
     single = df["available"].to_numpy() == 1          # the recorded bound is exact there
@@ -155,13 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instances", type=int, default=None, help="slots (default 120)")
     ap.add_argument("--max-oracle-L", type=int, default=200, help="skip the oracle above this many layers")
     ap.add_argument("--max-oracle-n", type=int, default=5, help="skip the oracle above this many devices (<= 6)")
+    ap.add_argument("--seed0", type=int, default=SEED0, help=f"seed of slot 0 (default {SEED0})")
+    ap.add_argument("--oracle-from", type=Path, default=None,
+                    help="take the oracle's objective of a slot (same seed0 and index) from this recorded quality.csv")
     ap.add_argument("--rebound", type=Path, default=None, help="only recompute the bound on a recorded quality.csv")
     args = ap.parse_args(argv)
     if args.rebound:
         print(rebound(args.rebound))
         return 0
     count = args.instances or (12 if args.quick else 120)
-    df = run(count, min(args.max_oracle_L, 50) if args.quick else args.max_oracle_L, args.max_oracle_n)
+    df = run(count, min(args.max_oracle_L, 50) if args.quick else args.max_oracle_L, args.max_oracle_n,
+             seed0=args.seed0, oracle_from=args.oracle_from)
     out = Path(args.outdir or args.out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "quality.csv", index=False)

@@ -64,7 +64,7 @@ def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
                 e[k], F[k] = egress
         elif b.kind == "energy":
             R[k] = float(sum(state.devices[d].idle_power_w for d in held))
-            e[k] = [float(g.busy_j_per_sample.sum()) for g in groups]
+            e[k] = [g.busy_j for g in groups]
         elif b.kind == "device_energy":
             i, frac = _budget_device(state, b.device)
             for gi, g in enumerate(groups):

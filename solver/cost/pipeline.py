@@ -10,11 +10,13 @@ this is tested against (docs/MODEL.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
-from ..model.memory import SCHEDULES, share_cap
+from ..model.memory import MEM_RTOL, NO_CAP, SCHEDULES, share_cap
 from ..model.network import effective_bandwidth
 from ..model.state import SlotState
 
@@ -99,9 +101,18 @@ class GroupCoeffs:
     def time(self, share: int) -> float:
         return self.alpha * share + self.beta
 
+    @cached_property
+    def busy_j(self) -> float:
+        """Joules per sample above idle of the whole group (the sum of busy_j_per_sample)."""
+        return float(self.busy_j_per_sample.sum())
+
 
 def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
                  schedule: str = "gpipe", recompute: bool = False) -> GroupCoeffs:
+    if state.network is None and state.tp is None and schedule in SCHEDULES and len(devices) == len(cuts) > 0:
+        gc = _plain_group_coeffs(state, devices, cuts, schedule, recompute)
+        if gc is not None:
+            return gc
     F, G, lam = stage_times(state, devices, cuts)
     alpha, beta = schedule_coeffs(F, G, lam, state.workload.micro_batch, schedule, recompute)
     extra_w = state.extra_power_w[np.asarray(devices, dtype=int)]
@@ -109,3 +120,175 @@ def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
     return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), alpha, beta,
                        share_cap(state, devices, cuts, schedule, recompute), F, G, lam, extra_w * busy,
                        schedule, bool(recompute))
+
+
+def _plain_group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int], schedule: str,
+                        recompute: bool) -> GroupCoeffs | None:
+    """group_coeffs on a state without a network model or TP, in one compiled call (the same
+    numbers float for float: the same operations in the same order, sums as numpy's pairwise
+    sum); None where the share cap would not fit in 53 bits or an index is out of range (the
+    general path handles it)."""
+    wl = state.workload
+    d = np.asarray(devices, dtype=np.int64)
+    c = np.asarray(cuts, dtype=np.int64)
+    F, G, lam, busy, ab, cap = _coeffs_kernel(
+        state.fwd_prefix, state.bwd_prefix, wl.out_bytes, state.bandwidth, state.latency, int(wl.micro_batch),
+        d, c, schedule == "1f1b", bool(recompute), state.extra_power_w, state.param_prefix, state.stash_prefix,
+        state.memory_bytes, float(wl.opt_factor), float(wl.input_bytes), 1.0 + MEM_RTOL)
+    if cap == -2:
+        return None
+    return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), float(ab[0]), float(ab[1]),
+                       NO_CAP if cap == -1 else int(cap), F, G, lam, busy, schedule, bool(recompute))
+
+
+def float_sum(x: Sequence[float]) -> float:
+    """numpy's float64 sum of a short sequence (the same float: pairwise, as _npsum), in plain Python."""
+    n = len(x)
+    if n == 0:
+        return 0.0
+    if n < 8:
+        r = -0.0
+        for v in x:
+            r += v
+        return r
+    if n > 128:
+        return float(np.sum(np.asarray(x, dtype=float)))
+    r = list(x[:8])
+    i = 8
+    while i < n - n % 8:
+        for j in range(8):
+            r[j] += x[i + j]
+        i += 8
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for v in x[i:]:
+        res += v
+    return res
+
+
+@njit(cache=True, error_model="numpy")
+def _npsum(a: np.ndarray) -> float:
+    """numpy's float64 sum of a 1-D array (pairwise: 8 running sums per block of 128)."""
+    n = a.shape[0]
+    if n < 8:
+        r = -0.0
+        for i in range(n):
+            r += a[i]
+        return r
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+        i = 8
+        while i < n - n % 8:
+            r0 += a[i]
+            r1 += a[i + 1]
+            r2 += a[i + 2]
+            r3 += a[i + 3]
+            r4 += a[i + 4]
+            r5 += a[i + 5]
+            r6 += a[i + 6]
+            r7 += a[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += a[i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _npsum(a[:n2]) + _npsum(a[n2:])
+
+
+@njit(cache=True, error_model="numpy")
+def _fits(kopt: float, u: int, P: np.ndarray, H: np.ndarray, I: np.ndarray, recompute: bool, M: np.ndarray,
+          share: int, one_f_one_b: bool) -> bool:
+    """model.memory's fits(share) inside share_cap: every stage's use within M."""
+    k = P.shape[0]
+    n = -(-share // u)
+    for j in range(k):
+        if k == 1:
+            live = float(u)
+        elif not one_f_one_b:
+            live = float(share)
+        else:
+            live = float(u * min(k - j, n))
+        if recompute:
+            use = kopt * P[j] + live * I[j] + u * H[j]
+        else:
+            use = kopt * P[j] + live * H[j]
+        if not use <= M[j]:
+            return False
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _coeffs_kernel(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, c, one_f_one_b, recompute,
+                   extra_w, pp, sp, mem, kopt, input_bytes, rtol1):
+    """(F, G, lam, busy, (alpha, beta), cap) of group_coeffs (stage_times, schedule_coeffs and
+    share_cap); cap -1 for NO_CAP, -2 where it would not fit in 53 bits or an index is out of
+    range (the general path then raises)."""
+    k = d.shape[0]
+    n, L1 = fwd_prefix.shape
+    for j in range(k):
+        if not (0 <= d[j] < n and 0 <= c[j] < L1 and (j == 0 or c[j - 1] >= 1)):
+            return np.empty(0), np.empty(0), np.empty(0), np.empty(0), np.empty(2), -2
+    F = np.empty(k)
+    G = np.empty(k)
+    P = np.empty(k)
+    H = np.empty(k)
+    I = np.empty(k)
+    s = 0
+    for j in range(k):
+        F[j] = fwd_prefix[d[j], c[j]] - fwd_prefix[d[j], s]
+        G[j] = bwd_prefix[d[j], c[j]] - bwd_prefix[d[j], s]
+        P[j] = pp[c[j]] - pp[s]
+        H[j] = sp[c[j]] - sp[s]
+        I[j] = input_bytes if j == 0 else out_bytes[c[j - 1] - 1]
+        s = c[j]
+    lam = np.empty(k - 1)
+    for j in range(k - 1):
+        lam[j] = out_bytes[c[j] - 1] / bandwidth[d[j], d[j + 1]] + latency[d[j], d[j + 1]] / u
+    Gr = G + F if recompute else G
+    lmax = lam.max() if k > 1 else 0.0
+    if one_f_one_b:
+        alpha = F.max() + Gr.max() + 2.0 * lmax
+    else:
+        alpha = max(F.max(), lmax) + max(Gr.max(), lmax)
+    beta = u * (_npsum(F) + _npsum(Gr) + 2.0 * _npsum(lam)) - u * alpha
+    busy = np.empty(k)
+    for j in range(k):
+        busy[j] = extra_w[d[j]] * (F[j] + G[j] + F[j] if recompute else F[j] + G[j])
+    ab = np.array([alpha, beta])
+    # share_cap
+    M = np.empty(k)
+    free = np.empty(k)
+    X = np.empty(k)
+    neg = False
+    for j in range(k):
+        M[j] = mem[d[j]] * rtol1
+        free[j] = M[j] - kopt * P[j]
+        X[j] = H[j]
+        if recompute:
+            free[j] = free[j] - u * H[j]
+            X[j] = I[j]
+        if free[j] < 0:
+            neg = True
+    if neg:
+        return F, G, lam, busy, ab, 0
+    if k == 1:
+        return F, G, lam, busy, ab, (-1 if free[0] >= u * X[0] else 0)
+    b = np.inf
+    for j in range(k):
+        per = free[j] / X[j] if X[j] > 0 else np.inf
+        if one_f_one_b and per >= u * (k - j):
+            per = np.inf
+        b = min(b, per)
+    if not np.isfinite(b):
+        return F, G, lam, busy, ab, -1
+    q = np.floor(b / u)
+    if q > 2.0 ** 52:
+        return F, G, lam, busy, ab, -2
+    cap = int(q) * u
+    if cap > 0 and not _fits(kopt, u, P, H, I, recompute, M, cap, one_f_one_b):
+        cap -= u
+    elif _fits(kopt, u, P, H, I, recompute, M, cap + u, one_f_one_b):
+        cap += u
+    return F, G, lam, busy, ab, cap

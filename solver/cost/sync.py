@@ -9,6 +9,7 @@ the event simulator's sync (which uses `sync_time`) do not depend on that order.
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Sequence
 
@@ -263,7 +264,46 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     the bucket over min(t_a, t_b) links in parallel (each physical device of a server counts
     against its NIC), so its bandwidth is min(t_a, t_b) times the per-link figure.
     """
+    if state.network is None and state.tp is None:
+        v = _plain_sync_time(state, structure)
+        if v is not None:
+            return v
     rings = buckets(state, structure)
     if rings is None:
         return 0.0
     return _ring_time(state, *rings)
+
+
+def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
+    """sync_time without a network model or TP, in plain Python over the few buckets: the same
+    buckets, rings (best_rings' cache) and float operations in the same order as buckets and
+    _ring_time; None where a ring link has no bandwidth (the general path handles it)."""
+    m = len(structure)
+    if m <= 1:
+        return 0.0
+    pp = state.__dict__.get("_param_prefix_list")
+    if pp is None:
+        pp = state.__dict__["_param_prefix_list"] = state.param_prefix.tolist()
+    cut_all = sorted({int(x) for _, c in structure for x in c})
+    spans = [(a, pp[b] - pp[a]) for a, b in zip([0] + cut_all[:-1], cut_all) if pp[b] - pp[a] > 0]
+    if not spans:
+        return 0.0
+    cols = [[int(d[bisect_right(c, a)]) for a, _ in spans] for d, c in structure]
+    memo = state.__dict__.setdefault("_ring_choice", {})
+    bwm, latm = state.bandwidth, state.latency
+    c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
+    costs = []
+    for b, (_, nb) in enumerate(spans):
+        holders = tuple(col[b] for col in cols)
+        succ = memo.get((holders, nb))
+        if succ is None:
+            succ = memo[(holders, nb)] = _choose_ring(state, holders, nb)
+        bw = min(float(bwm[h, x]) for h, x in zip(holders, succ))
+        if not bw > 0:
+            return None
+        costs.append(c1 * nb / bw + c2 * max(float(latm[h, x]) for h, x in zip(holders, succ)))
+    per: dict[int, float] = {}
+    for col in cols:
+        for d, cost in zip(col, costs):
+            per[d] = per.get(d, 0.0) + cost
+    return max(per.values())

@@ -18,6 +18,7 @@ from ..model.memory import share_cap
 from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
 from ..model.state import SlotState
+from .dp_kernel import plain_group_arrays
 
 Cuts = tuple[int, ...]
 INF = float("inf")
@@ -122,10 +123,32 @@ class SlotCache:
             self._need[key] = m
         return m
 
-    def group_arrays(self, devices: Sequence[int], min_share: int | None = None) -> GroupArrays | None:
+    def recompute_need(self, live: int) -> np.ndarray:
+        """(L+1, L+1) bytes a stage a..c-1 needs under recomputation with `live` stashed samples
+        (model.memory: k_opt P + live I_a + u H, I_a the stage's input bytes per sample), with the
+        same 1e-9 u slack on the live samples as `need`; degree 1."""
+        key = ("recompute", int(live))
+        m = self._need.get(key)
+        if m is None:
+            st = self.state
+            wl = st.workload
+            pp, sp = st.param_prefix, st.stash_prefix
+            inp = np.concatenate([[wl.input_bytes], wl.out_bytes])
+            m = (wl.opt_factor * (pp[None, :] - pp[:, None]) + wl.micro_batch * (sp[None, :] - sp[:, None])
+                 + (live - 1e-9 * wl.micro_batch) * inp[:, None])
+            if len(self._need) >= self.max_need_matrices:
+                self._need.pop(next(iter(self._need)))
+            self._need[key] = m
+        return m
+
+    def group_arrays(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
+                     recompute: bool = False) -> GroupArrays | None:
         """Arrays of an ordered group for stages within memory for `min_share` samples (default,
         and always for one device: one micro-batch); None when it has no device or more devices
-        than layers."""
+        than layers. Under another (schedule, recompute) than GPipe without recomputation (on a
+        state without TP units), stage j must hold its own peak (model.memory: 1F1B keeps
+        u min(k - j, share / u) samples, recomputation stage inputs), and the backward side
+        of the DP is F + G under recomputation."""
         st = self.state
         wl = st.workload
         L, u = wl.num_layers, wl.micro_batch
@@ -133,12 +156,19 @@ class SlotCache:
         if k == 0 or k > L:
             return None
         s = u if (min_share is None or k == 1) else max(int(min_share), u)
+        if (schedule, bool(recompute)) != ("gpipe", False) and k > 1 and st.tp is None:
+            return self._variant_arrays(tuple(int(x) for x in devices), s, schedule, bool(recompute))
         key = (tuple(int(x) for x in devices), s)
         ga = self._arrays.get(key)
         if ga is not None:
             return ga
         d = np.asarray(key[0], dtype=int)
-        mem = np.array([st.devices[i].memory_bytes for i in d], dtype=float)
+        mem = st.memory_bytes[d]
+        if st.tp is None and (st.network is None or st.network.fit is None):
+            Fp, Gp, lam = plain_group_arrays(st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency,
+                                             int(u), d)
+            ga = GroupArrays(key[0], L, u, Fp, Gp, lam, self.need(s), mem, dp=self.dp_backend)
+            return self._keep(key, ga)
         lam = np.full((max(k - 1, 0), L + 1), INF)
         if k > 1:
             bw = st.bandwidth[d[:-1], d[1:]]
@@ -153,6 +183,24 @@ class SlotCache:
         needs = None if len(degrees) == 1 else tuple(self.need(s, st.degree(int(i))) for i in d)
         ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s, st.degree(int(d[0]))),
                          mem, dp=self.dp_backend, needs=needs)
+        return self._keep(key, ga)
+
+    def _variant_arrays(self, devices: tuple[int, ...], s: int, schedule: str, recompute: bool) -> GroupArrays:
+        key = (devices, s, schedule, recompute)
+        ga = self._arrays.get(key)
+        if ga is not None:
+            return ga
+        base = self.group_arrays(devices, s)
+        u, k = base.u, len(devices)
+        n = -(-s // u)
+        live = [s if schedule == "gpipe" else u * min(k - j, n) for j in range(k)]
+        needs = tuple(self.recompute_need(x) if recompute else self.need(x) for x in live)
+        Gp = base.Fp + base.Gp if recompute else base.Gp
+        ga = GroupArrays(devices, base.L, u, base.Fp, Gp, base.lam, needs[0], base.mem, dp=self.dp_backend, needs=needs)
+        return self._keep(key, ga)
+
+    def _keep(self, key: tuple, ga: GroupArrays) -> GroupArrays:
+        """Store group arrays under key, dropping the oldest beyond max_array_bytes."""
         used = self._arrays_bytes + ga.nbytes
         while self._arrays and used > self.max_array_bytes:
             used -= self._arrays.pop(next(iter(self._arrays))).nbytes

@@ -349,14 +349,17 @@ def _min_xy_numpy(ga: GroupArrays) -> tuple[float, float]:
 
 
 def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int | None = None,
-                        *, cache: SlotCache | None = None) -> Cuts | None:
+                        *, cache: SlotCache | None = None, schedule: str = "gpipe", recompute: bool = False
+                        ) -> Cuts | None:
     """Cut points minimising alpha exactly for this device order, every stage non-empty and
     every stage within memory for a share of `min_share` samples (default one micro-batch);
-    None when no such cut set exists."""
+    None when no such cut set exists. Under another schedule or with recomputation, each stage
+    within its own peak memory of that schedule (SlotCache.group_arrays) and alpha the GPipe
+    form of its stage times (recomputation: backward + forward)."""
     sc = slot_cache(state, cache)
     if len(devices) == 1:
         return sc.single_cuts(devices[0])
-    ga = sc.group_arrays(devices, min_share)
+    ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
         return None
     pts = _alpha_frontier(ga)

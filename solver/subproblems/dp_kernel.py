@@ -234,3 +234,25 @@ def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.n
         a_lim = a
         strict = True
     return A[:n], Bv[:n], C[:n]
+
+
+@njit(cache=True, error_model="numpy")
+def plain_group_arrays(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray, bandwidth: np.ndarray,
+                       latency: np.ndarray, u: int, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Fp, Gp, lam) of SlotCache.group_arrays for an ordered group d on a state without TP or
+    fitted bandwidths: the prefix rows of its devices and lam[j, c] = out_bytes[c - 1] /
+    bandwidth(d_j, d_j+1) + latency(d_j, d_j+1) / u for 1 <= c < L (inf elsewhere)."""
+    k = d.shape[0]
+    L1 = fwd_prefix.shape[1]
+    Fp = np.empty((k, L1))
+    Gp = np.empty((k, L1))
+    for j in range(k):
+        Fp[j] = fwd_prefix[d[j]]
+        Gp[j] = bwd_prefix[d[j]]
+    lam = np.full((max(k - 1, 0), L1), np.inf)
+    for j in range(k - 1):
+        bw = bandwidth[d[j], d[j + 1]]
+        lat = latency[d[j], d[j + 1]] / u
+        for c in range(1, L1 - 1):
+            lam[j, c] = out_bytes[c - 1] / bw + lat
+    return Fp, Gp, lam
