@@ -1,30 +1,41 @@
 """`dynpar train` with real compute: predicted against measured batch time, the planner's plans
 against the baselines' on the same processes, and a failure drill.
 
-Unlike devices are emulated with real work, not sleep: device d's stage compute is done
-r_d times (`--repeat`; each micro-batch's forward and backward, on both engines). The
-instance says nothing of it (every speed factor 1); the controller learns the slowdowns,
-and the extra per-message latency of this job's transfers, from each slot's measurements
-(runtime.estimator). The model is solver.runtime.examples:wide (float32 Linear + Tanh
-blocks), profiled first on this machine (`dynpar profile`, kind "cpu", one thread: forward,
-backward and optimizer-step seconds; the instance charges the step, optimizer_step =
-"measured"); the instance's link latency and bandwidth are measured first too (least-squares
-line through gloo ping-pong times of 8 B .. 4 MiB between two processes). Multi-stage groups
-run on torch.distributed.pipelining (engine "torch").
+What it emulates (`--setup cores`, the default): as many devices as the machine has cores, one
+process each, pinned to its own core in a cgroup with a raised scheduling weight and no quota
+(runtime.cpuquota: `--cpu-quota DEVICE=1 --cpu-pin DEVICE=CORE`), one torch thread. Each device
+then computes on a core of its own whatever the plan, as a GPU does, and other jobs on the
+machine take little of it. Unlike devices: device d does its stage compute r_d times
+(`--repeat`; real work, no sleep): p0 r=1, p1 r=2. With two devices the planner still decides:
+one device, a 2-stage pipeline (either order, any cut) or data parallelism (any shares).
+Why not more processes than cores (`--setup shared`, the earlier runs: 4 processes, r = 1, 1,
+2, 4, no cgroups): processes sharing cores got 7-42% of a core each when 2-4 of them computed
+and 98% alone, so a device's speed depended on the plan, which per-device speed factors cannot
+express. Why not CPU quotas below a core: the kernel enforces them coarsely (a quota equal to
+its 1 ms period gave half a core) and a stage that waits runs faster than its quota.
+
+The instance says nothing of the slowdowns (every speed factor 1); the controller learns them,
+and the link estimates, from each slot's measurements (runtime.estimator). The model is
+solver.runtime.examples:wide (float32 Linear + Tanh blocks), profiled first on this machine
+(`dynpar profile --cpu-quota 1`, kind "cpu", one thread: forward, backward and optimizer-step
+seconds; the instance charges the step, optimizer_step = "measured"); the instance's link
+latency and bandwidth are measured first too (least-squares line through gloo ping-pong times
+of 8 B .. 4 MiB between two processes). Multi-stage groups run on
+torch.distributed.pipelining (engine "torch").
 
 Per round (`--rounds`), every policy (ours and the baselines: the same controller,
 observations and processes) runs S slots one after the other; figures from slot 1 on
 (slot 0 is predicted before any measurement): err = measured / predicted - 1 per slot, and
 the mean measured seconds per iteration, each busy rank's CPU share (process CPU seconds
 over wall seconds per iteration: how much of a core it got), and the 1-minute load average
-before and after each run (other processes share the cores). Model view, per round: every policy's last plan
-priced under each run's final estimates, to tell a wrong model input (the estimates rank
-the plans wrongly) from noise (the runs' estimates disagree).
+before and after each run (other processes share the machine). Model view, per round: every
+policy's last plan priced under each run's final estimates, to tell a wrong model input (the
+estimates rank the plans wrongly) from noise (the runs' estimates disagree).
 Failure drill: ours with the device of `--kill` killed (SIGKILL) mid-run, then the same
 command again: iterations lost (done after the last checkpoint), restart seconds (second
 launch until it exits, its own training included, and its restore time), and the re-plan.
 
-Usage: python benchmarks/bench_train.py [--quick] [--rounds 2] [--width 512] [--out benchmarks/results]
+Usage: python benchmarks/bench_train.py [--quick] [--rounds 2] [--setup cores] [--out benchmarks/results]
 Writes OUT/train_bench.json and prints a table. Targets (issue 14): |err| <= 15 % and ours
 faster than even DP and than the best baseline.
 """
@@ -50,7 +61,10 @@ from solver.runtime.launch import TrainFailed, launch  # noqa: E402
 from solver.runtime.trainer import TrainConfig  # noqa: E402
 
 MODEL = "solver.runtime.examples:wide"
-REPEAT = {"p0": 1, "p1": 1, "p2": 2, "p3": 4}
+SETUPS = {  # device -> r (its stage compute is done r times); reserve: one core per process
+    "cores": {"repeat": {"p0": 1, "p1": 2}, "reserve": True},
+    "shared": {"repeat": {"p0": 1, "p1": 1, "p2": 2, "p3": 4}, "reserve": False},
+}
 SIZES = (2, 1 << 16, 1 << 18, 1 << 20)  # float32 elements: 8 B to 4 MiB
 POLICIES = ("ours", "even-dp", "lb-bsp", "dapple", "gpipe")
 
@@ -101,10 +115,14 @@ def measure_link() -> tuple[float, float]:
     return max(float(lat), 1e-6), 1.0 / float(slope)
 
 
-def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float, float]) -> Path:
+def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float, float],
+             devices: list[str], reserve: bool) -> Path:
+    """The benchmark's instance: `devices` of one kind "cpu" whose seconds `dynpar profile` measured here
+    (with a reserved core when `reserve`), the measured link, every speed factor 1."""
+    quota = ["--cpu-quota", "1"] if reserve else []
     assert dynpar(["profile", MODEL, "--kind", "cpu", "--batch", str(batch), "--micro-batch", str(micro),
-                   "--repeats", "7", "-o", str(folder / "wide.csv"), "--force"]) == 0
-    devs = "".join(f'[[devices]]\nname = "{d}"\nkind = "cpu"\nserver = "s0"\n' for d in REPEAT)
+                   "--repeats", "7", "-o", str(folder / "wide.csv"), "--force", *quota]) == 0
+    devs = "".join(f'[[devices]]\nname = "{d}"\nkind = "cpu"\nserver = "s0"\n' for d in devices)
     path = folder / "cpu_wide.toml"
     path.write_text(f'name = "cpu_wide"\nnum_slots = {slots}\n[workload]\nmodel = "wide.csv"\nbatch = {batch}\n'
                     f'micro_batch = {micro}\noptimizer_step = "measured"\n[[kinds]]\nkind = "cpu"\npeak_tflops = 0.004\nmemory_gb = 4\n'
@@ -113,9 +131,15 @@ def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float
     return path
 
 
-def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, kill=None) -> pd.DataFrame:
+def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: dict, kill=None) -> pd.DataFrame:
+    """One `dynpar train` job of `policy`; its slots.csv. Under a reserving setup device k's process
+    is pinned to core k with a raised scheduling weight and no quota limit (runtime.cpuquota)."""
+    names = list(setup["repeat"])
+    how = {"repeat": dict(setup["repeat"])}
+    if setup["reserve"]:
+        how.update(cpu_quota={d: 1.0 for d in names}, cpu_pin={d: k % (os.cpu_count() or 1) for k, d in enumerate(names)})
     cfg = TrainConfig(MODEL, steps, str(ck), iterations_per_slot=per_slot, checkpoint_every=per_slot // 2,
-                      policy=policy, repeat=dict(REPEAT), engine="torch", kill=kill, timeout_s=300)
+                      policy=policy, engine="torch", kill=kill, timeout_s=300, **how)
     launch(inst, cfg)
     return pd.read_csv(ck / "slots.csv")
 
@@ -163,47 +187,54 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 slots of 4 iterations, one round, ours and even DP only")
     ap.add_argument("--out", default="benchmarks/results", help="folder of train_bench.json")
     ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--per-slot", type=int, default=8, help="iterations per slot")
+    ap.add_argument("--per-slot", type=int, default=16, help="iterations per slot (16)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of all policies, one after the other (2)")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--setup", choices=tuple(SETUPS), default="cores",
+                    help="cores: one process per core, each pinned with a raised weight (default); shared: the "
+                         "4 processes of the earlier runs, sharing the cores with everything else")
     ap.add_argument("--width", type=int, default=512, help="block width W of the wide model (512)")
     ap.add_argument("--kill", default="p1", help="device killed in the drill ('' to skip)")
     a = ap.parse_args(argv)
-    slots, per, rounds = (3, 4, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
+    slots, per, rounds = (3, 8, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
+    setup = SETUPS[a.setup]
+    if setup["reserve"] and len(setup["repeat"]) > (os.cpu_count() or 1):
+        raise SystemExit(f"--setup {a.setup}: {len(setup['repeat'])} processes need as many cores, "
+                         f"this machine has {os.cpu_count()}")
     policies = ("ours", "even-dp") if a.quick else POLICIES
     os.environ["DYNPAR_WIDE_WIDTH"] = str(a.width)
     out: dict = {"command": "python benchmarks/bench_train.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                  "model": MODEL, "width": a.width, "batch": a.batch, "micro_batch": a.micro_batch,
-                 "repeat": REPEAT, "slots": slots, "iterations_per_slot": per, "rounds": rounds,
+                 "setup": a.setup, "repeat": setup["repeat"], "reserved_cores": setup["reserve"], "slots": slots, "iterations_per_slot": per, "rounds": rounds,
                  "cpus": os.cpu_count(), "engine": "torch", "rounds_data": []}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         link = measure_link()
         out["link_measured"] = {"latency_ms": round(link[0] * 1e3, 4), "gbps": round(link[1] * 8 / 1e9, 3)}
-        inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link))
+        inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, list(setup["repeat"]), setup["reserve"]))
         for k in range(rounds):
             runs = {}
             for pol in policies:
                 load0 = os.getloadavg()[0]
                 t0 = time.perf_counter()
-                df = run_policy(inst, pol, slots * per, per, tmp / f"{pol}-{k}")
+                df = run_policy(inst, pol, slots * per, per, tmp / f"{pol}-{k}", setup)
                 runs[pol] = {**figures(df), "wall_s": round(time.perf_counter() - t0, 2),
                              "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
             out["rounds_data"].append({"runs": runs, "model_view": cross_check(inst, runs)})
         if a.kill:
             ck = tmp / "drill"
-            kill_at = slots * per // 2 + 1
+            kill_at = slots * per // 2 + per // 4 + 1
             t0 = time.perf_counter()
             try:
-                run_policy(inst, "ours", slots * per, per, ck, kill=(a.kill, kill_at))
+                run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at))
                 raise RuntimeError("the drill's worker was not killed")
             except TrainFailed as e:
                 first_s = time.perf_counter() - t0
                 message = str(e)
             ckpt_step = int((ck / "LATEST").read_text().split("-")[1])
             t1 = time.perf_counter()
-            df = run_policy(inst, "ours", slots * per, per, ck, kill=(a.kill, kill_at))
+            df = run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at))
             resumed = df[df["restarts"] > 0]
             out["drill"] = {"killed": a.kill, "at_step": kill_at, "checkpoint_step": ckpt_step,
                             "lost_iterations": kill_at - ckpt_step, "first_launch_s": round(first_s, 2),
@@ -218,16 +249,20 @@ def main(argv: list[str] | None = None) -> int:
         summary[pol] = {"measured_s_per_round": [r["mean_measured_after_slot0_s"] for r in rs],
                         "median_measured_s": round(statistics.median(r["mean_measured_after_slot0_s"] for r in rs), 5),
                         "max_abs_err": round(max(errs), 4) if errs else None,
-                        "median_abs_err": round(statistics.median(errs), 4) if errs else None}
+                        "median_abs_err": round(statistics.median(errs), 4) if errs else None,
+                        "slots_within_15pct": f"{sum(e <= 0.15 for e in errs)}/{len(errs)}"}
     out["summary"] = summary
     if "ours" in summary:
         o = summary["ours"]["median_measured_s"]
         out["ours_vs"] = {k: round(v["median_measured_s"] / o, 3) for k, v in summary.items() if k != "ours"}
+        others = {k: v for k, v in out["ours_vs"].items() if k != "even-dp"}
+        out["best_baseline"] = min(others, key=others.get) if others else None
     folder = Path(a.out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train_bench.json").write_text(json.dumps(out, indent=1))
     print(f"link: {out['link_measured']}; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
-          f"iterations, {rounds} round(s), repeat {REPEAT}")
+          f"iterations, {rounds} round(s), setup {a.setup}: repeat {setup['repeat']}, "
+          f"{'one reserved core per process' if setup['reserve'] else 'processes share the cores'}")
     print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | "
           "CPU seconds / wall seconds of each busy rank | load before, after the run")
     for k, r in enumerate(out["rounds_data"]):
@@ -238,9 +273,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"({x['err_after_slot0'][j - 1]:+.1%}) | cpu share {share} | {x['load_1min']}")
     for pol, v in summary.items():
         print(f"{pol:8s} measured {v['median_measured_s']:.4f} s/iter (median of rounds {v['measured_s_per_round']}), "
-              f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}")
+              f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}, within 15%: {v['slots_within_15pct']} slots")
     if "ours_vs" in out:
-        print("baseline time / ours:", out["ours_vs"])
+        print("baseline time / ours:", out["ours_vs"], "| best baseline:", out["best_baseline"])
     for k, r in enumerate(out["rounds_data"]):
         print(f"round {k} model view (each run's final estimates -> every policy's last plan, s/iter):")
         for judge, v in r["model_view"].items():

@@ -389,3 +389,65 @@ def test_unsupported_plan_features_named() -> None:
     bad = unsupported(p, engine="hand")
     assert len(bad) == 2 and "'1f1b' needs engine 'torch'" in bad[0]
     assert unsupported(Plan((Group((0,), (7,), 32),))) == []
+
+
+def _cgroups_writable() -> bool:
+    from solver.runtime import cpuquota
+    try:
+        q = cpuquota.enter("probe", 1.0)
+    except SpecError:
+        return False
+    cpuquota.leave(q)
+    return True
+
+
+def test_cpu_quota_flags_checked_before_any_work(tmp_path: Path, capsys) -> None:
+    from solver.runtime import cpuquota
+    names = ["p0", "p1"]
+    with pytest.raises(SpecError, match=r"--cpu-quota: unknown device\(s\) \['p9'\]"):
+        cpuquota.check({"p9": 1.0}, {}, names)
+    with pytest.raises(SpecError, match=r"fraction of a core in \[0.01, 64\] for p0, got 0.0"):
+        cpuquota.check({"p0": 0.0}, {}, names)
+    with pytest.raises(SpecError, match=r"--cpu-pin: device\(s\) \['p1'\] have no --cpu-quota"):
+        cpuquota.check({"p0": 1.0}, {"p1": 0}, names)
+    with pytest.raises(SpecError, match=r"--cpu-pin: expected a core in 0\.\.\d+ for p0, got 99"):
+        cpuquota.check({"p0": 1.0}, {"p0": 99}, names)
+    inst = write_instance(tmp_path)
+    assert train(inst, tmp_path / "ck", "--cpu-quota", "p0=half") == 2
+    assert "--cpu-quota: expected DEVICE=FRACTION, got 'p0=half'" in capsys.readouterr().err
+    assert train(inst, tmp_path / "ck", "--cpu-quota", "p0=1", "--cpu-pin", "p0=-1") == 2
+    assert "--cpu-pin: expected DEVICE=CORE" in capsys.readouterr().err
+    assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.skipif(not _cgroups_writable(), reason="the cgroup cpu controller is not writable here")
+def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> None:
+    """In-process: the cgroup has the weight, the quota and the pin, and leaving restores all;
+    a job with p0 pinned on a whole core and p1 at half a core ends where single-process
+    training ends, and leaves no cgroup behind."""
+    from solver.runtime import cpuquota
+    before = os.sched_getaffinity(0)
+    q = cpuquota.enter("p1", 0.5, 20000, cpu=0)
+    try:
+        assert f"{cpuquota.PREFIX}{os.getpid()}" in Path("/proc/self/cgroup").read_text()
+        if (q.path / "cpu.shares").exists():
+            assert (q.path / "cpu.shares").read_text().strip() == str(cpuquota.WEIGHT_V1)
+            assert (q.path / "cpu.cfs_quota_us").read_text().strip() == "10000"
+        assert os.sched_getaffinity(0) == {0}
+        with cpuquota.outside(q):
+            assert os.sched_getaffinity(0) == before
+            assert f"{cpuquota.PREFIX}{os.getpid()}" not in Path("/proc/self/cgroup").read_text()
+        assert os.sched_getaffinity(0) == {0}
+    finally:
+        cpuquota.leave(q)
+    assert os.sched_getaffinity(0) == before and not q.path.exists()
+
+    inst = load_instance(write_instance(tmp_path))
+    plan = Plan((Group((0, 1), (3, 7), 32, "gpipe"),))
+    cfg = TrainConfig(MODEL, 4, str(tmp_path / "ck"), iterations_per_slot=4, plans=(plan_to_json(plan),),
+                      cpu_quota={"p0": 1.0, "p1": 0.5}, cpu_pin={"p0": 0})
+    launch(inst, cfg, ["p0", "p1"])
+    ref, got = reference(4), final_state(tmp_path / "ck", 7)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+    assert not list(q.path.parent.glob(f"{cpuquota.PREFIX}*"))

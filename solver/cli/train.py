@@ -1,12 +1,14 @@
 """`dynpar train` and `dynpar profile`: torch jobs (need the torch extra).
 
     dynpar profile MODULE:FACTORY --kind NAME [-o FACTORY.csv] [--batch 32] [--micro-batch 4]
+                   [--cpu-quota FRACTION]
 
     dynpar train INSTANCE --model MODULE:FACTORY --steps N --checkpoint-dir DIR
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
                  [--devices a,b] [--device-map NODE:LOCAL_RANK=DEVICE,...] [--node NAME]
-                 [--repeat DEVICE=R,...] [--kill-at DEVICE:STEP] [--out DIR] [--engine torch|hand]
-                 [--accelerator cpu|cuda]
+                 [--repeat DEVICE=R,...] [--cpu-quota DEVICE=FRACTION,...] [--cpu-pin DEVICE=CORE,...]
+                 [--kill-at DEVICE:STEP]
+                 [--out DIR] [--engine torch|hand] [--accelerator cpu|cuda]
 
 Spawns one process per device on this machine, or, under torchrun, is one of its ranks
 (the device from --device-map and LOCAL_RANK: solver.runtime.binding). Writes slots.csv
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from ..errors import DynparError
 
@@ -42,6 +45,30 @@ def _pairs(text: str, flag: str) -> dict[str, int]:
     return out
 
 
+def _fractions(text: str, flag: str) -> dict[str, float]:
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, sep, v = part.partition("=")
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:
+            raise ValueError(f"{flag}: expected DEVICE=FRACTION, got {part!r}") from None
+        if not sep or not 0.01 <= out[k.strip()] <= 64:
+            raise ValueError(f"{flag}: expected DEVICE=FRACTION with a fraction of a core in [0.01, 64], "
+                             f"got {part!r}")
+    return out
+
+
+def _cores(text: str) -> dict[str, int]:
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, sep, v = part.partition("=")
+        if not sep or not v.strip().isdigit():
+            raise ValueError(f"--cpu-pin: expected DEVICE=CORE (a core number >= 0), got {part!r}")
+        out[k.strip()] = int(v)
+    return out
+
+
 def _kill(text: str | None) -> tuple[str, int] | None:
     if not text:
         return None
@@ -63,7 +90,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, args.iterations_per_slot,
                       args.checkpoint_every, args.V, args.policy, args.out,
                       _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine,
-                      accelerator=args.accelerator)
+                      accelerator=args.accelerator, cpu_quota=_fractions(args.cpu_quota, "--cpu-quota"),
+                      cpu_pin=_cores(args.cpu_pin))
     out = Path(args.out or args.checkpoint_dir)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
@@ -83,12 +111,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     _torch()
     import torch
-    from torch import nn
-
-    from ..io.workloads import write_workload_csv
-    from ..runtime.profiler import profile_module
-    from ..runtime.seeding import batch_context
-    from ..runtime.spec import Batches, blocks_of, load_factory
     if args.batch < 1 or args.micro_batch < 1 or args.batch % args.micro_batch:
         raise ValueError(f"--batch / --micro-batch: expected B a multiple of u >= 1, got {args.batch} / "
                          f"{args.micro_batch}")
@@ -98,20 +120,41 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise ValueError(f"--out: {out} exists (use --force to overwrite)")
     torch.set_num_threads(args.threads)
-    spec = load_factory(args.model)
-    blocks = nn.Sequential(*blocks_of(spec.model))
-    x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0]
-    with batch_context(0), spec.autocast_context(x.device):
-        wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
-                            name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer)
-    write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "
-                                         f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s)")
+    quota = None
+    if args.cpu_quota is not None:
+        from ..runtime import cpuquota
+        quota = cpuquota.enter("the profiled process", args.cpu_quota)
+    try:
+        wl = _profile(args, out)
+    finally:
+        if quota is not None:
+            cpuquota.leave(quota)
     f, b = wl.measured[args.kind]
     print(f"{wl.name}: {wl.num_layers} blocks, forward {sum(f) * 1e3:.4g} ms and backward {sum(b) * 1e3:.4g} ms "
           f"per sample, optimizer step {sum(wl.optimizer_seconds[args.kind]) * 1e3:.4g} ms per iteration on kind "
           f"{args.kind!r} (opt_s:{args.kind}: charged with the instance's optimizer_step = \"measured\"), "
           f"{wl.param_bytes.sum():.4g} parameter bytes -> {out}")
     return 0
+
+
+def _profile(args: argparse.Namespace, out: Path) -> Any:
+    """Time the blocks and write the layer table; return the workload."""
+    from torch import nn
+
+    from ..io.workloads import write_workload_csv
+    from ..runtime.profiler import profile_module
+    from ..runtime.seeding import batch_context
+    from ..runtime.spec import Batches, blocks_of, load_factory
+    spec = load_factory(args.model)
+    blocks = nn.Sequential(*blocks_of(spec.model))
+    x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0]
+    with batch_context(0), spec.autocast_context(x.device):
+        wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
+                            name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer)
+    quota = f", CPU quota {args.cpu_quota} core" if args.cpu_quota is not None else ""
+    write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "
+                                         f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s){quota}")
+    return wl
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -123,6 +166,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch", type=int, default=4, help="micro-batch u: samples per timed pass (4)")
     p.add_argument("--repeats", type=int, default=5, help="timed passes per block, median taken (5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads while timing (1, as dynpar train)")
+    p.add_argument("--cpu-quota", type=float, default=None,
+                   help="time inside a CPU quota of this fraction of a core, raised weight (runtime.cpuquota)")
     p.add_argument("-o", "--out", default=None, help="output CSV (default FACTORY.csv)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)
@@ -140,6 +185,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--device-map", default="", help="under torchrun: NODE:LOCAL_RANK=DEVICE,... (runtime.binding)")
     t.add_argument("--node", default=None, help="this node's name in --device-map (default $DYNPAR_NODE or host name)")
     t.add_argument("--repeat", default="", help="DEVICE=R,...: emulate a slower device by doing its compute R times")
+    t.add_argument("--cpu-quota", default="",
+                   help="DEVICE=FRACTION,...: the device's process in a cgroup of its own, raised weight; FRACTION "
+                        "< 1 a CPU quota of that fraction of a core (runtime.cpuquota)")
+    t.add_argument("--cpu-pin", default="", help="DEVICE=CORE,...: run that device's process on that core only "
+                   "(devices with --cpu-quota)")
     t.add_argument("--kill-at", default=None, help="failure drill DEVICE:STEP: that process kills itself (SIGKILL)")
     t.add_argument("--out", default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
     t.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds (60)")

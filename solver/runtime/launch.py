@@ -22,6 +22,7 @@ from typing import Sequence
 
 from ..errors import DynparError
 from ..model import Instance
+from . import cpuquota
 from .trainer import TrainConfig, train_worker
 
 LOST = "lost.json"
@@ -73,6 +74,7 @@ def launch(instance: Instance, cfg: TrainConfig, device_names: Sequence[str] | N
     if not run_on:
         raise TrainFailed(f"every device is recorded lost in {Path(cfg.checkpoint_dir) / LOST}")
     devices = [names.index(n) for n in run_on]
+    cpuquota.check(cfg.cpu_quota, cfg.cpu_pin, names)
     world = len(devices)
     init = f"tcp://127.0.0.1:{_free_port()}"
     ctx = multiprocessing.get_context(start_method)
@@ -84,6 +86,8 @@ def launch(instance: Instance, cfg: TrainConfig, device_names: Sequence[str] | N
         for p in procs:
             p.start()
         failed, killed = _watch(procs)
+        for p in procs:
+            cpuquota.remove(p.pid)
         if failed is None:
             return run_on
         if killed:

@@ -42,7 +42,7 @@ from ..online.controller import rows_frame
 from ..online.policies import Decision, make_policy
 from ..online.queues import initial_queues, update_queues
 from ..online.summary import summarise
-from . import ckpt
+from . import ckpt, cpuquota
 from .estimator import estimate, observed_state, predicted_compute
 from .layout import buckets, layer_holders, roles
 from .pipeline import pipeline_step, sync_and_step
@@ -67,7 +67,10 @@ class TrainConfig:
     (groups of several stages run torch.distributed.pipelining: runtime.tpipe) or "hand"
     (every group on the hand-written GPipe of runtime.pipeline); plans: plan JSON per slot
     (the last one repeats) used instead of the policy's (benchmarks, tests; status "given");
-    accelerator: "cpu" (gloo) or "cuda" (GPU LOCAL_RANK, NCCL: runtime.placement)."""
+    accelerator: "cpu" (gloo) or "cuda" (GPU LOCAL_RANK, NCCL: runtime.placement);
+    cpu_quota: device name -> fraction of one core its process may use (emulated slower
+    device, the kernel's CPU quota: runtime.cpuquota), cpu_period_us its period; cpu_pin:
+    device name -> the one core its process runs on (a device with a cpu_quota only)."""
 
     model: str
     steps: int
@@ -83,6 +86,9 @@ class TrainConfig:
     engine: str = "torch"
     plans: tuple[str, ...] = ()
     accelerator: str = "cpu"
+    cpu_quota: dict[str, float] = field(default_factory=dict)
+    cpu_period_us: int = cpuquota.PERIOD_US
+    cpu_pin: dict[str, int] = field(default_factory=dict)
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
@@ -234,14 +240,21 @@ def train_worker(rank: int, world: int, init: str, instance: Instance, cfg: Trai
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=cfg.timeout_s),
                             **({"device_id": dev} if dev.type == "cuda" else {}))
+    quota = None
     try:
         where = None
         if isinstance(devices, tuple) and len(devices) == 2 and isinstance(devices[0], str):
             devices, where = gather_devices(instance, devices, world)
-        _train(rank, instance, cfg, list(devices), where, dev)
+        me = instance.devices[list(devices)[rank]].name
+        cpuquota.check(cfg.cpu_quota, cfg.cpu_pin, [d.name for d in instance.devices])
+        if me in cfg.cpu_quota:
+            quota = cpuquota.enter(me, float(cfg.cpu_quota[me]), cfg.cpu_period_us, cfg.cpu_pin.get(me))
+        _train(rank, instance, cfg, list(devices), where, dev, quota)
         dist.barrier()
     finally:
         dist.destroy_process_group()
+        if quota is not None:
+            cpuquota.leave(quota)
 
 
 def gather_devices(instance: Instance, mine: tuple[str, str], world: int) -> tuple[list[int], list[str]]:
@@ -262,7 +275,7 @@ def gather_devices(instance: Instance, mine: tuple[str, str], world: int) -> tup
 
 
 def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], where: list[str] | None,
-           dev: torch.device) -> None:
+           dev: torch.device, quota: cpuquota.Quota | None = None) -> None:
     wl = inst.workload
     spec = load_factory(cfg.model)
     spec.make_optimizer([torch.nn.Parameter(torch.zeros(1))])  # lazy imports before any timing
@@ -306,7 +319,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     while step < cfg.steps:
         t = step // cfg.iterations_per_slot
         slot_end = min((t + 1) * cfg.iterations_per_slot, cfg.steps)
-        box = [ctl.decide(t) if ctl else None]
+        with cpuquota.outside(quota):
+            box = [ctl.decide(t) if ctl else None]
         dist.broadcast_object_list(box, src=0)
         plan = box[0]
         rplan = to_ranks(plan, rank_of)
@@ -374,7 +388,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             s2 = time.perf_counter()
             elapsed.append(s2 - s0)
             cpu.append((time.process_time() - p0) / max(s2 - s0, 1e-12))
-            compute.append(c)
+            # a one-stage group waits for nothing: its whole step (rows, loss, scaling) is its compute
+            compute.append(s1 - s0 if role is not None and role.prev is None and role.next is None else c)
             piped_s.append(s1 - s0)
             sync_s.append(sy)
             step_s.append(s2 - s1 - sy)
@@ -393,8 +408,9 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                         "iterations": len(it),
                         "compute": {r[0]: _median(r[3]) for r in report if r[1]},
                         "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]}}
-            print(_log(ctl.finish(measured), inst), flush=True)
-            _write_results(ctl, inst, out)
+            with cpuquota.outside(quota):
+                print(_log(ctl.finish(measured), inst), flush=True)
+                _write_results(ctl, inst, out)
     _checkpoint(cfg, step, rank, held, holders, ctl, ident, None)
     if rank == 0:
         _write_results(ctl, inst, out)
