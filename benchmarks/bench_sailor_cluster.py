@@ -5,17 +5,22 @@ and usable memory, GPT-Neo-2.7 imported from Sailor's profiles (`import_any("sai
 global batch 2048 as in `configs/training_config_gpt_neo27.json`.
 
     python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048] [--models M ...]
+                                              [--against COMMIT] [--rounds R]
 
 Per model (GPT-Neo-2.7 and LLAMA-3-8 by default): our plan (groups, stages with their TP
 degree, schedule, shares), its batch time, USD per iteration and planning time, with TP and with
 tp 1 only; beside the best baseline (tp 1) and the best Megatron-style uniform (dp, tp, pp) grid
-point, all scored in the same model.
+point, all scored in the same model. With --against COMMIT, the planning time of this tree's
+solve_slot and of COMMIT's (a `git worktree` in a temporary folder) on the same instances, each
+in its own process after one untimed warm-up solve, R rounds in turn (old, new, old, ...), the
+least wall time of each kept: their ratio is what to read on a loaded machine.
 Needs ../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -133,17 +138,68 @@ def report(model: str, batch: int, micro: int) -> None:
         print("Megatron-style uniform grid: no point fits in memory")
 
 
+_TIMER = """
+import json, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, {tree!r})
+import benchmarks.bench_sailor_cluster as bench
+bench.DATA = Path({data!r})
+from solver import SolveOptions, load_instance, solve_slot
+out = {{}}
+for model in {models!r}:
+    with tempfile.TemporaryDirectory() as tmp:
+        state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model)).state(0)
+    solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=(1,)))
+    for degs in ((1,), (1, 2, 4, 8)):
+        t0 = time.perf_counter()
+        res = solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=degs))
+        out[model + (" tp 1 only" if degs == (1,) else "")] = (time.perf_counter() - t0, res.objective)
+print(json.dumps(out))
+"""
+
+
+def planning_times(against: str, rounds: int, models: list[str], batch: int, micro: int) -> None:
+    """Print the planning time of this tree's solver and of commit `against`'s side by side (module doc)."""
+    root = Path(__file__).resolve().parents[1]
+    least: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_sailor_") as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(old), against],
+                       check=True, capture_output=True)
+        try:
+            for _ in range(max(1, rounds)):
+                for who, tree in (("old", old), ("new", root)):
+                    code = _TIMER.format(tree=str(tree), data=str(DATA), models=models, batch=batch, micro=micro)
+                    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp)
+                    if run.returncode:
+                        raise SystemExit(f"{who} solver ({tree}) failed:\n{run.stderr[-2000:]}")
+                    for case, (sec, obj) in json.loads(run.stdout.strip().splitlines()[-1]).items():
+                        got = least.setdefault((who, case), [sec, obj])
+                        got[0] = min(got[0], sec)
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(old)], capture_output=True)
+    print(f"\nplanning time per slot, least of {max(1, rounds)} rounds; old = {against}, new = this tree")
+    for case in dict.fromkeys(c for _, c in least):
+        (so, oo), (sn, on) = least[("old", case)], least[("new", case)]
+        same = "same objective" if oo == on or abs(oo - on) <= 1e-9 * abs(oo) else f"objective {oo:.6g} -> {on:.6g}"
+        print(f"  {case}: old {so:.2f} s, new {sn:.2f} s, {so / sn:.2f}x faster, {same}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
+    ap.add_argument("--against", default=None, help="commit whose planning time to measure beside this tree's")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the side-by-side timing (--against)")
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"needs Sailor's data at {DATA}", file=sys.stderr)
         return 1
     for model in args.models:
         report(model, args.batch, args.micro_batch)
+    if args.against:
+        planning_times(args.against, args.rounds, args.models, args.batch, args.micro_batch)
     return 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..model.plan import Plan
 from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
+from .bounds import slot_lower_bound
 from .incumbents import score_incumbents
 from .local import polish
 from .options import SlotResult, SolveOptions
@@ -63,44 +64,85 @@ def _at_size(plan: Plan | None, u: int | None) -> Plan | None:
 
 def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np.ndarray, V: float,
                          solve: Solve, *, previous_plan: Plan | None, options: SolveOptions,
-                         cache: SlotCache | None = None) -> SlotResult:
+                         cache: SlotCache | None = None, known: Mapping[int, SlotResult] | None = None,
+                         screened: Mapping[int, SlotResult] | None = None) -> SlotResult:
     """The search over groups' micro-batch sizes (module doc). queues: as given to solve_slot;
     Q: their checked cost weights; V: checked; solve: solve_slot (passed in, so that this module
-    does not import the search). A time limit (options.time_limit_s) is split evenly between
+    does not import the search); known / screened: {size: the result of `solve` on
+    single_size(state, size)} on the full work budget / on the screening budget, already run by
+    the caller.
+
+    Every other size is screened: searched on SearchTuning.size_explore of the work budget,
+    unless its lower bound (solve.bounds.slot_lower_bound at that size) is no better than the
+    best objective found before it (then it is not searched; the message names it). The best
+    screened size is searched again on the full budget when its screening objective is within
+    SearchTuning.size_recheck of the best objective found (so a size that screens far behind
+    is not given the full budget). A time limit (options.time_limit_s) is split evenly between
     the sizes."""
     t0 = time.perf_counter()
     sizes = micro_batch_sizes(state)
     u0 = state.workload.micro_batch
+    tune = options.tuning
     cache = slot_cache(state, cache)
     sc = Scorer(state, Q, V, options, previous_plan, cache=cache)
     score_incumbents(state, sc, Q, previous_plan, recut_previous=False)
-    found: list[tuple[int, SlotResult]] = []
+    full = options.max_structures if options.max_structures is not None \
+        else tune.work_budget(len(state.available_indices))
     per_size = options if options.time_limit_s is None else \
         replace(options, time_limit_s=options.time_limit_s / len(sizes))
-    for u in sizes:
-        st = single_size(state, u)
+    screen_opt = per_size if tune.size_explore >= 1 else replace(per_size, max_structures=tune.size_explore * full)
+    found: dict[int, SlotResult] = dict(known or {})
+    screens: dict[int, SlotResult] = {u: r for u, r in (screened or {}).items() if u not in found}
+    skipped: list[int] = []
+
+    def search(u: int, opt: SolveOptions) -> SlotResult:
         prev = None
         if previous_plan is not None and all((g.micro_batch or u0) == u for g in previous_plan.groups):
             prev = _at_size(previous_plan, None)
-        res = solve(st, queues, V, previous_plan=prev, options=per_size, cache=None)
-        found.append((u, res))
+        res = solve(single_size(state, u), queues, V, previous_plan=prev, options=opt, cache=None)
         if res.plan is not None:
             plan = _at_size(res.plan, None if u == u0 else u)
             sc.score(tuple(group_entry(g, u0) for g in plan.groups), plan.shares, source=f"search@u{u}")
+        return res
+
+    for u, res in (*found.items(), *screens.items()):
+        if res.plan is not None:
+            plan = _at_size(res.plan, None if u == u0 else u)
+            sc.score(tuple(group_entry(g, u0) for g in plan.groups), plan.shares, source=f"search@u{u}")
+    for u in sizes:
+        if u in found or u in screens:
+            continue
+        if sc.best is not None and slot_lower_bound(single_size(state, u), Q, V) >= sc.best.objective:
+            skipped.append(u)
+            continue
+        screens[u] = search(u, screen_opt)
+    if screen_opt is not per_size and screens:
+        u, res = min(screens.items(), key=lambda kv: (kv[1].objective, kv[1].batch_time))
+        if res.plan is not None and res.objective <= (1 + tune.size_recheck) * sc.best.objective:
+            del screens[u]
+            found[u] = search(u, per_size)
     if sc.best is None:
-        why = "; ".join(f"u={u}: {r.message}" for u, r in found)
+        why = "; ".join(f"u={u}: {r.message}" for u, r in {**found, **screens}.items())
         return SlotResult.infeasible(f"slot {state.t}: no plan at any micro-batch size ({why})",
                                      time.perf_counter() - t0, sc.count)
     if options.local_search:
-        tune = options.tuning
-        full = options.max_structures if options.max_structures is not None \
-            else tune.work_budget(len(state.available_indices))
         sc.tries, sc.budget = 0, POLISH_SHARE * full
         small = tune.small(len(state.available_indices), sc.L)
         polish(state, sc, sc.best, math.inf, tune.all_orders_small if small else tune.all_orders_polish,
                tune.polish_rounds)
     chosen = sorted({g.micro_batch or u0 for g in sc.best.plan.groups})
-    per_u = ", ".join(f"u={u}: {r.objective:.6g}" if r.plan is not None else f"u={u}: none" for u, r in found)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
-                       f"tentative search at each micro-batch size ({per_u}), then each group at every size; "
-                       f"best at u = {chosen}, {sc.best.source}", t0)
+                       f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped)}), "
+                       f"then each group at every size; best at u = {chosen}, {sc.best.source}", t0)
+
+
+def _per_size(sizes: Sequence[int], found: Mapping[int, SlotResult], screens: Mapping[int, SlotResult],
+              skipped: Sequence[int]) -> str:
+    """'u=1: 65.44, u=2: 78.79 (screened), u=8: not searched (lower bound)' for the message."""
+    def one(u: int) -> str:
+        if u in skipped:
+            return f"u={u}: not searched (lower bound above the best)"
+        r = found.get(u) or screens[u]
+        how = " (screened)" if u not in found else ""
+        return f"u={u}: {r.objective:.6g}{how}" if r.plan is not None else f"u={u}: none"
+    return ", ".join(one(u) for u in sizes)

@@ -91,11 +91,19 @@ class SearchTuning:
     oracle_all_cuts_limit: int = 20_000
     """Ordered-group cut sets in all up to which the oracle enumerates every cut set (exact for
     the model); above it, the frontier cut sets."""
-    tp_explore: float = 1.0
+    tp_explore: float = 0.5
     """Fraction of the work budget of each trial TP configuration (solve.tp; at the workload's own
     micro-batch size); the winning one is then searched again on the full budget with every
-    size. On Sailor's 32-GPU cases 0.25 lost 16% on LLAMA-3-8 (it ranked V100 tp2 above tp4) for
-    no time saved, so trials get the full budget."""
+    size. On Sailor's 32-GPU cases (benchmarks/bench_sailor_cluster.py) 0.5 chose the same
+    configurations and plans as 1.0; 0.25 ranked LLAMA-3-8's V100 tp2 above tp4 (16% lost)."""
+    size_explore: float = 0.5
+    """Fraction of the work budget of the screening search at each micro-batch size
+    (solve.micro_batch); the best screened size is then searched on the full budget."""
+    size_recheck: float = 0.05
+    """The best screened micro-batch size gets its full-budget search only when its screening
+    objective is within this fraction above the best objective found (on Sailor's GPT-Neo-2.7
+    case the screened sizes are 20-60% behind u = 1, and 0.5 of the budget found the full
+    budget's plan at every size but one)."""
 
     def small(self, n: int, L: int) -> bool:
         """True for a small slot (n available devices, L layers)."""

@@ -30,7 +30,8 @@ from .orders import memory_order, nn_order
 from .oracle import solve_exact
 from .scoring import Scorer, slot_result
 from .sources import describe
-from .tp import check_degrees, search_configurations, tp_applies, tp_result
+from .bounds import slot_lower_bound
+from .tp import Descent, better, check_degrees, physical_result, search_configurations, tp_applies, tp_result
 
 
 def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
@@ -53,25 +54,59 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
                            iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
                            cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees)
     check_degrees(opt.tp_degrees)
-    plain = _search(state, queues, Q, V, previous_plan, opt, cache, t0)
     if not tp_applies(state, opt.tp_degrees):
-        return plain
+        return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
+    return _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
 
-    def run(o: SolveOptions):
-        return lambda ust, uc: _search(ust, queues, Q, V, previous_plan, o, uc, time.perf_counter())
 
-    def explore(ust: SlotState, uc: SlotCache) -> SlotResult:
-        """A trial configuration: at the workload's own micro-batch size, on tp_explore of the
-        work budget (the winner is searched again in full)."""
-        n = len(ust.available_indices)
-        full = opt.max_structures if opt.max_structures is not None else opt.tuning.work_budget(n)
-        one = single_size(ust, ust.workload.micro_batch)
-        return run(replace(opt, max_structures=opt.tuning.tp_explore * full))(one, uc if one is ust else None)
+def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
+               opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult:
+    """TP configurations (solve.tp) screened at one micro-batch size, then every size on the
+    winner: the coordinate descent runs at the workload's own size u (at the smallest size
+    when no configuration has a plan at u), each trial on SearchTuning.tp_explore of the work
+    budget and skipped when its lower bound at that size is no better than the incumbent; the
+    winning configuration is then searched at every other size and polished with mixed sizes
+    (solve.micro_batch), reusing its screening search when that had the full budget. So a
+    configuration that loses at u is not searched at other sizes (the oracle, n <= 6, tries
+    every one)."""
+    n = len(state.available_indices)
+    full = opt.max_structures if opt.max_structures is not None else opt.tuning.work_budget(n)
+    trial_opt = opt if opt.tuning.tp_explore >= 1 else replace(opt, max_structures=opt.tuning.tp_explore * full)
+    sizes = micro_batch_sizes(state)
 
-    same = opt.tuning.tp_explore >= 1 and len(micro_batch_sizes(state)) == 1
-    best, config, runs, bounds = search_configurations(state, opt.tp_degrees, explore, explore if same else run(opt),
-                                                       cache, plain)
-    return tp_result(best, config, runs, bounds, time.perf_counter() - t0)
+    def descend(u: int) -> tuple[Descent, dict[int, SlotResult]]:
+        """The descent at micro-batch size u; its screening searches by unit state id."""
+        screened: dict[int, SlotResult] = {}
+
+        def explore(ust: SlotState, uc: SlotCache) -> SlotResult:
+            one = single_size(ust, u)
+            res = _search(one, queues, Q, V, previous_plan, trial_opt, uc if one is ust else None, time.perf_counter())
+            screened[id(ust)] = res
+            return res
+
+        def bound(ust: SlotState) -> float:
+            return slot_lower_bound(single_size(ust, u), Q, V)
+
+        return search_configurations(state, opt.tp_degrees, explore, bound, cache, explore(state, cache)), screened
+
+    for u in dict.fromkeys([sizes[0], min(sizes)]):
+        found, screened = descend(u)
+        if found.best.plan is not None:
+            break
+    best = found.best
+    if len(sizes) > 1 or trial_opt is not opt:
+        ust = found.state
+        if len(sizes) == 1:
+            res = _search(ust, queues, Q, V, previous_plan, opt, found.cache, time.perf_counter())
+        else:
+            done = {u: screened[id(ust)]} if id(ust) in screened else {}
+            res = solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan, options=opt,
+                                       cache=found.cache, **{"known" if trial_opt is opt else "screened": done})
+        res = physical_result(res, ust)
+        found.runs += 1
+        if better(res, best):
+            best = res
+    return tp_result(best, found, time.perf_counter() - t0)
 
 
 def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,

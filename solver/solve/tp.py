@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from ..model.plan import to_physical
@@ -104,25 +104,30 @@ devices, is the solver's own: the Scorer charges migration physically and solve.
 reads it over the units where it can)."""
 
 
-def solve_units(state: SlotState, units: list[Unit], solve: Solver, cache: SlotCache | None
-                ) -> tuple[SlotResult, SlotState]:
-    """`solve` on the unit state of `units` (its cache kept in the slot's cache), the result's
-    plans read back over physical devices."""
-    if all(len(u) == 1 for u in units):         # degree 1 everywhere: the slot itself
-        return solve(state, cache if cache is not None else SlotCache(state)), state
+def units_state(state: SlotState, units: list[Unit], cache: SlotCache) -> tuple[SlotState, SlotCache]:
+    """The unit state of `units` and its cache, kept in the slot's cache (`state` and `cache`
+    themselves for degree 1 everywhere)."""
+    if all(len(u) == 1 for u in units):
+        return state, cache
     key = tuple(units)
-    store = cache.units if cache is not None else {}
-    if key not in store:
+    if key not in cache.units:
         ust = unit_state(state, units)
-        store[key] = (ust, SlotCache(ust, dp_backend=cache.dp_backend if cache is not None else "compiled"))
-    ust, ucache = store[key]
-    res = solve(ust, ucache)
-    return physical_result(res, ust), ust
+        cache.units[key] = (ust, SlotCache(ust, dp_backend=cache.dp_backend))
+    return cache.units[key]
+
+
+def solve_units(state: SlotState, units: list[Unit], solve: Solver, cache: SlotCache
+                ) -> tuple[SlotResult, SlotState]:
+    """`solve` on the unit state of `units` (units_state), the result's plans read back over
+    physical devices."""
+    ust, ucache = units_state(state, units, cache)
+    return physical_result(solve(ust, ucache), ust), ust
 
 
 def physical_result(res: SlotResult, ust: SlotState) -> SlotResult:
-    """A unit state's SlotResult with its plans over physical devices."""
-    if res.plan is None:
+    """A unit state's SlotResult with its plans over physical devices (res itself on a
+    physical state)."""
+    if res.plan is None or ust.members is None:
         return res
     pool = tuple((to_physical(p, ust), *rest) for p, *rest in res.candidate_pool)
     return replace(res, plan=to_physical(res.plan, ust), candidate_pool=pool)
@@ -137,43 +142,60 @@ def better(a: SlotResult, b: SlotResult | None) -> bool:
     return (a.objective, a.batch_time) < (b.objective, b.batch_time)
 
 
-def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, solve: Solver,
-                          cache: SlotCache | None, plain: SlotResult
-                          ) -> tuple[SlotResult, Configuration, int, list[float]]:
+@dataclass
+class Descent:
+    """What search_configurations found: the best result (over physical devices), its
+    configuration and unit state, the searches run, the configurations skipped because their
+    lower bound was no better than the incumbent's objective, and every lower bound seen (of
+    the searched and of the skipped configurations: together a bound over all visited)."""
+    best: SlotResult
+    config: Configuration
+    state: SlotState
+    cache: SlotCache
+    runs: int = 0
+    pruned: int = 0
+    bounds: list[float] = field(default_factory=list)
+
+
+Bound = Callable[[SlotState], float]
+"""bound(unit state) -> a value no plan of that state (as the explore Solver searches it) is below."""
+
+
+def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, bound: Bound,
+                          cache: SlotCache, plain: SlotResult) -> Descent:
     """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
-    result: each trial configuration is searched by `explore` (one micro-batch size, maybe a
-    smaller work budget), and the winner, when it is not degree 1, once more by `solve` (unless
-    that is `explore` itself), keeping the better of the two. Returns (best result, its configuration, searches run, lower bounds seen)."""
+    result of `explore`: each trial configuration whose lower bound (`bound` on its unit
+    state) is below the incumbent's objective is searched by `explore`."""
     allowed = allowed_degrees(state, degrees)
     one = tuple(sorted({k: 1 for k in allowed}.items()))
-    best, best_cfg, runs, bounds = plain, one, 0, [plain.lower_bound]
+    out = Descent(plain, one, state, cache, bounds=[plain.lower_bound])
     tried = {one}
 
     def trial(cfg: Configuration) -> None:
-        nonlocal best, best_cfg, runs
         if cfg in tried:
             return
         tried.add(cfg)
-        res, _ = solve_units(state, configuration_units(state, cfg), explore, cache)
-        runs += 1
-        bounds.append(res.lower_bound)
-        if better(res, best):
-            best, best_cfg = res, cfg
+        ust, ucache = units_state(state, configuration_units(state, cfg), cache)
+        lb = bound(ust)
+        if out.best.plan is not None and lb >= out.best.objective:
+            out.pruned += 1
+            out.bounds.append(lb)
+            return
+        res = explore(ust, ucache)
+        out.runs += 1
+        out.bounds.append(res.lower_bound)
+        if better(res, out.best):
+            out.best, out.config, out.state, out.cache = physical_result(res, ust), cfg, ust, ucache
 
     if plain.plan is None:      # no start to descend from: every kind at each degree at once first
         for t in sorted({t for ts in allowed.values() for t in ts}):
             trial(tuple(sorted((k, max([1, *(x for x in ts if x <= t)])) for k, ts in allowed.items())))
-    config = dict(best_cfg)
+    config = dict(out.config)
     for kind, ts in allowed.items():
         for t in (1, *ts):
             trial(tuple(sorted(dict(config, **{kind: t}).items())))
-        config = dict(best_cfg)
-    if best_cfg != one and solve is not explore:
-        res, _ = solve_units(state, configuration_units(state, best_cfg), solve, cache)
-        runs += 1
-        if better(res, best):
-            best = res
-    return best, best_cfg, runs, bounds
+        config = dict(out.config)
+    return out
 
 
 def describe_configuration(config: Configuration) -> str:
@@ -188,13 +210,13 @@ def check_degrees(degrees: Sequence[int]) -> None:
         raise ValueError(f"tp_degrees: expected a non-empty sequence of integers >= 1, got {degrees!r}")
 
 
-def tp_result(best: SlotResult, config: Configuration, runs: int, bounds: Sequence[float],
-              solve_time: float) -> SlotResult:
+def tp_result(best: SlotResult, found: Descent, solve_time: float) -> SlotResult:
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
-    of the configurations searched (a bound over those, not over every way of forming units)
+    of the configurations visited (a bound over those, not over every way of forming units)
     and the configuration in the message."""
-    finite = [b for b in bounds if not math.isnan(b)]
+    finite = [b for b in found.bounds if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
-    msg = f"{best.message}; TP: {runs + 1} searches (coordinate descent over one degree " \
-          f"per kind), chosen: {describe_configuration(config)}; lower bound over the configurations searched"
+    skipped = f", {found.pruned} skipped by their lower bound" if found.pruned else ""
+    msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped} (coordinate descent over one " \
+          f"degree per kind), chosen: {describe_configuration(found.config)}; lower bound over the configurations visited"
     return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)
