@@ -159,3 +159,18 @@ def test_mixed_sizes_are_chosen_where_kinds_differ():
     assert sizes == {(0,): 4, (1,): 1}, res.plan
     assert res.objective < min(solve_exact(fixed_u_state(s, u), (0.0, 0.0), 1.0, all_cuts=True).objective
                                for u in US) * (1 - 1e-6)
+
+
+def test_slot_cache_evaluates_each_group_at_its_own_size():
+    """SlotCache.evaluation (used by the online controller and its charges) equals
+    cost.evaluate for a plan whose groups train at different micro-batch sizes."""
+    from solver.model import Group, Plan
+    from solver.subproblems.cache import SlotCache
+    s = multi_u_state(11, n=2, L=3, scale=1.0)
+    L = s.workload.num_layers
+    plan = Plan((Group((0,), (L,), 8, micro_batch=4), Group((1,), (L,), 8)))
+    got, want = SlotCache(s).evaluation(plan), evaluate(plan, s)
+    assert got.batch_time == pytest.approx(want.batch_time, rel=1e-12)
+    assert got.costs == pytest.approx(want.costs, rel=1e-12)
+    at_u = evaluate(Plan((Group((0,), (L,), 8), Group((1,), (L,), 8))), s)
+    assert want.group_times[0] != pytest.approx(at_u.group_times[0], rel=1e-9)     # the size matters here

@@ -21,6 +21,7 @@ from solver.model.plan import plan_from_json, plan_to_json, to_units
 from solver.model.state import TP_ALLREDUCES, tp_collective_seconds
 from solver.model.units import unit_state
 from solver.solve.oracle import solve_exact
+from solver.solve.options import SearchTuning
 
 GBIT = 1e9 / 8
 LAYERS = """\
@@ -253,6 +254,21 @@ def test_oracle_over_units_no_worse_than_the_search(tmp_path):
     assert "ways of forming TP units" in exact.message
     # with degree 1 only, the oracle is the plain one
     assert solve_exact(s, V=1.0).objective >= exact.objective * (1 - 1e-12)
+
+
+def test_pool_steps_give_stages_of_one_kind_different_degrees(tmp_path):
+    """Four V100s in two servers: the oracle's optimum holds one server's pair at tp 2 and the
+    other's alone; the per-kind descent cannot form it, the per-server steps find it exactly."""
+    s = instance(tmp_path, FOUR, memory_gb=16).state(0)
+    exact = solve_exact(s, V=1.0, tp_degrees=(1, 2, 4, 8))
+    found = solve_slot(s, V=1.0)
+    per_kind = solve_slot(s, V=1.0, options=SolveOptions(tuning=SearchTuning(tp_pool_steps_up_to=0)))
+    degrees = sorted(1 + len(p) for g in found.plan.groups for p in g.tp_peers)
+    assert degrees[0] == 1 and degrees[-1] == 2
+    assert found.objective == pytest.approx(exact.objective, rel=1e-9)
+    assert per_kind.objective > exact.objective * (1 + 1e-3)
+    assert not found.plan.validate(s)
+    assert "in server" in found.message
 
 
 def test_tp_degrees_checked(tmp_path):

@@ -87,7 +87,8 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         def bound(ust: SlotState) -> float:
             return slot_lower_bound(single_size(ust, u), Q, V)
 
-        return search_configurations(state, opt.tp_degrees, explore, bound, cache, explore(state, cache)), screened
+        return search_configurations(state, opt.tp_degrees, explore, bound, cache, explore(state, cache),
+                                      opt.tuning.tp_pool_steps_up_to), screened
 
     for u in dict.fromkeys([sizes[0], min(sizes)]):
         found, screened = descend(u)
@@ -106,7 +107,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         found.runs += 1
         if better(res, best):
             best = res
-    return tp_result(best, found, time.perf_counter() - t0)
+    return tp_result(best, found, time.perf_counter() - t0, state)
 
 
 def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,

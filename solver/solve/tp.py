@@ -1,18 +1,20 @@
 """Choosing tensor-parallel degrees: the per-slot search (and the oracle) over TP units.
 
-A TP configuration gives each device kind one degree t (SolveOptions.tp_degrees): inside every
-server, the available devices of that kind, in index order, form units of t devices (the
-remainder stays alone). The search runs unchanged on the configuration's unit state
-(model.units), its plan is read back over physical devices (Group.tp_peers), and the best
-configuration wins. Configurations are visited by coordinate descent from degree 1 everywhere:
-each kind in turn tries each other degree with the others fixed, keeping a change when the
-objective falls (when degree 1 has no plan at all, the descent starts from the best of "every
-kind at degree t" for each t); each trial runs at the workload's own micro-batch size on SearchTuning.tp_explore
-of the work budget, and the winner once more with every micro-batch size on the full budget
-(unless that search is the same): |kinds| (|degrees| - 1) + 1 searches, or one more, each on
-fewer devices than the slot.
+A TP configuration gives each device kind one degree t (SolveOptions.tp_degrees), and may give
+a (kind, server) pool a degree of its own: inside every server, the available devices of that
+kind, in index order, form units of t devices (the remainder stays alone). The search runs
+unchanged on the configuration's unit state (model.units), its plan is read back over physical
+devices (Group.tp_peers), and the best configuration wins. Configurations are visited by
+coordinate descent from degree 1 everywhere: each kind in turn tries each other degree with the
+others fixed, keeping a change when the objective falls (when degree 1 has no plan at all, the
+descent starts from the best of "every kind at degree t" for each t); then, in slots with few
+pools (SearchTuning.tp_pool_steps_up_to), each pool in turn tries each degree of its own. A trial
+whose lower bound is no better than the incumbent's objective is skipped. Trials run at one
+micro-batch size on SearchTuning.tp_explore of the work budget (solve.search._search_tp), the
+winner then at every size on the full budget: |kinds| (|degrees| - 1) + 1 searches (plus
+(|degrees| - 1) per pool with the pool steps), each on fewer devices than the slot.
 The oracle (n <= 6) instead tries every partition of each server's same-kind devices into
-units of allowed sizes, so that stages of one kind may differ in degree.
+units of allowed sizes.
 
 TP is considered only where the instance declares servers (a TP stage lies inside one server)
 and some server holds two or more available devices of one kind; elsewhere the solve is the
@@ -31,8 +33,16 @@ from ..model.units import Unit, unit_state
 from ..subproblems.cache import SlotCache
 from .options import SlotResult
 
-Configuration = tuple[tuple[str, int], ...]
-"""((kind, degree), ...) sorted by kind."""
+Configuration = tuple[tuple[str | tuple[str, int], int], ...]
+"""((kind, degree), ..., ((kind, server), degree), ...): each kind's degree, then the servers
+whose pool of that kind uses another degree (per-pool steps of the descent); sorted by str."""
+
+
+def configuration(degrees: dict) -> Configuration:
+    """The canonical Configuration of {kind or (kind, server): degree}: a server's entry equal
+    to its kind's degree is dropped."""
+    kept = {k: t for k, t in degrees.items() if isinstance(k, str) or t != degrees.get(k[0], 1)}
+    return tuple(sorted(kept.items(), key=str))
 
 
 def same_kind_pools(state: SlotState) -> dict[tuple[str, int], list[int]]:
@@ -63,8 +73,8 @@ def configuration_units(state: SlotState, config: Configuration) -> list[Unit]:
     index order, the rest alone; then every device outside the pools (unavailable ones) alone."""
     deg = dict(config)
     units: list[Unit] = []
-    for (kind, _), pool in sorted(same_kind_pools(state).items(), key=lambda kv: kv[1][0]):
-        t = deg.get(kind, 1)
+    for (kind, server), pool in sorted(same_kind_pools(state).items(), key=lambda kv: kv[1][0]):
+        t = deg.get((kind, server), deg.get(kind, 1))
         full = len(pool) // t * t
         units += [tuple(pool[i:i + t]) for i in range(0, full, t)] + [(i,) for i in pool[full:]]
     used = {i for u in units for i in u}
@@ -154,6 +164,7 @@ class Descent:
     cache: SlotCache
     runs: int = 0
     pruned: int = 0
+    pool_steps: bool = False
     bounds: list[float] = field(default_factory=list)
 
 
@@ -162,12 +173,14 @@ Bound = Callable[[SlotState], float]
 
 
 def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, bound: Bound,
-                          cache: SlotCache, plain: SlotResult) -> Descent:
+                          cache: SlotCache, plain: SlotResult, max_pools: int = 0) -> Descent:
     """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
     result of `explore`: each trial configuration whose lower bound (`bound` on its unit
-    state) is below the incumbent's objective is searched by `explore`."""
+    state) is below the incumbent's objective is searched by `explore`. Where the slot has at
+    most `max_pools` (kind, server) pools, a second pass gives each pool in turn each allowed
+    degree of its own (SearchTuning.tp_pool_steps_up_to)."""
     allowed = allowed_degrees(state, degrees)
-    one = tuple(sorted({k: 1 for k in allowed}.items()))
+    one = configuration({k: 1 for k in allowed})
     out = Descent(plain, one, state, cache, bounds=[plain.lower_bound])
     tried = {one}
 
@@ -189,18 +202,26 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
 
     if plain.plan is None:      # no start to descend from: every kind at each degree at once first
         for t in sorted({t for ts in allowed.values() for t in ts}):
-            trial(tuple(sorted((k, max([1, *(x for x in ts if x <= t)])) for k, ts in allowed.items())))
-    config = dict(out.config)
+            trial(configuration({k: max([1, *(x for x in ts if x <= t)]) for k, ts in allowed.items()}))
     for kind, ts in allowed.items():
         for t in (1, *ts):
-            trial(tuple(sorted(dict(config, **{kind: t}).items())))
-        config = dict(out.config)
+            trial(configuration({**dict(out.config), kind: t}))
+    pools = same_kind_pools(state)
+    out.pool_steps = len(pools) <= max_pools
+    if out.pool_steps:              # then each server's pool on its own: stages of one kind at several degrees
+        for (kind, server), pool in pools.items():
+            for t in (1, *(t for t in allowed.get(kind, ()) if t <= len(pool))):
+                trial(configuration({**dict(out.config), (kind, server): t}))
     return out
 
 
-def describe_configuration(config: Configuration) -> str:
-    """'V100-SXM2-16GB tp4, A100-SXM4-40GB tp1' style text."""
-    return ", ".join(f"{k} tp{t}" for k, t in config) or "tp1"
+def describe_configuration(config: Configuration, state: SlotState | None = None) -> str:
+    """'A100-SXM4-40GB tp1, V100-SXM2-16GB tp4, V100-SXM2-16GB in server n3 tp2' style text
+    (server names from the state's network, else indices)."""
+    def server(s: int) -> str:
+        return state.network.server_names[s] if state is not None and state.network is not None else str(s)
+    return ", ".join(f"{k} tp{t}" if isinstance(k, str) else f"{k[0]} in server {server(k[1])} tp{t}"
+                     for k, t in config) or "tp1"
 
 
 def check_degrees(degrees: Sequence[int]) -> None:
@@ -210,13 +231,14 @@ def check_degrees(degrees: Sequence[int]) -> None:
         raise ValueError(f"tp_degrees: expected a non-empty sequence of integers >= 1, got {degrees!r}")
 
 
-def tp_result(best: SlotResult, found: Descent, solve_time: float) -> SlotResult:
+def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotState) -> SlotResult:
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
     of the configurations visited (a bound over those, not over every way of forming units)
     and the configuration in the message."""
     finite = [b for b in found.bounds if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
     skipped = f", {found.pruned} skipped by their lower bound" if found.pruned else ""
-    msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped} (coordinate descent over one " \
-          f"degree per kind), chosen: {describe_configuration(found.config)}; lower bound over the configurations visited"
+    how = "each kind's degree, then each server's" if found.pool_steps else "each kind's degree"
+    msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped} (coordinate descent over {how}), " \
+          f"chosen: {describe_configuration(found.config, state)}; lower bound over the configurations visited"
     return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)

@@ -226,10 +226,13 @@ class SlotCache:
         return gc
 
     def evaluation(self, plan: Plan) -> Evaluation:
-        """`cost.evaluate` of a structurally valid plan (the same numbers)."""
+        """`cost.evaluate` of a structurally valid plan (the same numbers); groups at another
+        micro-batch size than the workload's get their coefficients at that size (evaluate's own)."""
         ev = self._evaluations.get(plan)
         if ev is None:
-            coeffs = [self.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute) for g in plan.groups]
+            u = self.state.workload.micro_batch
+            coeffs = [self.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute) for g in plan.groups] \
+                if all(g.micro_batch in (None, u) for g in plan.groups) else None
             ev = self._evaluations[plan] = evaluate(plan, self.state, coeffs)
         return ev
 
