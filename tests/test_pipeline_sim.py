@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from solver.cost import gpipe_coeffs
 from solver.cost.pipeline import one_f_one_b_coeffs, schedule_coeffs
-from solver.cost.simulator import makespan, micro_batches, simulate, stage_order
+from solver.cost.simulator import makespan, micro_batches, simulate, stage_codes, stage_order
 from solver.model.memory import live_samples
 
 REL = 1e-9
@@ -118,6 +118,15 @@ def test_stage_orders_megatron():
     assert stage_order("1f1b", 1, 2, 3) == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2)]
     assert stage_order("1f1b", 0, 4, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
     assert stage_order("gpipe", 0, 1, 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_stage_codes_are_the_stage_orders(schedule):
+    for k in range(1, 6):
+        for n in range(0, 9):
+            for j in range(k):
+                want = [m if op == "F" else -1 - m for op, m in stage_order(schedule, j, k, n)]
+                assert stage_codes(schedule, j, k, n).tolist() == want
 
 
 def test_hand_worked_1f1b():

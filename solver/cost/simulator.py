@@ -105,6 +105,20 @@ def stage_order(schedule: str, j: int, k: int, n: int) -> list[tuple[str, int]]:
     return order + [("B", m) for m in range(n - warm, n)]
 
 
+def stage_codes(schedule: str, j: int, k: int, n: int) -> np.ndarray:
+    """stage_order as integers: micro-batch m's forward as m, its backward as -1 - m."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}")
+    m = np.arange(n, dtype=np.int64)
+    if schedule == "gpipe" and k > 1:
+        return np.concatenate([m, -1 - m])
+    warm = min(k - 1 - j, n)
+    mid = np.empty(2 * (n - warm), dtype=np.int64)
+    mid[0::2] = m[warm:]
+    mid[1::2] = -1 - m[:n - warm]
+    return np.concatenate([m[:warm], mid, -1 - m[n - warm:]])
+
+
 def simulate(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: int, b: int,
              schedule: str = "gpipe", *, recompute: bool = False,
              saved: Sequence[float] | None = None, inputs: Sequence[float] | None = None,
@@ -227,7 +241,7 @@ def makespan(F: Sequence[float], G: Sequence[float], lam: Sequence[float], u: in
     n = len(sizes)
     ops = np.empty((k, 2 * n), dtype=np.int64)
     for j in range(k):
-        ops[j] = [m if op == "F" else -1 - m for op, m in stage_order(schedule, j, k, n)]
+        ops[j] = stage_codes(schedule, j, k, n)
     Gr = np.asarray(G, dtype=float) + (np.asarray(F, dtype=float) if recompute else 0.0)
     out = _makespan_kernel(np.asarray(F, dtype=float), Gr, np.asarray(lam, dtype=float).reshape(max(k - 1, 0)),
                            sizes, ops)
