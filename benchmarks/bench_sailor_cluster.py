@@ -13,7 +13,8 @@ tp 1 only; beside the best baseline (tp 1) and the best Megatron-style uniform (
 point, all scored in the same model. With --against COMMIT, the planning time of this tree's
 solve_slot and of COMMIT's (a `git worktree` in a temporary folder) on the same instances, each
 in its own process after one untimed warm-up solve, R rounds in turn (old, new, old, ...), the
-least wall time of each kept: their ratio is what to read on a loaded machine.
+least CPU time (process seconds, which a shared machine's other work inflates less than wall
+time; the solver is single-threaded) of each kept: their ratio is what to read on a loaded machine.
 Needs ../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
@@ -151,9 +152,9 @@ for model in {models!r}:
         state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model)).state(0)
     solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=(1,)))
     for degs in ((1,), (1, 2, 4, 8)):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         res = solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=degs))
-        out[model + (" tp 1 only" if degs == (1,) else "")] = (time.perf_counter() - t0, res.objective)
+        out[model + (" tp 1 only" if degs == (1,) else "")] = (time.process_time() - t0, res.objective)
 print(json.dumps(out))
 """
 
@@ -178,7 +179,7 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
                         got[0] = min(got[0], sec)
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(old)], capture_output=True)
-    print(f"\nplanning time per slot, least of {max(1, rounds)} rounds; old = {against}, new = this tree")
+    print(f"\nplanning CPU seconds per slot, least of {max(1, rounds)} rounds; old = {against}, new = this tree")
     for case in dict.fromkeys(c for _, c in least):
         (so, oo), (sn, on) = least[("old", case)], least[("new", case)]
         same = "same objective" if oo == on or abs(oo - on) <= 1e-9 * abs(oo) else f"objective {oo:.6g} -> {on:.6g}"
