@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--per-slot", type=int, default=16, help="iterations per slot (16)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of all policies, one after the other (2)")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--setup", choices=tuple(SETUPS), default="cores",
                     help="cores: one process per core, each pinned with a raised weight (default); shared: the "
                          "4 processes of the earlier runs, sharing the cores with everything else")

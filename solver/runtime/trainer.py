@@ -319,7 +319,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     while step < cfg.steps:
         t = step // cfg.iterations_per_slot
         slot_end = min((t + 1) * cfg.iterations_per_slot, cfg.steps)
-        with cpuquota.outside(quota):
+        with cpuquota.outside(quota if ctl else None):
             box = [ctl.decide(t) if ctl else None]
         dist.broadcast_object_list(box, src=0)
         plan = box[0]
