@@ -122,3 +122,35 @@ def test_no_module_level_cache_in_the_core():
             bad += [f"{path.relative_to(ROOT)}: {n}" for n in names
                     if mutable and not n.isupper() and n != "__all__"]
     assert bad == []
+
+
+@pytest.mark.parametrize("seed", [5, 17])
+def test_carried_entries_give_the_same_solves(seed):
+    """SlotCache.following carries an earlier slot's entries of unchanged devices: every
+    solve of the next slots equals a solve with a fresh cache (plan and objective), entries
+    are carried where devices kept their inputs, and none of a device whose speed changed."""
+    from dataclasses import replace
+    from solver.io.synthetic import random_instance
+    from solver.subproblems.cache import unchanged_devices
+    inst = random_instance(seed, n=5, L=8, slots=4)
+    factor = np.array(inst.speed_factor)
+    factor[:, :3] = factor[0, :3]                 # devices 0-2 keep their speed; 3-4 change
+    inst = replace(inst, speed_factor=factor, bandwidth=np.repeat(inst.bandwidth[:1], 4, axis=0))
+    prev_cache, prev_plan = None, None
+    for t in range(inst.num_slots):
+        s = inst.state(t)
+        cache = SlotCache.following(prev_cache, s)
+        if prev_cache is not None:
+            keep = unchanged_devices(prev_cache.state, s)
+            assert keep == {0, 1, 2}
+            assert cache.carried > 0
+            assert all(set(k[0]) <= keep for k in cache._coeffs)
+        got = solve_slot(s, (0.5,) * len(s.budgets), 1.0, previous_plan=prev_plan, cache=cache)
+        want = solve_slot(s, (0.5,) * len(s.budgets), 1.0, previous_plan=prev_plan)
+        assert got.plan == want.plan and got.objective == want.objective
+        prev_cache, prev_plan = cache, got.plan
+
+
+def test_nothing_carried_across_workloads():
+    a, b = random_state(1, n=3, L=5), random_state(2, n=3, L=5)
+    assert SlotCache.following(SlotCache(a), b).carried == 0

@@ -23,6 +23,9 @@ from .dp_kernel import plain_group_arrays
 Cuts = tuple[int, ...]
 INF = float("inf")
 DP_BACKENDS = ("compiled", "numpy")
+MAX_CARRIED_COEFFS = 100_000
+"""SlotCache.following carries at most this many group coefficients (the newest), so that a
+long run of unchanged slots does not grow the cache without bound."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,9 +99,33 @@ class SlotCache:
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
+        self.carried = 0
+        """Entries taken from an earlier slot's cache (SlotCache.following)."""
         self.baselines: dict[str, Plan | None] = {}
         """Per baseline constructor (its function name, baselines.ALL): its plan in this state
         (None: it has none)."""
+
+    @classmethod
+    def following(cls, previous: "SlotCache | None", state: SlotState) -> "SlotCache":
+        """A cache of `state` that starts with the entries of `previous` (an earlier slot's
+        cache) that are exact for it: the memory-need matrices when the workload is the same
+        object, and every group's cut-DP arrays, coefficients and single-device cuts whose
+        devices all have unchanged inputs (`unchanged_devices`). Plan evaluations (prices),
+        baselines and TP unit states (availability) are not carried. `carried` counts the
+        entries taken."""
+        cache = cls(state, dp_backend=previous.dp_backend if previous is not None else "compiled")
+        keep = unchanged_devices(previous.state, state) if previous is not None else None
+        if keep is None:
+            return cache
+        cache._need.update(previous._need)
+        for key, ga in previous._arrays.items():
+            if keep.issuperset(key[0]):
+                cache._keep(key, ga)
+        coeffs = list(previous._coeffs.items())[-MAX_CARRIED_COEFFS:]
+        cache._coeffs.update((k, gc) for k, gc in coeffs if keep.issuperset(k[0]))
+        cache._single.update((d, c) for d, c in previous._single.items() if d in keep)
+        cache.carried = len(cache._need) + len(cache._arrays) + len(cache._coeffs) + len(cache._single)
+        return cache
 
     def check(self, state: SlotState) -> None:
         """ValueError unless this cache belongs to `state` (entries of one state are wrong
@@ -235,6 +262,21 @@ class SlotCache:
                 if all(g.micro_batch in (None, u) for g in plan.groups) else None
             ev = self._evaluations[plan] = evaluate(plan, self.state, coeffs)
         return ev
+
+
+def unchanged_devices(a: SlotState, b: SlotState) -> set[int] | None:
+    """The devices whose inputs to group coefficients and cut DPs are the same in states a and
+    b (the same Device, FLOP/s, speed factor and every link from and to it; prices and
+    availability do not enter them), or None when the states differ in what every group uses
+    (devices, workload, network or TP units)."""
+    if a.n != b.n or a.workload is not b.workload or a.network is not b.network \
+            or a.tp is not None or b.tp is not None:
+        return None
+    same = (np.array([x == y for x, y in zip(a.devices, b.devices)], dtype=bool)
+            & (a.speed == b.speed) & (a.speed_factor == b.speed_factor)
+            & (a.bandwidth == b.bandwidth).all(axis=1) & (a.bandwidth == b.bandwidth).all(axis=0)
+            & (a.latency == b.latency).all(axis=1) & (a.latency == b.latency).all(axis=0))
+    return {int(i) for i in np.flatnonzero(same)}
 
 
 def slot_cache(state: SlotState, cache: SlotCache | None = None) -> SlotCache:
