@@ -15,7 +15,9 @@ and after each re-plan; a restarted job resumes from the newest one and re-plans
 devices then present.
 
 Ranks and devices: rank r runs the instance's device `devices[r]` (an index), given by
-the launcher (spawned) or resolved from the device map (torchrun, runtime.binding).
+the launcher (spawned) or resolved from the device map (torchrun, runtime.binding). A
+device named in `cpu_quota` runs in a cgroup of its own (runtime.cpuquota: raised weight,
+optional CPU quota and core pin); rank 0 leaves it while it plans.
 """
 from __future__ import annotations
 
