@@ -290,11 +290,17 @@ def slot_lower_bound(state: SlotState, Q: np.ndarray, V: float, single_plan_obje
     """The slot's lower bound: the largest over reference_profiles of the larger of
     memory_bound (>= compute_bound) and sync_bound, plus busy_bound, or with one available device
     the objective of its only plan without migration (`single_plan_objective`, from the
-    caller's Scorer; inf when it does not fit), whichever is larger."""
-    lb = -math.inf
-    for p in reference_profiles(state):
-        b = max(memory_bound(state, Q, V, p), sync_bound(state, Q, V, p))
-        lb = max(lb, b + busy_bound(state, Q, p) if b > -math.inf else b)
-    if single_plan_objective is not None and len(state.available_indices) == 1:
-        lb = max(lb, float(single_plan_objective))
-    return lb
+    caller's Scorer; inf when it does not fit), whichever is larger. Kept on the state per
+    (Q, V, single_plan_objective): the TP and micro-batch screens ask for it before a search
+    that asks again."""
+    key = (np.asarray(Q, dtype=float).tobytes(), float(V), single_plan_objective)
+    known = state.__dict__.setdefault("_lower_bounds", {})
+    if key not in known:
+        lb = -math.inf
+        for p in reference_profiles(state):
+            b = max(memory_bound(state, Q, V, p), sync_bound(state, Q, V, p))
+            lb = max(lb, b + busy_bound(state, Q, p) if b > -math.inf else b)
+        if single_plan_objective is not None and len(state.available_indices) == 1:
+            lb = max(lb, float(single_plan_objective))
+        known[key] = lb
+    return known[key]

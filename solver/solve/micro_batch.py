@@ -46,13 +46,18 @@ def micro_batch_sizes(state: SlotState) -> tuple[int, ...]:
 
 
 def single_size(state: SlotState, u: int) -> SlotState:
-    """The slot with every group at micro-batch u (samples), its only option."""
+    """The slot with every group at micro-batch u (samples), its only option (one object per
+    (state, u), kept on the state, so that what is cached on it is shared)."""
     wl = state.workload
     if u == wl.micro_batch and not wl.measured_by_micro_batch:
         return state
-    by_u = wl.measured_by_micro_batch
-    measured = dict(by_u[u]) if u in by_u else dict(wl.measured)
-    return replace(state, workload=replace(wl, micro_batch=int(u), measured=measured, measured_by_micro_batch={}))
+    known = state.__dict__.setdefault("_single_size", {})
+    if u not in known:
+        by_u = wl.measured_by_micro_batch
+        measured = dict(by_u[u]) if u in by_u else dict(wl.measured)
+        known[u] = replace(state, workload=replace(wl, micro_batch=int(u), measured=measured,
+                                                   measured_by_micro_batch={}))
+    return known[u]
 
 
 def _at_size(plan: Plan | None, u: int | None) -> Plan | None:
