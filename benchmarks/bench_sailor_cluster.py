@@ -4,7 +4,7 @@ pairs per GPU type), each server's NIC at Sailor's 4-sender fit maximum, Sailor'
 and usable memory, GPT-Neo-2.7 imported from Sailor's profiles (`import_any("sailor", ...)`),
 global batch 2048 as in `configs/training_config_gpt_neo27.json`.
 
-    python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048] [--models M ...]
+    python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048] [--nodes 4] [--models M ...]
                                               [--against COMMIT] [--rounds R]
 
 Per model (GPT-Neo-2.7 and LLAMA-3-8 by default): our plan (groups, stages with their TP
@@ -102,9 +102,9 @@ def megatron_grid(state, layers: int, batch: int, micro: int):
                         Plan(groups)
 
 
-def report(model: str, batch: int, micro: int) -> None:
+def report(model: str, batch: int, micro: int, nodes: int = 4) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        inst = load_instance(toml(Path(tmp), batch, micro, model))
+        inst = load_instance(toml(Path(tmp), batch, micro, model, nodes=nodes))
     state = inst.state(0)
     print(f"\n== {model}: {inst.n} devices, {inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}, precision {inst.workload.precision}")
@@ -149,7 +149,7 @@ from solver import SolveOptions, load_instance, solve_slot
 out = {{}}
 for model in {models!r}:
     with tempfile.TemporaryDirectory() as tmp:
-        state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model)).state(0)
+        state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model, nodes={nodes})).state(0)
     solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=(1,)))
     for degs in ((1,), (1, 2, 4, 8)):
         t0 = time.process_time()
@@ -159,7 +159,7 @@ print(json.dumps(out))
 """
 
 
-def planning_times(against: str, rounds: int, models: list[str], batch: int, micro: int) -> None:
+def planning_times(against: str, rounds: int, models: list[str], batch: int, micro: int, nodes: int = 4) -> None:
     """Print the planning time of this tree's solver and of commit `against`'s side by side (module doc)."""
     root = Path(__file__).resolve().parents[1]
     least: dict[tuple[str, str], list[float]] = {}
@@ -170,7 +170,7 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
         try:
             for _ in range(max(1, rounds)):
                 for who, tree in (("old", old), ("new", root)):
-                    code = _TIMER.format(tree=str(tree), data=str(DATA), models=models, batch=batch, micro=micro)
+                    code = _TIMER.format(tree=str(tree), data=str(DATA), models=models, batch=batch, micro=micro, nodes=nodes)
                     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp)
                     if run.returncode:
                         raise SystemExit(f"{who} solver ({tree}) failed:\n{run.stderr[-2000:]}")
@@ -191,6 +191,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
+    ap.add_argument("--nodes", type=int, default=4, help="servers of 4 GPUs per GPU type (Sailor's setting: 4)")
     ap.add_argument("--against", default=None, help="commit whose planning time to measure beside this tree's")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the side-by-side timing (--against)")
     args = ap.parse_args()
@@ -198,9 +199,9 @@ def main() -> int:
         print(f"needs Sailor's data at {DATA}", file=sys.stderr)
         return 1
     for model in args.models:
-        report(model, args.batch, args.micro_batch)
+        report(model, args.batch, args.micro_batch, args.nodes)
     if args.against:
-        planning_times(args.against, args.rounds, args.models, args.batch, args.micro_batch)
+        planning_times(args.against, args.rounds, args.models, args.batch, args.micro_batch, args.nodes)
     return 0
 
 
