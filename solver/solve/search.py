@@ -20,6 +20,7 @@ from ..model.plan import Plan
 from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
+from .bounds import slot_lower_bound
 from .families import families, split_pipes
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
@@ -30,7 +31,6 @@ from .orders import memory_order, nn_order
 from .oracle import solve_exact
 from .scoring import Scorer, slot_result
 from .sources import describe
-from .bounds import slot_lower_bound
 from .tp import Descent, better, check_degrees, physical_result, search_configurations, tp_applies, tp_result
 
 

@@ -182,13 +182,14 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
     out = Descent(plain, one, state, cache, bounds=[plain.lower_bound])
-    tried = {one}
+    tried = {tuple(configuration_units(state, one))}
 
     def trial(cfg: Configuration) -> None:
-        if cfg in tried:
+        units = tuple(configuration_units(state, cfg))
+        if units in tried:          # configurations that form the same units are one
             return
-        tried.add(cfg)
-        ust, ucache = units_state(state, configuration_units(state, cfg), cache)
+        tried.add(units)
+        ust, ucache = units_state(state, list(units), cache)
         lb = bound(ust)
         if out.best.plan is not None and lb >= out.best.objective:
             out.pruned += 1
@@ -206,7 +207,7 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     for kind, ts in allowed.items():
         for t in (1, *ts):
             trial(configuration({**dict(out.config), kind: t}))
-    pools = same_kind_pools(state)
+    pools = {key: pool for key, pool in same_kind_pools(state).items() if len(pool) > 1}
     out.pool_steps = len(pools) <= max_pools
     if out.pool_steps:              # then each server's pool on its own: stages of one kind at several degrees
         for (kind, server), pool in pools.items():
