@@ -271,6 +271,23 @@ def test_pool_steps_give_stages_of_one_kind_different_degrees(tmp_path):
     assert "in server" in found.message
 
 
+def test_search_reports_whether_its_budget_stopped_it(tmp_path):
+    """solve.search._search's report: a search its budget never stopped gives the same result
+    on a larger budget (so the TP screen skips the full re-search), one that ran out says so."""
+    from solver.solve.search import _search
+    s = instance(tmp_path, FOUR, memory_gb=16).state(0)
+    Q = np.zeros(len(s.budgets))
+    free, tight = {}, {}
+    a = _search(s, (), Q, 1.0, None, SolveOptions(), None, 0.0, free)
+    b = _search(s, (), Q, 1.0, None, SolveOptions(max_structures=1e9), None, 0.0)
+    _search(s, (), Q, 1.0, None, SolveOptions(max_structures=1), None, 0.0, tight)
+    assert free["ran_out"] is False and tight["ran_out"] is True
+    assert a.plan == b.plan and a.objective == b.objective
+    half = solve_slot(s, V=1.0, options=SolveOptions(tuning=SearchTuning(tp_explore=0.5)))
+    whole = solve_slot(s, V=1.0, options=SolveOptions(tuning=SearchTuning(tp_explore=1.0)))
+    assert half.plan == whole.plan and half.objective == whole.objective
+
+
 def test_tp_degrees_checked(tmp_path):
     inst = instance(tmp_path, FOUR)
     with pytest.raises(ValueError, match="tp_degrees: expected a non-empty sequence of integers >= 1"):

@@ -74,14 +74,20 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
     trial_opt = opt if opt.tuning.tp_explore >= 1 else replace(opt, max_structures=opt.tuning.tp_explore * full)
     sizes = micro_batch_sizes(state)
 
+    complete: set[tuple[int, int]] = set()     # (unit state id, size) whose screening the budget never stopped
+
     def descend(u: int) -> tuple[Descent, dict[int, SlotResult]]:
         """The descent at micro-batch size u; its screening searches by unit state id."""
         screened: dict[int, SlotResult] = {}
 
         def explore(ust: SlotState, uc: SlotCache) -> SlotResult:
             one = single_size(ust, u)
-            res = _search(one, queues, Q, V, previous_plan, trial_opt, uc if one is ust else None, time.perf_counter())
+            how: dict = {}
+            res = _search(one, queues, Q, V, previous_plan, trial_opt, uc if one is ust else None, time.perf_counter(),
+                          how)
             screened[id(ust)] = res
+            if not how["ran_out"]:
+                complete.add((id(ust), u))
             return res
 
         def bound(ust: SlotState) -> float:
@@ -95,14 +101,15 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         if found.best.plan is not None:
             break
     best = found.best
-    if len(sizes) > 1 or trial_opt is not opt:
-        ust = found.state
+    ust = found.state
+    full_already = trial_opt is opt or (id(ust), u) in complete     # a full-budget search would repeat it
+    if len(sizes) > 1 or not full_already:
         if len(sizes) == 1:
             res = _search(ust, queues, Q, V, previous_plan, opt, found.cache, time.perf_counter())
         else:
             done = {u: screened[id(ust)]} if id(ust) in screened else {}
             res = solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan, options=opt,
-                                       cache=found.cache, **{"known" if trial_opt is opt else "screened": done})
+                                       cache=found.cache, **{"known" if full_already else "screened": done})
         res = physical_result(res, ust)
         found.runs += 1
         if better(res, best):
@@ -111,10 +118,15 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
 
 
 def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
-            opt: SolveOptions, cache: SlotCache | None, t0: float) -> SlotResult:
+            opt: SolveOptions, cache: SlotCache | None, t0: float, report: dict | None = None) -> SlotResult:
     """The tentative search on one state (physical, or one TP configuration's units); queues as
     given to solve_slot, Q their checked weights. TP configurations are solve_slot's (outside),
-    micro-batch sizes solve_by_micro_batch's (inside, each size searched at degree 1 only)."""
+    micro-batch sizes solve_by_micro_batch's (inside, each size searched at degree 1 only).
+    report: when given, report["ran_out"] is set False when the search finished on one size
+    without its work budget or time limit ever stopping it (so a larger budget would search
+    the same way and return the same result), else True."""
+    if report is not None:
+        report["ran_out"] = True
     why = infeasible_reason(state)
     if why:
         return SlotResult.infeasible(why, time.perf_counter() - t0)
@@ -134,7 +146,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
     score_incumbents(state, sc, Q, previous_plan, recut_previous=True)
     # 2. candidate families (from here on the work budget counts)
     sc.tries = 0
-    sc.budget = opt.max_structures if opt.max_structures is not None else tune.work_budget(n)
+    sc.budget = budget = opt.max_structures if opt.max_structures is not None else tune.work_budget(n)
     for name, groups in families(state, sc, max_depth, tune):
         if sc.exhausted():
             break
@@ -167,6 +179,8 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
             polish(state, sc, s, deadline, orders, tune.polish_rounds)
         local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter)
         polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
+    if report is not None:      # tries only grow and the budget only rises: below the first budget, never stopped
+        report["ran_out"] = sc.tries >= budget or (deadline < math.inf and time.perf_counter() > deadline)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units); "
                        f"best: {describe(sc.best.source)}", t0)
