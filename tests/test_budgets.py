@@ -224,6 +224,41 @@ def test_history_price_of_an_unreachable_target():
     assert ok.raised == (False,) and ok.lam[0] == pytest.approx(1.0 / 0.7)
 
 
+
+@settings(max_examples=10, deadline=None)
+@given(t_fast=st.floats(0.1, 5.0), extra=st.floats(0.1, 10.0), y_fast=st.floats(1.05, 2.0),
+       y_cheap=st.floats(0.1, 0.95))
+def test_last_slot_lp_weights_mix_the_two_ends(t_fast, extra, y_fast, y_cheap):
+    """One slot with a fast plan over the target use 1 and a slower one under it: the LP mixes
+    them so that the average use is exactly 1, and Price.last / lp_weight give the weights
+    (x_fast = (1 - y_cheap) / (y_fast - y_cheap)); a point the slot does not have weighs 0."""
+    from solver.online.pricing import History, lp_weight
+    h = History()
+    h.add(np.array([[t_fast, y_fast], [t_fast + extra, y_cheap]]))
+    pr = h.price([1.0])
+    x = (1 - y_cheap) / (y_fast - y_cheap)
+    assert pr.ok and sum(pr.last) == pytest.approx(1.0)
+    assert lp_weight(pr, h, (t_fast, y_fast)) == pytest.approx(x, abs=1e-7)
+    assert lp_weight(pr, h, (t_fast + extra, y_cheap)) == pytest.approx(1 - x, abs=1e-7)
+    assert lp_weight(pr, h, (t_fast * 3 + 1, y_fast)) == 0.0
+    assert pr.lam[0] == pytest.approx(extra / (y_fast - y_cheap), rel=1e-6)
+
+
+def test_charge_with_the_slot_cache_is_the_same():
+    """charge_plan with the slot's SlotCache (the controller shares one per slot) gives the same
+    batch time, migration and costs as without it."""
+    from solver.online.charge import charge_plan
+    from solver.solve import SolveOptions, solve_slot
+    from solver.subproblems.cache import SlotCache
+    inst = random_instance(5, n=4, L=6, slots=2, p_leave=0.0)
+    s0, s1 = inst.state(0), inst.state(1)
+    prev = solve_slot(s0, (0.0,) * len(s0.budgets), 1.0, options=SolveOptions(replan=False)).plan
+    for p in (solve_slot(s1, (1.0,) * len(s1.budgets), 0.0, options=SolveOptions(replan=False)).plan, prev):
+        a = charge_plan(p, s1, prev)
+        b = charge_plan(p, s1, prev, cache=SlotCache(s1))
+        assert (a.batch_time, a.migration_time, a.charged_time, a.costs) == (b.batch_time, b.migration_time,
+                                                                             b.charged_time, b.costs)
+
 def test_priced_run_rows_and_pricing_argument():
     """A tracked run prices from history by default (price_* and target_* in every row, the
     weights V * price), the plain run uses the queues; pricing on a baseline is an error."""

@@ -21,6 +21,7 @@ from ..cost.migration import migration_time
 from ..cost.pipeline import group_coeffs
 from ..model.plan import Plan
 from ..model.state import SlotState
+from ..subproblems.cache import SlotCache
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ def migration_seconds(previous: Plan | None, plan: Plan, state: SlotState) -> fl
 
 
 def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, replan: bool = True,
-                iterations_per_slot: int = 100) -> Charge:
-    """Charge `plan` in `state` the controller's way (module docstring), for any policy."""
-    ev = evaluate(plan, state)
+                iterations_per_slot: int = 100, cache: SlotCache | None = None) -> Charge:
+    """Charge `plan` in `state` the controller's way (module docstring), for any policy; cache:
+    the slot's SlotCache (the same numbers, evaluations shared with the slot's searches)."""
+    ev = cache.evaluation(plan) if cache is not None else evaluate(plan, state)
     mig = migration_seconds(previous, plan, state) if replan else 0.0
     per_iter = mig / max(int(iterations_per_slot), 1)
     costs = np.asarray(ev.costs, dtype=float)

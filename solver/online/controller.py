@@ -35,13 +35,14 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InfeasibleSlotError
-from ..model.plan import Plan, plan_to_json
+from ..model.plan import Plan, plan_from_json, plan_to_json
 from ..model.state import Instance, SlotState
 from ..solve import SolveOptions, solve_slot
+from ..subproblems.cache import SlotCache
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
-from .policies import Decision, Ours, Policy, make_policy
-from .pricing import BRACKET, History, Price, points
+from .policies import Decision, Ours, Policy, make_policy, with_lp_shares
+from .pricing import BRACKET, FASTEST_TUNING, RESHARE, TIE, History, Price, lp_weight, points
 from .queues import initial_queues, update_queues
 from .result import OnlineRun, run_status
 from .summary import summarise
@@ -84,14 +85,29 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
     return row
 
 
-def _decide_V(V: float | None, state: SlotState, opts: SolveOptions, horizon: int,
+class _Fastest:
+    """The slot's fastest plan, searched once: every queue 0, V = 1, no migration, with the
+    candidate pool and the lighter local search of FASTEST_TUNING (the default V's T_ref and the
+    price's frontier share it)."""
+
+    def __init__(self, state: SlotState, opts: SolveOptions, cache: SlotCache) -> None:
+        self.state, self.opts, self.cache, self._res = state, opts, cache, None
+
+    def __call__(self) -> Any:
+        if self._res is None:
+            opts = replace(self.opts, replan=False, keep_candidates=True,
+                           tuning=replace(self.opts.tuning, **FASTEST_TUNING))
+            self._res = solve_slot(self.state, (0.0,) * len(self.state.budgets), 1.0, cache=self.cache, options=opts)
+        return self._res
+
+
+def _decide_V(V: float | None, fastest: Callable[[], Any], horizon: int,
               tolerance: float, tracked: bool) -> VChoice | None:
     """The V in force: the caller's, or the default rule from this slot's fastest plan (None:
     the slot has no plan; the rule waits for the next slot)."""
     if V is not None:
         return given_V(V, horizon, tolerance)
-    fast = solve_slot(state, (0.0,) * len(state.budgets), 1.0,
-                      options=replace(opts, replan=False, keep_candidates=False))
+    fast = fastest()
     return choose_V(fast.batch_time, horizon, tolerance, tracked) if fast.plan is not None else None
 
 
@@ -166,34 +182,46 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     excess = list(cs.extra.get("excess") or [0.0] * len(limits))   # sum of c / Cbar - 1 so far
 
     total = max(stop - cs.next_slot, 0)
+    last_cache: SlotCache | None = None
     for done, t in enumerate(range(cs.next_slot, stop), start=1):
         state = instance.state(t)
         Q = cs.queues
         prev = cs.previous_plan
+        # shared by every search and charge of this slot; exact entries of the last slot's carried over
+        cache = last_cache = SlotCache.following(last_cache, state)
+        fastest = _Fastest(state, opts, cache)
         slack = (pre.plan(t) if pre is not None else cheapest_plan(state, opts)) if tracked else None
         if vc is None:
-            vc = _decide_V(V, state, opts, horizon, tol, budget_tolerance is not None)
+            vc = _decide_V(V, fastest, horizon, tol, budget_tolerance is not None)
         Vt = vc.V if vc is not None else 1.0
         extra: dict[str, Any] = {}
         W = Q   # the weights the search and the tracker use: the queues, or V * the price
 
         def charge(p: Plan) -> Charge:
-            return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot)
+            return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot, cache=cache)
         if priced:
-            W, pr, seen = _priced_weights(pol, state, Q, Vt, prev, slack, history, excess, horizon,
-                                          int(cs.rows[-1]["executed"]) if cs.rows else 0, limits, opts)
+            W, pr, seen = _priced_weights(state, Vt, slack, history, excess, horizon,
+                                          int(cs.rows[-1]["executed"]) if cs.rows else 0, limits, opts,
+                                          cache, fastest)
+            res = pol.solve(state, W, Vt, prev, keep_candidates=True, cache=cache)
+            pool = getattr(res, "candidate_pool", ())
+            if pool:   # the priced search's plans join the slot's frontier: the price is learnt again
+                history.extend_last(points(pool, limits))
+                pr = _price(history, pr.target, state)
+                W = tuple((Vt if Vt > 0 else 1.0) * x for x in pr.lam)
             for k, b in enumerate(instance.budgets):
                 extra[f"price_{b.name}"] = pr.lam[k]
                 extra[f"target_{b.name}"] = pr.target[k]
-            res = pol.solve(state, W, Vt, prev, keep_candidates=True)
-            pool = getattr(res, "candidate_pool", ())
-            if pool:
-                history.extend_last(points(pool, limits))
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
                          getattr(res, "solve_time", 0.0))
-            d = _best_at_price(d, [*seen, *(c[0] for c in pool)], state, charge, W, Vt)
+            carried = [p for p in (plan_from_json(js) for js in cs.extra.get("carry", [])) if p is not None]
+            plans = [*seen, *(c[0] for c in pool)]
+            plans += _reshared(plans + carried, state, W, Vt, limits, cache)
+            d = _best_at_price(d, plans, state, charge, W, Vt,
+                               lambda p: lp_weight(pr, history, points([(p, *_tc(cache.evaluation(p)))], limits)[0]))
+            cs.extra["carry"] = [plan_to_json(p) for p in _top_structures(plans, state, W, Vt, limits, cache)]
         elif tracked:
-            res = pol.solve(state, Q, Vt, prev)
+            res = pol.solve(state, Q, Vt, prev, cache=cache)
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
                          getattr(res, "solve_time", 0.0))
         else:
@@ -222,9 +250,10 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 if ch0 is not None:
                     tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs)
                 tr = track(tracker, d.plan, ch, W, Vt,
-                           lambda q: pol.solve(state, q, Vt, prev, keep_candidates=priced), charge, slack,
+                           lambda q: pol.solve(state, q, Vt, prev, keep_candidates=priced, cache=cache), charge,
+                           slack,
                            remaining=instance.num_slots - t - 1,
-                           cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev),
+                           cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
                            valid=(lambda p: not p.validate(state)) if priced else None)
                 if tr.how != "plan":
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
@@ -254,21 +283,21 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                    mode if isinstance(pol, Ours) else None)
 
 
-def _priced_weights(pol: Ours, state: SlotState, Q: Sequence[float], V: float, prev: Plan | None,
-                    slack: Plan | None, history: History, excess: Sequence[float], horizon: int,
-                    executed: int, limits: Sequence[float],
-                    opts: SolveOptions) -> tuple[tuple[float, ...], Price, list[Plan]]:
+def _priced_weights(state: SlotState, V: float, slack: Plan | None, history: History, excess: Sequence[float],
+                    horizon: int, executed: int, limits: Sequence[float], opts: SolveOptions, cache: SlotCache,
+                    fastest: Callable[[], Any]) -> tuple[tuple[float, ...], Price, list[Plan]]:
     """Record this slot's frontier and price the budgets from the history (online.pricing):
     weights V * lambda. The frontier is the slack plan and the candidate pools of the search
     with every queue 0, with every budget at BRACKET times and 1 / BRACKET the last price's
     scale s (its largest component; before any price, one reference batch time per budget's
-    worth: this slot's fastest batch time) and, for K >= 2, with each budget alone at s. Returns the
+    worth: this slot's fastest batch time) and, for K >= 2, with each budget alone at s. The
+    fastest runs a lighter local search (FASTEST_TUNING). Returns the
     weights, the price and the pools' plans. HiGHS failing on the price LP is an error (its
     model status named), never a silent switch to the queues."""
     from ..cost import evaluate
     K = len(limits)
     sopts = replace(opts, replan=False, keep_candidates=True)
-    fast = solve_slot(state, (0.0,) * K, 1.0, options=sopts)
+    fast = fastest()
     pools = [fast.candidate_pool]
     last = max(history.lam, default=0.0)
     scale = last if last > 0 else (fast.batch_time if fast.plan is not None else 0.0)
@@ -277,38 +306,91 @@ def _priced_weights(pol: Ours, state: SlotState, Q: Sequence[float], V: float, p
         if K >= 2:   # each budget alone: the search is a heuristic, and weighing one budget finds other plans
             weights += [tuple(scale if j == k else 0.0 for j in range(K)) for k in range(K)]
         for w in weights:
-            pools.append(solve_slot(state, w, 1.0, options=sopts).candidate_pool)
+            pools.append(solve_slot(state, w, 1.0, options=sopts, cache=cache).candidate_pool)
     pts = [points(pool, limits) for pool in pools if pool]
     if slack is not None:
         ev = evaluate(slack, state)
         pts.append(points([(slack, ev.batch_time, ev.costs)], limits))
     history.add(np.vstack(pts) if pts else np.zeros((0, K + 1)))
     left = max(horizon - executed, 1)
-    pr = history.price([1.0 - e / left for e in excess])
-    if not pr.ok:
-        raise RuntimeError(f"slot {state.t}: the budget price LP over {pr.slots} slots failed "
-                           f"(HiGHS model status {pr.status!r})")
-    history.lam = list(pr.lam)
+    pr = _price(history, [1.0 - e / left for e in excess], state)
     scale = V if V > 0 else 1.0
     return tuple(scale * x for x in pr.lam), pr, [c[0] for pool in pools for c in (pool or ())]
 
 
-def _best_at_price(d: Decision, plans: Sequence[Plan], state: SlotState, charge: Callable[[Plan], Charge],
-                   W: Sequence[float], V: float) -> Decision:
-    """The search's plan, or the plan of this slot's candidate pools (searches at other weights)
-    with the least slot objective V T + sum_k W_k c_k / Cbar_k at the price, charged with
-    migration like any plan; the message says when a pool plan is taken."""
-    seen: set[Plan] = set()
-    best, best_obj = d.plan, (charge(d.plan).objective(W, V) if d.plan is not None else float("inf"))
+def _top_structures(plans: Sequence[Plan], state: SlotState, W: Sequence[float], V: float,
+                    limits: Sequence[float], cache: SlotCache) -> list[Plan]:
+    """The RESHARE structures (groups, device orders, cuts, schedules) of the valid `plans` with
+    the least objective V T + sum_k W_k c_k / Cbar_k (no migration), one plan each, best first."""
+    w = np.asarray(W, dtype=float) / np.asarray(limits, dtype=float)
+    best: dict[tuple, tuple[float, Plan]] = {}
     for p in plans:
-        if p in seen or p == d.plan:
+        key = tuple((g.devices, g.cuts, g.schedule, g.recompute, g.micro_batch) for g in p.groups)
+        if key in best and best[key][1] == p:
             continue
-        seen.add(p)
         if p.validate(state):
             continue
-        obj = charge(p).objective(W, V)
-        if obj < best_obj * (1 - 1e-12):
-            best, best_obj = p, obj
+        ev = cache.evaluation(p)
+        obj = V * ev.batch_time + float(w @ np.asarray(ev.costs, dtype=float))
+        if key not in best or obj < best[key][0]:
+            best[key] = (obj, p)
+    return [p for _, p in sorted(best.values(), key=lambda x: x[0])[:RESHARE]]
+
+
+def _price(history: History, target: Sequence[float], state: SlotState) -> Price:
+    """The price of `history` at `target` (History.price), kept as the history's last price;
+    HiGHS failing on the LP is an error naming its model status."""
+    pr = history.price(target)
+    if not pr.ok:
+        raise RuntimeError(f"slot {state.t}: the budget price LP over {pr.slots} slots failed "
+                           f"(HiGHS model status {pr.status!r})")
+    history.lam = list(pr.lam)
+    return pr
+
+
+def _reshared(plans: Sequence[Plan], state: SlotState, W: Sequence[float], V: float, limits: Sequence[float],
+              cache: SlotCache) -> list[Plan]:
+    """The shares of the slot LP at the price (policies.with_lp_shares) on the RESHARE best
+    structures of `plans` (_top_structures; plans carried from the last slot whose devices are
+    still there among them): a search at other weights, or the last slot, found the structure,
+    the LP fits its shares to this slot and this price."""
+    out = []
+    for p in _top_structures(plans, state, W, V, limits, cache):
+        q = with_lp_shares(p, state, W, V)
+        if q is not None and q != p:
+            out.append(q)
+    return out
+
+
+def _tc(ev: Any) -> tuple[float, tuple[float, ...]]:
+    return ev.batch_time, ev.costs
+
+
+def _best_at_price(d: Decision, plans: Sequence[Plan], state: SlotState, charge: Callable[[Plan], Charge],
+                   W: Sequence[float], V: float, weight: Callable[[Plan], float] | None = None) -> Decision:
+    """The search's plan, or the plan of this slot's candidate pools (searches at other weights)
+    with the least slot objective V T + sum_k W_k c_k / Cbar_k at the price, charged with
+    migration like any plan; the message says when a pool plan is taken. Plans whose objectives
+    are tied (within TIE) are told apart by weight(plan), the price LP's weight of the plan's
+    point in this slot (pricing.lp_weight), the larger first: at a price where the LP randomises
+    this slot between plans, every plan it mixes has the same objective, and the LP's weights
+    say which one it mostly takes."""
+    seen: set[Plan] = set()
+    objs: list[tuple[float, Plan]] = []
+    for p in [d.plan, *plans] if d.plan is not None else plans:
+        if p in seen:
+            continue
+        seen.add(p)
+        if p is not d.plan and p.validate(state):
+            continue
+        objs.append((charge(p).objective(W, V), p))
+    if not objs:
+        return d
+    low = min(o for o, _ in objs)
+    tied = [p for o, p in objs if o <= low + TIE * abs(low)]
+    best = tied[0]
+    if weight is not None and len(tied) > 1:
+        best = max(tied, key=weight)   # max keeps the first (the search's plan) among equal weights
     if best is d.plan:
         return d
     return Decision(best, d.status if d.plan is not None else "feasible",

@@ -168,12 +168,14 @@ class Ours(Policy):
         return tuple(float(q) for q in queues), float(V)
 
     def solve(self, state: SlotState, queues: Sequence[float], V: float, previous_plan: Plan | None,
-              keep_candidates: bool = False):
-        """solve_slot under this policy's queue mode; keep_candidates: return the scored pool too."""
+              keep_candidates: bool = False, cache: Any = None):
+        """solve_slot under this policy's queue mode; keep_candidates: return the scored pool too;
+        cache: the slot's SlotCache, shared by the solves of one slot (the same results)."""
         Q, v = self.weights(state, queues, V)
         opts = replace(self._options(), keep_candidates=True) if keep_candidates else self._options()
         try:
-            return solve_slot(state, Q, v, previous_plan=previous_plan if self.replan else None, options=opts)
+            return solve_slot(state, Q, v, previous_plan=previous_plan if self.replan else None, options=opts,
+                              cache=cache)
         except InfeasibleSlotError as e:
             return _Infeasible(str(e))
 

@@ -43,6 +43,15 @@ WINDOW = 200
 BRACKET = 3.0     # the frontier of a slot is searched at the last price times and over this
 PRICE_CAP = 1e4  # the elastic budget rows' price, in slowest batch times per budget's worth
 MAX_POINTS = 64   # per slot, after pruning: the frontier points kept, spread over the batch-time range
+TIE = 1e-6         # relative: slot objectives (and frontier points) this close are tied
+RESHARE = 8       # structures of the slot's pools given the slot LP's shares at the price (online.controller)
+FASTEST_TUNING = {"local_starts": 1, "local_max_iter": 10, "final_local_max_iter": 2, "polish_top_small": 1,
+                   "polish_top": 1, "polish_rounds": 1}
+"""SearchTuning fields of the search for a slot's fastest plan (every queue 0; online.controller):
+a third of the local search and polish of a plan search. On the default and geo instances it
+finds the same fastest plan in a third of the time; the searches at the price's brackets keep
+the full tuning (with none or this light a local search, their pools missed plans the price
+then chose, on geo: online / offline 1.037 -> 1.109)."""
 
 
 def frontier(points: np.ndarray) -> np.ndarray:
@@ -65,7 +74,9 @@ class Price:
     """lambda: seconds per budget's worth, per budget (>= 0, at most cap); target: the use
     asked of the LP; raised: per budget, whether the history cannot reach the target (its
     elastic slack is used); cap: the elastic rows' price (s per budget's worth); slots: how many
-    slots the LP saw; status: HiGHS's model status in words ("Optimal" when solved)."""
+    slots the LP saw; status: HiGHS's model status in words ("Optimal" when solved); last: the
+    LP's weights x_tp of the last slot's points (History.slots[-1], same order; they sum to 1, and
+    more than one is positive where the LP randomises in that slot)."""
 
     lam: tuple[float, ...]
     target: tuple[float, ...]
@@ -73,6 +84,7 @@ class Price:
     cap: float
     slots: int
     status: str
+    last: tuple[float, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -138,8 +150,9 @@ class History:
         sol = h.getSolution()
         lam = np.clip(-np.asarray(sol.row_dual[:K], dtype=float), 0.0, cap)
         raised = np.asarray(sol.col_value[N:], dtype=float) > 1e-9
+        x_last = np.asarray(sol.col_value[N - sizes[-1]:N], dtype=float)
         return Price(tuple(float(x) for x in lam), tuple(float(x) for x in g), tuple(bool(r) for r in raised), cap, n,
-                     status)
+                     status, tuple(float(x) for x in x_last))
 
     def to_dict(self) -> dict:
         return {"slots": self.slots, "lam": self.lam}
@@ -148,6 +161,17 @@ class History:
     def from_dict(cls, d: dict) -> "History":
         return cls([[list(map(float, r)) for r in s] for s in d.get("slots", [])],
                    [float(x) for x in d.get("lam", [])])
+
+
+def lp_weight(price: Price, history: History, point: Sequence[float], rel: float = TIE) -> float:
+    """The LP's weight (Price.last) of the last slot's history point equal to `point` (T, y_1..y_K)
+    within `rel`; 0 when none is."""
+    if not history.slots or not price.last:
+        return 0.0
+    pts = np.asarray(history.slots[-1], dtype=float)
+    v = np.asarray(point, dtype=float)
+    hit = np.all(np.abs(pts - v) <= rel * np.maximum(np.abs(v), 1e-12), axis=1)
+    return float(np.asarray(price.last)[hit].max()) if hit.any() else 0.0
 
 
 def points(pool: Sequence[tuple], limits: Sequence[float]) -> np.ndarray:
