@@ -20,8 +20,12 @@ solver.runtime.examples:wide (float32 Linear + Tanh blocks), profiled first on t
 (`dynpar profile --cpu-quota 1`, kind "cpu", one thread: forward, backward and optimizer-step
 seconds; the instance charges the step, optimizer_step = "measured"); the instance's link
 latency and bandwidth are measured first too (least-squares line through gloo ping-pong times
-of 8 B .. 4 MiB between two processes). Multi-stage groups run on
-torch.distributed.pipelining (engine "torch").
+of 8 B .. 4 MiB between two processes), and so is what a pipeline message costs beyond that
+(torch.distributed.pipelining's own work per send and receive, 1-6 ms here, which no ping-pong
+sees): one calibration slot of a 2-stage GPipe pipeline of p0 > p1 before the runs, whose
+fitted extra latency (runtime.estimator) is added to the instance's latency (`--no-calibrate`:
+not). Without it, ours' first pipeline after a data-parallel slot 0 was predicted 17-49% low.
+Multi-stage groups run on torch.distributed.pipelining (engine "torch").
 
 Per round (`--rounds`), every policy (ours and the baselines: the same controller,
 observations and processes) runs S slots one after the other; figures from slot 1 on
@@ -31,8 +35,8 @@ over wall seconds per iteration: how much of a core it got), and the 1-minute lo
 before and after each run (other processes share the machine). Model view, per round: every
 policy's last plan priced under each run's final estimates, to tell a wrong model input (the
 estimates rank the plans wrongly) from noise (the runs' estimates disagree).
-Failure drill: ours with the device of `--kill` killed (SIGKILL) mid-run, then the same
-command again: iterations lost (done after the last checkpoint), restart seconds (second
+Failure drill: ours with the device of `--kill` killed (SIGKILL) in the middle of slot 0
+(whose plan, made before any measurement, uses every device), then the same command again: iterations lost (done after the last checkpoint), restart seconds (second
 launch until it exits, its own training included, and its restore time), and the re-plan.
 
 Usage: python benchmarks/bench_train.py [--quick] [--rounds 2] [--setup cores] [--out benchmarks/results]
@@ -57,6 +61,8 @@ import pandas as pd  # noqa: E402
 
 from solver.cli import main as dynpar  # noqa: E402
 from solver.io.instance import load_instance  # noqa: E402
+from solver.model import Group, Plan, plan_from_dict, plan_to_json  # noqa: E402
+from solver.runtime import ckpt  # noqa: E402
 from solver.runtime.launch import TrainFailed, launch  # noqa: E402
 from solver.runtime.trainer import TrainConfig  # noqa: E402
 
@@ -116,11 +122,12 @@ def measure_link() -> tuple[float, float]:
 
 
 def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float, float],
-             devices: list[str], reserve: bool) -> Path:
+             devices: list[str], reserve: bool, profile: bool = True) -> Path:
     """The benchmark's instance: `devices` of one kind "cpu" whose seconds `dynpar profile` measured here
-    (with a reserved core when `reserve`), the measured link, every speed factor 1."""
+    (with a reserved core when `reserve`; `profile` False: the table already written), the measured
+    link, every speed factor 1."""
     quota = ["--cpu-quota", "1"] if reserve else []
-    assert dynpar(["profile", MODEL, "--kind", "cpu", "--batch", str(batch), "--micro-batch", str(micro),
+    assert not profile or dynpar(["profile", MODEL, "--kind", "cpu", "--batch", str(batch), "--micro-batch", str(micro),
                    "--repeats", "7", "-o", str(folder / "wide.csv"), "--force", *quota]) == 0
     devs = "".join(f'[[devices]]\nname = "{d}"\nkind = "cpu"\nserver = "s0"\n' for d in devices)
     path = folder / "cpu_wide.toml"
@@ -131,7 +138,19 @@ def instance(folder: Path, batch: int, micro: int, slots: int, link: tuple[float
     return path
 
 
-def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: dict, kill=None) -> pd.DataFrame:
+def pipeline_overhead(inst, per_slot: int, ck: Path, setup: dict) -> float:
+    """Seconds a pipeline message costs beyond the ping-pong line: one slot of a 2-stage GPipe
+    pipeline of the first two devices (middle cut, the whole batch), the estimator's fitted
+    extra latency. It is what torch.distributed.pipelining adds to each send and receive (its
+    schedule's Python, shape checks, batched isend/irecv), which no ping-pong sees."""
+    L, B = inst.workload.num_layers, inst.workload.batch
+    plan = plan_to_json(Plan((Group((0, 1), (L // 2, L), B),)))
+    df = run_policy(inst, "ours", per_slot, per_slot, ck, setup, plans=(plan,))
+    return float(df["extra_latency"].iloc[0])
+
+
+def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: dict, kill=None,
+               plans: tuple[str, ...] = ()) -> pd.DataFrame:
     """One `dynpar train` job of `policy`; its slots.csv. Under a reserving setup device k's process
     is pinned to core k with a raised scheduling weight and no quota limit (runtime.cpuquota)."""
     names = list(setup["repeat"])
@@ -139,7 +158,7 @@ def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: di
     if setup["reserve"]:
         how.update(cpu_quota={d: 1.0 for d in names}, cpu_pin={d: k % (os.cpu_count() or 1) for k, d in enumerate(names)})
     cfg = TrainConfig(MODEL, steps, str(ck), iterations_per_slot=per_slot, checkpoint_every=per_slot // 2,
-                      policy=policy, engine="torch", kill=kill, timeout_s=300, **how)
+                      policy=policy, engine="torch", kill=kill, timeout_s=300, plans=plans, **how)
     launch(inst, cfg)
     return pd.read_csv(ck / "slots.csv")
 
@@ -196,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                          "4 processes of the earlier runs, sharing the cores with everything else")
     ap.add_argument("--width", type=int, default=512, help="block width W of the wide model (512)")
     ap.add_argument("--kill", default="p1", help="device killed in the drill ('' to skip)")
+    ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                    help="leave the instance's latency at the ping-pong line (default: add the pipelines' "
+                         "per-message overhead, measured by one slot of a 2-stage pipeline first)")
     a = ap.parse_args(argv)
     slots, per, rounds = (3, 8, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
     setup = SETUPS[a.setup]
@@ -212,7 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         link = measure_link()
         out["link_measured"] = {"latency_ms": round(link[0] * 1e3, 4), "gbps": round(link[1] * 8 / 1e9, 3)}
-        inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, list(setup["repeat"]), setup["reserve"]))
+        names = list(setup["repeat"])
+        inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, names, setup["reserve"]))
+        if a.calibrate:
+            extra = pipeline_overhead(inst, per, tmp / "calibration", setup)
+            link = (link[0] + extra, link[1])
+            out["pipeline_overhead_ms"] = round(extra * 1e3, 4)
+            inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, names, setup["reserve"], False))
         for k in range(rounds):
             runs = {}
             for pol in policies:
@@ -224,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             out["rounds_data"].append({"runs": runs, "model_view": cross_check(inst, runs)})
         if a.kill:
             ck = tmp / "drill"
-            kill_at = slots * per // 2 + per // 4 + 1
+            kill_at = per // 2 + per // 4 + 1  # in slot 0, whose plan (before any measurement) uses every device
             t0 = time.perf_counter()
             try:
                 run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at))
@@ -233,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                 first_s = time.perf_counter() - t0
                 message = str(e)
             ckpt_step = int((ck / "LATEST").read_text().split("-")[1])
+            meta = ckpt.read_meta(ckpt.latest(ck))
+            running = plan_from_dict(meta["controller"]["previous_plan"]).summary(inst.state(0))
             t1 = time.perf_counter()
             df = run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at))
             resumed = df[df["restarts"] > 0]
@@ -240,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                             "lost_iterations": kill_at - ckpt_step, "first_launch_s": round(first_s, 2),
                             "error": message, "second_launch_s": round(time.perf_counter() - t1, 2),
                             "restore_s": round(float(resumed["measured_restore_time"].max()), 4),
-                            "plans_before": df[df["restarts"] == 0]["plan"].tolist(),
+                            "plan_when_killed": running,
                             "plans_after": resumed["plan"].tolist()}
     summary = {}
     for pol in policies:
@@ -260,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(a.out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train_bench.json").write_text(json.dumps(out, indent=1))
-    print(f"link: {out['link_measured']}; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
+    print(f"link: {out['link_measured']}, pipeline message overhead {out.get('pipeline_overhead_ms', 'not measured')} ms; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
           f"iterations, {rounds} round(s), setup {a.setup}: repeat {setup['repeat']}, "
           f"{'one reserved core per process' if setup['reserve'] else 'processes share the cores'}")
     print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | "
@@ -282,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  by {judge:8s}: " + ", ".join(f"{p} {t:.4f}" for p, t in v.items()))
     if "drill" in out:
         d = out["drill"]
-        print(f"drill: {d['killed']} killed at step {d['at_step']}, {d['lost_iterations']} iterations lost, "
+        print(f"drill: {d['killed']} killed at step {d['at_step']} under plan {d['plan_when_killed']}, "
+              f"{d['lost_iterations']} iterations lost (checkpoint at {d['checkpoint_step']}), first launch failed "
+              f"after {d['first_launch_s']} s, "
               f"second launch {d['second_launch_s']} s (restore {d['restore_s']} s), plans after {d['plans_after']}")
     print(f"wrote {folder / 'train_bench.json'}")
     return 0
