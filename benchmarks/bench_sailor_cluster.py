@@ -4,7 +4,8 @@ pairs per GPU type), each server's NIC at Sailor's 4-sender fit maximum, Sailor'
 and usable memory, GPT-Neo-2.7 imported from Sailor's profiles (`import_any("sailor", ...)`),
 global batch 2048 as in `configs/training_config_gpt_neo27.json`.
 
-    python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048] [--nodes 4] [--models M ...]
+    python benchmarks/bench_sailor_cluster.py [--micro-batch 1] [--batch 2048] [--nodes 4] [--kinds K ...]
+                                              [--models M ...]
                                               [--against COMMIT] [--rounds R]
 
 Per model (GPT-Neo-2.7 and LLAMA-3-8 by default): our plan (groups, stages with their TP
@@ -36,12 +37,13 @@ from solver.model import Group, Plan  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles" / "sailor"
 ZONE = "us-central1-a"
-KINDS = {"A100-40": "A100-SXM4-40GB", "V100-16": "V100-SXM2-16GB"}
-PRICE = {"A100-40": 3.673385, "V100-16": 2.859998}
+KINDS = {"A100-40": "A100-SXM4-40GB", "V100-16": "V100-SXM2-16GB", "GH-96": "GH-96"}
+"""Sailor's GPU names -> device kinds (GH-96 is declared in the instance, like an H100 with 96 GB)."""
+PRICE = {"A100-40": 3.673385, "V100-16": 2.859998, "GH-96": 11.06}
 """USD per GPU-hour Sailor uses (its README)."""
 
 
-def toml(folder: Path, batch: int, micro: int, model: str = "GPT-Neo-2.7", kinds: tuple[str, ...] = tuple(KINDS),
+def toml(folder: Path, batch: int, micro: int, model: str = "GPT-Neo-2.7", kinds: tuple[str, ...] = ("A100-40", "V100-16"),
          nodes: int = 4) -> Path:
     """Write the instance (and its layer table) into `folder`: `nodes` servers of 4 GPUs of each
     Sailor GPU in `kinds`; returns the TOML path."""
@@ -102,9 +104,9 @@ def megatron_grid(state, layers: int, batch: int, micro: int):
                         Plan(groups)
 
 
-def report(model: str, batch: int, micro: int, nodes: int = 4) -> None:
+def report(model: str, batch: int, micro: int, nodes: int = 4, kinds: tuple[str, ...] = ("A100-40", "V100-16")) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        inst = load_instance(toml(Path(tmp), batch, micro, model, nodes=nodes))
+        inst = load_instance(toml(Path(tmp), batch, micro, model, kinds=kinds, nodes=nodes))
     state = inst.state(0)
     print(f"\n== {model}: {inst.n} devices, {inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}, precision {inst.workload.precision}")
@@ -149,7 +151,7 @@ from solver import SolveOptions, load_instance, solve_slot
 out = {{}}
 for model in {models!r}:
     with tempfile.TemporaryDirectory() as tmp:
-        state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model, nodes={nodes})).state(0)
+        state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model, kinds={kinds!r}, nodes={nodes})).state(0)
     solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=(1,)))
     for degs in ((1,), (1, 2, 4, 8)):
         t0 = time.process_time()
@@ -159,7 +161,8 @@ print(json.dumps(out))
 """
 
 
-def planning_times(against: str, rounds: int, models: list[str], batch: int, micro: int, nodes: int = 4) -> None:
+def planning_times(against: str, rounds: int, models: list[str], batch: int, micro: int, nodes: int = 4,
+                   kinds: tuple[str, ...] = ("A100-40", "V100-16")) -> None:
     """Print the planning time of this tree's solver and of commit `against`'s side by side (module doc)."""
     root = Path(__file__).resolve().parents[1]
     least: dict[tuple[str, str], list[float]] = {}
@@ -170,7 +173,8 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
         try:
             for _ in range(max(1, rounds)):
                 for who, tree in (("old", old), ("new", root)):
-                    code = _TIMER.format(tree=str(tree), data=str(DATA), models=models, batch=batch, micro=micro, nodes=nodes)
+                    code = _TIMER.format(tree=str(tree), data=str(DATA), models=models, batch=batch, micro=micro, nodes=nodes,
+                                         kinds=tuple(kinds))
                     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp)
                     if run.returncode:
                         raise SystemExit(f"{who} solver ({tree}) failed:\n{run.stderr[-2000:]}")
@@ -192,6 +196,8 @@ def main() -> int:
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
     ap.add_argument("--nodes", type=int, default=4, help="servers of 4 GPUs per GPU type (Sailor's setting: 4)")
+    ap.add_argument("--kinds", nargs="+", default=["A100-40", "V100-16"], choices=sorted(KINDS),
+                    help="Sailor GPU types in the cluster (Sailor's setting: A100-40 V100-16)")
     ap.add_argument("--against", default=None, help="commit whose planning time to measure beside this tree's")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of the side-by-side timing (--against)")
     args = ap.parse_args()
@@ -199,9 +205,10 @@ def main() -> int:
         print(f"needs Sailor's data at {DATA}", file=sys.stderr)
         return 1
     for model in args.models:
-        report(model, args.batch, args.micro_batch, args.nodes)
+        report(model, args.batch, args.micro_batch, args.nodes, tuple(args.kinds))
     if args.against:
-        planning_times(args.against, args.rounds, args.models, args.batch, args.micro_batch, args.nodes)
+        planning_times(args.against, args.rounds, args.models, args.batch, args.micro_batch, args.nodes,
+                       tuple(args.kinds))
     return 0
 
 

@@ -70,12 +70,14 @@ def _at_size(plan: Plan | None, u: int | None) -> Plan | None:
 def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np.ndarray, V: float,
                          solve: Solve, *, previous_plan: Plan | None, options: SolveOptions,
                          cache: SlotCache | None = None, known: Mapping[int, SlotResult] | None = None,
-                         screened: Mapping[int, SlotResult] | None = None) -> SlotResult:
+                         screened: Mapping[int, SlotResult] | None = None, only: Sequence[int] | None = None,
+                         report: dict | None = None) -> SlotResult:
     """The search over groups' micro-batch sizes (module doc). queues: as given to solve_slot;
     Q: their checked cost weights; V: checked; solve: solve_slot (passed in, so that this module
     does not import the search); known / screened: {size: the result of `solve` on
     single_size(state, size)} on the full work budget / on the screening budget, already run by
-    the caller.
+    the caller; only: the sizes to search (default: every allowed size); report: when given,
+    report["objectives"] = {size: the best objective its searches found (inf: none)}.
 
     Every other size is screened: searched on SearchTuning.size_explore of the work budget,
     unless its lower bound (solve.bounds.slot_lower_bound at that size) is no better than the
@@ -85,7 +87,7 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     is not given the full budget). A time limit (options.time_limit_s) is split evenly between
     the sizes."""
     t0 = time.perf_counter()
-    sizes = micro_batch_sizes(state)
+    sizes = tuple(u for u in micro_batch_sizes(state) if only is None or u in only)
     u0 = state.workload.micro_batch
     tune = options.tuning
     cache = slot_cache(state, cache)
@@ -126,6 +128,8 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         if res.plan is not None and res.objective <= (1 + tune.size_recheck) * sc.best.objective:
             del screens[u]
             found[u] = search(u, per_size)
+    if report is not None:
+        report["objectives"] = {u: r.objective for u, r in {**screens, **found}.items()}
     if sc.best is None:
         why = "; ".join(f"u={u}: {r.message}" for u, r in {**found, **screens}.items())
         return SlotResult.infeasible(f"slot {state.t}: no plan at any micro-batch size ({why})",

@@ -96,6 +96,10 @@ class SearchTuning:
     micro-batch size); the winning one is then searched again on the full budget with every
     size. On Sailor's 32-GPU cases (benchmarks/bench_sailor_cluster.py) 0.5 chose the same
     configurations and plans as 1.0; 0.25 ranked LLAMA-3-8's V100 tp2 above tp4 (16% lost)."""
+    tp_recheck: float = 0.05
+    """After the TP descent, degree 1 everywhere is also searched on the full budget at every
+    size unless the chosen configuration beats degree 1's screening objective by more than
+    this fraction (so enabling TP does not lose to the degree-1 search within that slack)."""
     tp_pool_steps_up_to: int = 4
     """Slots with at most this many (kind, server) pools of two or more devices also try each
     pool at each degree of its own after the per-kind descent (solve.tp), so that stages of

@@ -100,20 +100,42 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         found, screened = descend(u)
         if found.best.plan is not None:
             break
-    best = found.best
-    ust = found.state
-    full_already = trial_opt is opt or (id(ust), u) in complete     # a full-budget search would repeat it
-    if len(sizes) > 1 or not full_already:
-        if len(sizes) == 1:
-            res = _search(ust, queues, Q, V, previous_plan, opt, found.cache, time.perf_counter())
-        else:
-            done = {u: screened[id(ust)]} if id(ust) in screened else {}
-            res = solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan, options=opt,
-                                       cache=found.cache, **{"known" if full_already else "screened": done})
-        res = physical_result(res, ust)
+
+    def finish(ust: SlotState, uc: SlotCache, only: Sequence[int] | None = None,
+               report: dict | None = None) -> SlotResult | None:
+        """The configuration of unit state ust on the full budget at the sizes `only` (all:
+        None; its screen at u reused), over physical devices; None when its screen already is
+        that."""
+        full_already = trial_opt is opt or (id(ust), u) in complete     # a full-budget search would repeat it
+        if len(sizes) == 1 and full_already:
+            return None
         found.runs += 1
-        if better(res, best):
+        if len(sizes) == 1:
+            return physical_result(_search(ust, queues, Q, V, previous_plan, opt, uc, time.perf_counter()), ust)
+        done = {u: screened[id(ust)]} if id(ust) in screened else {}
+        return physical_result(solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan,
+                                                    options=opt, cache=uc, only=only, report=report,
+                                                    **{"known" if full_already else "screened": done}), ust)
+
+    best = found.best
+    only = None
+    one = screened.get(id(state))
+    if found.state is not state and one is not None and one.plan is not None \
+            and one.objective <= (1 + opt.tuning.tp_recheck) * found.best.objective:
+        # degree 1 screened close to the chosen configuration: search it in full too (so TP does
+        # not lose to the degree-1 search), and give the chosen one only the sizes degree 1 found
+        # competitive (within size_recheck of its best)
+        seen: dict = {}
+        res = finish(state, cache, report=seen)
+        if res is not None and better(res, best):
             best = res
+        objs = seen.get("objectives")
+        if objs:
+            top = min(objs.values())
+            only = [x for x, o in objs.items() if o <= (1 + opt.tuning.size_recheck) * top] + [u]
+    res = finish(found.state, found.cache, only)
+    if res is not None and better(res, best):
+        best = res
     return tp_result(best, found, time.perf_counter() - t0, state)
 
 
