@@ -1,7 +1,8 @@
 """Plan quality on fresh slots drawn from real layer tables: the search against the oracle
 (n <= 6) and against the per-slot lower bound.
 
-    python benchmarks/bench_quality.py [OUTDIR] [--quick] [--instances N] [--max-oracle-L L] [--max-oracle-n N] [--seed0 S]
+    python benchmarks/bench_quality.py [OUTDIR] [--quick] [--instances N] [--max-oracle-L L] [--max-oracle-n N]
+                                       [--seed0 S] [--oracle-from CSV]
     python benchmarks/bench_quality.py --rebound CSV
 
 --oracle-from CSV reuses the oracle objectives recorded there for the same slots (the oracle

@@ -2,6 +2,7 @@
 and orders of one structure (coordinate descent, group by group)."""
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Iterable, Sequence
@@ -13,9 +14,26 @@ from .schedules import entry_micro_batch
 from .scoring import Scored, Scorer, better
 
 
-def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], max_depth: int
-               ) -> Iterable[tuple[str, list[frozenset]]]:
-    """Device-set moves: move, swap, drop, add (to a group or alone), split, merge."""
+SPLIT_ALL_UP_TO = 6
+"""Groups of up to this many devices also try every split into two parts of two or more
+devices (at most 25 at 6): pairings such as two short 1F1B pipelines of a fast and a slow device
+are not reached from one pipeline by improving single-device moves."""
+
+
+def _splits(g: frozenset) -> Iterable[frozenset]:
+    """One part of each split of g into two parts of two or more devices (the part holding
+    g's smallest index)."""
+    first, *others = sorted(g)
+    for r in range(1, len(others) - 1):
+        for pick in itertools.combinations(others, r):
+            yield frozenset((first, *pick))
+
+
+def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], max_depth: int,
+               split_all: bool = False) -> Iterable[tuple[str, list[frozenset]]]:
+    """Device-set moves: move, swap, drop, add (to a group or alone), split (speed-balanced,
+    chain halves; with split_all, every split of a group of up to SPLIT_ALL_UP_TO devices, also
+    with an unused device added), merge."""
     used = set().union(*groups) if groups else set()
     unused = [d for d in avail if d not in used]
     m = len(groups)
@@ -48,32 +66,87 @@ def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], 
                 yield "add", [x | {d} if i == gi else x for i, x in enumerate(groups)]
     for gi, g in enumerate(groups):
         if len(g) >= 2:
+            rest = [x for i, x in enumerate(groups) if i != gi]
             for part in balanced_partition(state, sorted(g), 2), chain_chunks(state, nn_order(state, g), 2):
                 if len(part) == 2:
-                    yield "split", [x for i, x in enumerate(groups) if i != gi] + [frozenset(p) for p in part]
+                    yield "split", rest + [frozenset(p) for p in part]
+            if split_all and len(g) <= SPLIT_ALL_UP_TO:     # every split into two parts of two or more
+                for part in _splits(g):
+                    yield "split", rest + [part, g - part]
+            if split_all and len(g) < SPLIT_ALL_UP_TO:      # ... and of the group with an unused device added
+                for d in unused:
+                    for part in _splits(g | {d}):
+                        yield "add-split", rest + [part, (g | {d}) - part]
+
+
+def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_depth: int
+                       ) -> Iterable[tuple[str, list[tuple[int, ...]]]]:
+    """Moves that keep the order of every group: an unused device inserted at each position of
+    a group, a device of another group moved to each position of a group, a device removed."""
+    used = {d for g in groups for d in g}
+    unused = [d for d in avail if d not in used]
+    for gi, g in enumerate(groups):
+        if len(g) > 1:
+            for j in range(len(g)):
+                yield "remove", groups[:gi] + [g[:j] + g[j + 1:]] + groups[gi + 1:]
+        if len(g) >= max_depth:
+            continue
+        for d in unused:
+            for j in range(len(g) + 1):
+                yield "insert", groups[:gi] + [g[:j] + (d,) + g[j:]] + groups[gi + 1:]
+        for hi, h in enumerate(groups):
+            if hi == gi:
+                continue
+            for d in h:
+                rest = tuple(x for x in h if x != d)
+                for j in range(len(g) + 1):
+                    new = [g[:j] + (d,) + g[j:] if i == gi else (rest if i == hi else x) for i, x in enumerate(groups)]
+                    yield "move-at", [x for x in new if x]
 
 
 def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, deadline: float,
                  max_iter: int) -> Scored:
     """Best-improvement descent over `neighbours` from `start`, at most `max_iter` moves (each
-    neighbour cut with min-bottleneck cuts and exact shares); stops at a local optimum, when
-    the work budget is spent or past `deadline` (perf_counter seconds)."""
+    neighbour cut with min-bottleneck cuts and exact shares). In slots of up to
+    SearchTuning.small_devices devices (whose work budget is more than the search needs) the
+    neighbours include every split of small groups, and at a local optimum the order-keeping
+    moves (`ordered_neighbours`: a device inserted into or removed from a group where it
+    stands, not re-chained) are tried before stopping; larger slots keep their budget for the
+    other starts and the polish. Stops at a local optimum, when the work budget is spent or
+    past `deadline` (perf_counter seconds)."""
     avail = state.available_indices
+    rich = len(avail) <= sc.tuning.small_devices
     cur = start
+
+    def late() -> bool:
+        return sc.exhausted() or (deadline < math.inf and time.perf_counter() > deadline)
+
     for _ in range(max_iter):
         groups = [frozenset(g.devices) for g in cur.plan.groups]
         best = cur
         seen: set = set()
-        for name, ng in neighbours(state, groups, avail, max_depth):
-            if sc.exhausted() or (deadline < math.inf and time.perf_counter() > deadline):
+        for name, ng in neighbours(state, groups, avail, max_depth, split_all=rich):
+            if late():
                 break
             key = frozenset(ng)
             if not ng or key in seen:
                 continue
             seen.add(key)
-            cand = sc.score_groups([nn_order(state, g) for g in ng], source=f"ls-{name}")
+            cand = sc.score_groups([sc.nn(g) for g in ng], source=f"ls-{name}")
             if cand is not None and better(cand, best):
                 best = cand
+        if best is cur and rich:
+            tried: set = set()
+            for name, ng in ordered_neighbours([g.devices for g in cur.plan.groups], avail, max_depth):
+                if late():
+                    break
+                key = tuple(ng)
+                if not ng or key in tried:
+                    continue
+                tried.add(key)
+                cand = sc.score_groups(ng, source=f"ls-{name}")
+                if cand is not None and better(cand, best):
+                    best = cand
         if best is cur:
             break
         cur = best
@@ -83,9 +156,10 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
 
 
 def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int, rounds: int) -> Scored:
-    """Per group, try other orders (group_orders, every order up to `all_up_to` devices) with
-    their min-bottleneck cuts for one micro-batch and for the group's share, and the frontier
-    cut sets of the current order; one group at a time, keeping improvements (coordinate
+    """Per group, try other orders (group_orders with relocations, every order up to `all_up_to` devices) with
+    their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
+    recomputation also those for its own per-stage peaks at that share), and the frontier
+    cut sets of the current order (also for those peaks); one group at a time, keeping improvements (coordinate
     descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
     group is also tried at every other size (Scorer.micro_batch_entries)."""
     for _ in range(rounds):
@@ -95,9 +169,20 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
             mb = entry_micro_batch(cur.structure[gi])
             share = cur.plan.groups[gi].share
             def options():
-                for o in group_orders(state, d, all_up_to):
+                variant = (how[0], how[1]) if how else ("gpipe", False)
+                orders = group_orders(state, d, all_up_to, relocate=True)
+                for o in orders:
                     yield from ((o, c, *how) for c in (sc.cuts(o, None, mb), sc.cuts(o, share, mb)) if c is not None)
+                    if variant != ("gpipe", False) and len(o) > 1:     # cuts for the variant's own peaks
+                        c = sc.cuts(o, share, mb, variant)
+                        if c is not None:
+                            yield (o, c, *how)
                 yield from ((d, c, *how) for c in sc.frontier(d, None, mb) + sc.frontier(d, share, mb))
+                if variant != ("gpipe", False) and len(d) > 1:
+                    # 1F1B pays 2 max lam per sample on top of the stages: its best cuts trade
+                    # alpha for beta more than GPipe's, so every order's frontier is tried
+                    for o in orders:
+                        yield from ((o, c, *how) for c in sc.frontier(o, share, mb, variant))
                 if len(sc.micro_batches) > 1:
                     yield from sc.micro_batch_entries(cur.structure[gi], share)
 

@@ -48,12 +48,23 @@ def memory_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     return tuple(sorted(devices, key=lambda d: (-state.devices[d].memory_bytes * state.degree(d), -state.speed[d], d)))
 
 
-def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4) -> list[Ordered]:
+RELOCATE_UP_TO = 8
+"""Groups of up to this many devices may also try every single-device relocation of their order
+(group_orders(relocate=True): k (k - 1) orders, 56 at 8)."""
+
+
+def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4, relocate: bool = False) -> list[Ordered]:
     """Orders to try for a group: every order up to `all_up_to` devices, else the current one,
-    speed, memory and reversed orders and every adjacent transposition of the current one."""
+    speed, memory and reversed orders and every adjacent transposition of the current one;
+    with relocate (groups of up to RELOCATE_UP_TO devices), then every order with one device
+    moved to another position."""
     if len(d) <= all_up_to:
         return list(itertools.permutations(d))
     out = [d, speed_order(state, d), memory_order(state, d), tuple(reversed(d))]
     for i in range(len(d) - 1):
         out.append(d[:i] + (d[i + 1], d[i]) + d[i + 2:])
+    if relocate and len(d) <= RELOCATE_UP_TO:
+        for i in range(len(d)):
+            rest = d[:i] + d[i + 1:]
+            out += [rest[:j] + (d[i],) + rest[j:] for j in range(len(d)) if j != i]
     return list(dict.fromkeys(out))

@@ -22,7 +22,7 @@ import numpy as np
 from ..cost.costs import cost_coeffs
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import holder_mask, migration_time
-from ..cost.pipeline import GroupCoeffs
+from ..cost.pipeline import GroupCoeffs, float_sum
 from ..cost.sync import sync_time
 from ..model.plan import Group, Plan
 from ..model.state import SlotState
@@ -32,13 +32,19 @@ from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
 from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
-from .orders import Ordered, group_orders, memory_order
-from .schedules import entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note, variant_entries
+from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
+from .schedules import (VARIANTS, entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note,
+                        variant_entries)
 
 Structure = tuple[tuple, ...]
 """((devices, cuts), ...), an entry (devices, cuts, schedule, recompute) where a group is not
 GPipe without recomputation, (devices, cuts, schedule, recompute, micro_batch) where it trains
 at another micro-batch size than the workload's (solve.schedules)."""
+
+
+VARIANT_FRONTIERS = 3
+"""(order, variant) pairs of a memory-bound group whose frontier cut sets relieve_by_variant_cuts
+also tries (small slots only; each frontier costs two cut DPs' work)."""
 
 
 @dataclass
@@ -72,6 +78,8 @@ class Scorer:
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
+        self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
+        self._nn: dict[frozenset, Ordered] = {}
         self.deadline = math.inf
         self.budget = math.inf          # structures the search may still try (work budget)
         self.tries = 0
@@ -119,24 +127,35 @@ class Scorer:
         return self.at(micro_batch)[1].group_coeffs(devices, cuts, schedule, recompute)
 
     def cuts(self, devices: Ordered, min_share: int | None = None,
-             micro_batch: int | None = None) -> tuple[int, ...] | None:
+             micro_batch: int | None = None, variant: tuple[str, bool] = ("gpipe", False)) -> tuple[int, ...] | None:
+        """Min-bottleneck cuts of an ordered group within memory for min_share samples (None:
+        one micro-batch), each stage at its own peak under `variant` (schedule, recompute);
+        None when no cut set fits. Each first call is charged cut_work."""
         key = (devices, min_share) if micro_batch is None else (devices, min_share, int(micro_batch))
+        if variant != ("gpipe", False):
+            key += variant
         if key not in self._cuts and float(self._param_room[list(devices)].sum()) < self._params:
             self._cuts[key] = None          # the group cannot hold the model at one micro-batch
         if key not in self._cuts:
             self.tries += self.cut_work(len(devices))
             st, cache = self.at(micro_batch)
-            self._cuts[key] = min_bottleneck_cuts(st, devices, min_share, cache=cache)
+            self._cuts[key] = min_bottleneck_cuts(st, devices, min_share, cache=cache, schedule=variant[0],
+                                                  recompute=variant[1])
         return self._cuts[key]
 
     def frontier(self, devices: Ordered, min_share: int | None = None,
-                 micro_batch: int | None = None) -> list[tuple[int, ...]]:
+                 micro_batch: int | None = None, variant: tuple[str, bool] = ("gpipe", False)) -> list[tuple[int, ...]]:
+        """frontier_cuts of an ordered group (as cuts: memory for min_share samples, each stage
+        at its own peak under `variant`); each first call is charged twice cut_work."""
         key = (devices, min_share) if micro_batch is None else (devices, min_share, int(micro_batch))
+        if variant != ("gpipe", False):
+            key += variant
         if key not in self._frontier:
             self.tries += 2 * self.cut_work(len(devices))
             st, cache = self.at(micro_batch)
             self._frontier[key] = frontier_cuts(st, devices, self.opt.frontier, min_share, cache=cache,
-                                                relax=self.tuning.frontier_relax, seeds=self.tuning.frontier_seeds)
+                                                relax=self.tuning.frontier_relax, seeds=self.tuning.frontier_seeds,
+                                                schedule=variant[0], recompute=variant[1])
         return self._frontier[key]
 
     def evaluation(self, plan: Plan) -> Evaluation:
@@ -145,6 +164,13 @@ class Scorer:
             return self.cache.evaluation(plan)
         return evaluate(plan, self.state, [self.coeffs(g.devices, g.cuts, g.schedule, g.recompute,
                                                        self.mb(g.micro_batch or self.u)) for g in plan.groups])
+
+    def nn(self, devices: frozenset) -> Ordered:
+        """orders.nn_order of a device set, kept per set (it depends only on the set)."""
+        o = self._nn.get(devices)
+        if o is None:
+            o = self._nn[devices] = nn_order(self.state, devices)
+        return o
 
     def cut_work(self, k: int) -> float:
         """Work units (one unit ~ scoring one structure) of the cut DPs of a k-device group:
@@ -179,14 +205,19 @@ class Scorer:
         st = self.state if u == self.u else self.at(u)[0]
         inv = 0.0
         measured = bool(st.workload.measured)
+        memo = self._group_throughput
         for g in groups:
-            d = list(g)
-            if not measured:
-                a = 1.0 / float(self._inv_fwd[d].sum()) + 1.0 / float(self._inv_bwd[d].sum())
-            else:
-                a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
-                     + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
-            inv += 1.0 / a if a > 0 else math.inf
+            key = (g if isinstance(g, tuple) else tuple(g), u)
+            v = memo.get(key)
+            if v is None:
+                d = list(g)
+                if not measured:
+                    a = 1.0 / float(self._inv_fwd[d].sum()) + 1.0 / float(self._inv_bwd[d].sum())
+                else:
+                    a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
+                         + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
+                v = memo[key] = 1.0 / a if a > 0 else math.inf
+            inv += v
         return inv
 
     def scored(self) -> list[Scored]:
@@ -212,13 +243,16 @@ class Scorer:
         if sum(us) > self.B or any(g.cap < u for g, u in zip(gcs, us)):
             self._seen[key] = None
             return None
-        alpha = np.array([g.alpha for g in gcs])
-        beta = np.array([g.beta for g in gcs])
+        a_list = [g.alpha for g in gcs]
+        b_list = [g.beta for g in gcs]
         best = self.best
         # z >= B / sum(1/alpha) and z >= max beta + u alpha: a bound before anything costly
-        zlb = max(self.B / float(np.sum(1.0 / alpha)), float(np.max(beta + np.asarray(us) * alpha)))
+        # (plain floats, the same values as numpy's)
+        zlb = max(self.B / float_sum([1.0 / a for a in a_list]), max(b + u * a for a, b, u in zip(a_list, b_list, us)))
         if prune and best is not None and self.V * zlb > best.objective:
             return None
+        alpha = np.array(a_list)
+        beta = np.array(b_list)
         cc = cost_coeffs(self.state, gcs)
         W = self.V + float(self.Q @ cc.R)
         q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
@@ -229,7 +263,12 @@ class Scorer:
             if W * (zlb + self.sync(s)) + float(np.min(q)) * self.B + float(self.Q @ cc.F) > best.objective:
                 return None
         self._seen[key] = None
-        if shares is None:
+        if shares is None and m == 1:      # solve_shares' one-group case: the whole batch when it fits
+            if not (gcs[0].cap >= self.B and math.isfinite(a_list[0]) and a_list[0] > 0 and math.isfinite(b_list[0])
+                    and math.isfinite(q[0]) and math.isfinite(W) and W >= 0 and self.B % us[0] == 0):
+                return None
+            b = np.array([float(self.B)])
+        elif shares is None:
             r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, us[0] if len(set(us)) == 1 else us, W, q,
                              lp_bound=False)
             if r.status != "optimal":
@@ -240,7 +279,7 @@ class Scorer:
             if len(b) != m or any(x > g.cap or x % u for x, g, u in zip(b, gcs, us)):
                 return None
         self.count += 1
-        z = float(np.max(alpha * b + beta))
+        z = max(a * x + c for a, x, c in zip(a_list, b.tolist(), b_list))
         ts = self.sync(s)
         plan = Plan(tuple(Group(e[0], e[1], int(x), *e[2:]) for e, x in zip(s, b)))
         mig = 0.0
@@ -282,12 +321,71 @@ class Scorer:
             if cand is not None and (sc is None or better(cand, sc)):
                 sc = cand
         if self.opt.schedules and not self.exhausted():
-            s3 = relieve_by_schedule(self, s2 if s2 is not None else tuple(s))
+            base = s2 if s2 is not None else tuple(s)
+            s3 = relieve_by_schedule(self, base)
             if s3 is not None:
                 cand = self.score(s3, source=source + "+schedule", prune=prune)
                 if cand is not None and (sc is None or better(cand, sc)):
                     sc = cand
+            s4 = None if self.exhausted() else self.relieve_by_variant_cuts(base)
+            if s4 is not None and s4 != s3:
+                cand = self.score(s4, source=source + "+schedule-cuts", prune=prune)
+                if cand is not None and (sc is None or better(cand, sc)):
+                    sc = cand
         return sc
+
+    def relieve_by_variant_cuts(self, s: Structure) -> Structure | None:
+        """For each group whose memory cap is below the share it would get without caps: cuts
+        found for each 1F1B / recomputation variant's own per-stage peak memory (stage j of a
+        1F1B pipeline stashes u min(k - j, n) samples, so late stages may hold more layers
+        than GPipe's cuts give them), over the group's orders (group_orders, the reversed speed
+        and memory orders: the least-stashing last stage on the fastest or richest device), and
+        in slots of up to SearchTuning.small_devices devices the variant's frontier cut sets of
+        the VARIANT_FRONTIERS best of those;
+        the entry holding that share in the least time (alpha share + beta), else the largest
+        cap. None when no cap binds or nothing changes."""
+        if sum(self.u_of(e) for e in s) > self.B or all(self.coeffs(*e).cap >= self.B for e in s):
+            return None
+        want = self.wanted_shares(s)
+        out, changed = [], False
+        for e, w in zip(s, want):
+            gc = self.coeffs(*e)
+            d = e[0]
+            if gc.cap >= w or len(d) < 2:
+                out.append(e)
+                continue
+            mb = entry_micro_batch(e)
+            orders = group_orders(self.state, d, self.all_orders_up_to)
+            orders += [tuple(reversed(speed_order(self.state, d))), tuple(reversed(memory_order(self.state, d)))]
+            options = []
+
+            def add(o: Ordered, c: tuple[int, ...], v: tuple[str, bool]) -> None:
+                g = self.coeffs(o, c, *v, mb)
+                if g.cap >= self.u_of(e):
+                    options.append((g.cap < w, -min(g.cap, int(w)), g.time(min(g.cap, int(w))),
+                                    entry(o, c, *v, micro_batch=mb)))
+
+            for o in dict.fromkeys(orders):
+                for v in VARIANTS:
+                    c = self.cuts(o, int(w), mb, v)
+                    if c is not None:
+                        add(o, c, v)
+                if self.exhausted():
+                    break
+            if len(self.state.available_indices) <= self.tuning.small_devices:
+                # the variant's alpha-beta frontier of the best few (order, variant) pairs: with
+                # few micro-batches a cut of larger alpha and smaller fill-and-drain is faster
+                for x in sorted(options, key=lambda x: x[:3])[:VARIANT_FRONTIERS]:
+                    o, v = x[3][0], (x[3][2], x[3][3])
+                    for c in self.frontier(o, int(w), mb, v):
+                        add(o, c, v)
+            best = min(options, key=lambda x: x[:3], default=None)
+            if best is not None and (-best[1] > min(gc.cap, int(w)) or (not best[0] and best[2] < gc.time(int(w)))):
+                out.append(best[3])
+                changed = True
+            else:
+                out.append(e)
+        return tuple(out) if changed else None
 
     def micro_batch_entries(self, e: tuple, share: int | None = None) -> list[tuple]:
         """The group of entry e at every other allowed micro-batch size: its devices with

@@ -17,6 +17,10 @@ MOVES = {
     "add-alone": "a device added as its own group",
     "add": "a device added to a group",
     "split": "a group split in two",
+    "remove": "a device removed from its group, the order kept",
+    "insert": "a device inserted into a group where it stands",
+    "move-at": "a device moved into another group where it stands",
+    "add-split": "a device added to a group, then the group split in two",
 }
 """Local-search moves (solve.local.neighbours)."""
 
@@ -28,7 +32,9 @@ FIXED = {
     "oracle": "exhaustive enumeration",
 }
 
-SUFFIXES = (("+lp", "with re-optimised shares"), ("+mem", "re-cut to fit memory"))
+SUFFIXES = (("+schedule-cuts", "re-cut for its 1F1B or recomputation memory"),
+            ("+schedule", "1F1B or recomputation where memory binds"),
+            ("+lp", "with re-optimised shares"), ("+mem", "re-cut to fit memory"))
 
 
 def _family(tag: str) -> str | None:

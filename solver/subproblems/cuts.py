@@ -379,18 +379,19 @@ RELAX = (1.0, 1.05, 1.15, 1.35, 1.7, 2.5)
 
 
 def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_share: int | None = None,
-                  *, cache: SlotCache | None = None, relax: Sequence[float] = RELAX, seeds: int = 2
-                  ) -> list[Cuts]:
+                  *, cache: SlotCache | None = None, relax: Sequence[float] = RELAX, seeds: int = 2,
+                  schedule: str = "gpipe", recompute: bool = False) -> list[Cuts]:
     """Up to `limit` cut sets on the (alpha, beta) Pareto frontier of this ordered group,
     min-alpha first, then increasing alpha / decreasing beta. Candidates: the exact min-alpha
     frontier points, and min-sum DPs (least fill-and-drain work sum F + G + 2 lam, which is
     beta + u * alpha over u) under the thresholds (X, Y) of the `seeds` best min-alpha points
-    relaxed by each factor of `relax`."""
+    relaxed by each factor of `relax`. schedule, recompute: every stage within its own peak
+    memory of that variant (as min_bottleneck_cuts), the points ranked by GPipe's (alpha, beta)."""
     sc = slot_cache(state, cache)
     if len(devices) == 1:
         c = sc.single_cuts(devices[0])
         return [c] if c is not None else []
-    ga = sc.group_arrays(devices, min_share)
+    ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
         return []
     key = ("fc", limit, tuple(relax), int(seeds))

@@ -1,0 +1,88 @@
+"""The search's order-keeping moves, all-splits moves and cuts for a schedule variant's own
+memory peaks (solve.local, solve.scoring)."""
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+import pytest
+
+from solver.io.synthetic import random_state
+from solver.solve import solve_slot
+from solver.solve.families import families
+from solver.solve.inputs import check_queues
+from solver.solve.local import _splits, neighbours, ordered_neighbours
+from solver.solve.options import SolveOptions
+from solver.solve.scoring import Scorer
+
+
+def _is_subsequence(a: tuple, b: tuple) -> bool:
+    it = iter(b)
+    return all(x in it for x in a)
+
+
+def test_ordered_neighbours_keep_each_groups_order():
+    groups = [(3, 1, 4), (0, 5)]
+    avail = range(8)
+    seen = set()
+    for name, ng in ordered_neighbours(groups, avail, max_depth=4):
+        flat = [d for g in ng for d in g]
+        assert len(flat) == len(set(flat)) and all(0 <= d < 8 for d in flat)
+        old = {d for g in groups for d in g}
+        assert abs(len(flat) - len(old)) <= 1
+        for g in ng:            # each group is an old group with one device in or out, order kept
+            assert any(_is_subsequence(g, h) or _is_subsequence(h, g) for h in groups), (name, ng)
+            assert len(g) <= 4
+        seen.add(name)
+    assert seen == {"remove", "insert", "move-at"}
+
+
+@pytest.mark.parametrize("k", range(2, 8))
+def test_splits_are_every_split_into_two_parts_of_two_or_more(k):
+    g = frozenset(range(10, 10 + k))
+    parts = list(_splits(g))
+    assert len(parts) == len(set(parts))
+    assert all(len(p) >= 2 and len(g - p) >= 2 and min(g) in p for p in parts)
+    assert len(parts) == sum(comb(k - 1, r) for r in range(1, k - 2))      # 2^(k-1) - 1 - k for k >= 3
+
+
+def test_neighbours_split_small_groups_every_way():
+    state = random_state(9_500, n=6, L=12)
+    groups = [frozenset(range(6))]
+    splits = {frozenset(ng) for name, ng in neighbours(state, groups, state.available_indices, 6, split_all=True)
+              if name == "split"}
+    assert all(len(ng) == 2 for ng in splits)
+    assert len(splits) >= 25 - 2        # every split with parts of two or more (25), speed-balanced and chain halves
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_variant_cuts_never_lower_a_binding_cap(seed):
+    """Where a group's memory cap is below its wanted share, the entry relieve_by_variant_cuts
+    puts in its place holds at least as many samples, and the structure scores to a valid plan."""
+    state = random_state(9_600 + seed, n=5, L=int(np.random.default_rng(seed).integers(8, 30)), scale=30.0)
+    Q = check_queues(state, (0.5, 1.0))
+    sc = Scorer(state, Q, 1.0, SolveOptions(), None)
+    checked = 0
+    for _, groups in families(state, sc, 5, sc.tuning):
+        s = tuple((d, c) for d in groups if (c := sc.cuts(d)) is not None)
+        if not s:
+            continue
+        new = sc.relieve_by_variant_cuts(s)
+        if new is None:
+            continue
+        want = sc.wanted_shares(s)
+        for e, f, w in zip(s, new, want):
+            assert set(f[0]) == set(e[0])
+            assert min(sc.coeffs(*f).cap, int(w)) >= min(sc.coeffs(*e).cap, int(w))
+        r = sc.score(new)
+        if r is not None:
+            assert r.plan.validate(state) == []
+        checked += 1
+    assert checked > 0
+
+
+def test_search_is_deterministic_with_the_new_moves():
+    state = random_state(9_700, n=6, L=20, scale=30.0)
+    a = solve_slot(state, (1.0, 0.5), 1.0)
+    b = solve_slot(state, (1.0, 0.5), 1.0)
+    assert a.plan == b.plan and a.objective == b.objective
