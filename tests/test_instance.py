@@ -331,3 +331,16 @@ def test_default_instance_regenerates_identically(tmp_path):
     mod.main(tmp_path)
     for name in ("default.toml", "default_devices.csv", "default_links.csv"):
         assert (tmp_path / name).read_text() == (here / name).read_text(), name
+
+
+def test_train_table_sets_iterations_per_slot(tmp_path):
+    assert load_instance(write_case(tmp_path)).iterations_per_slot is None
+    inst = load_instance(write_case(tmp_path, GOOD_TOML + "\n[train]\niterations_per_slot = 25\n"))
+    assert inst.iterations_per_slot == 25
+    assert load_instance(save_instance(inst, tmp_path / "out" / "saved.toml")).iterations_per_slot == 25
+    for bad, words in (("iterations_per_slot = 0", ("train.iterations_per_slot", ">= 1")),
+                       ("iterations_per_slot = 2.5", ("train.iterations_per_slot", "integer")),
+                       ("slot_seconds = 60", ("slot_seconds", "unknown field", "iterations_per_slot"))):
+        with pytest.raises(InstanceError) as info:
+            load_instance(write_case(tmp_path, GOOD_TOML + f"\n[train]\n{bad}\n"))
+        assert all(w in str(info.value) for w in words), str(info.value)

@@ -85,9 +85,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     inst = load_instance(args.instance)
     if args.steps < 1:
         raise ValueError(f"--steps: expected >= 1, got {args.steps}")
-    if args.iterations_per_slot < 1:
+    per_slot = args.iterations_per_slot if args.iterations_per_slot is not None else inst.iterations_per_slot or 10
+    if per_slot < 1:
         raise ValueError(f"--iterations-per-slot: expected >= 1, got {args.iterations_per_slot}")
-    cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, args.iterations_per_slot,
+    cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, per_slot,
                       args.checkpoint_every, args.V, args.policy, args.out,
                       _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine,
                       accelerator=args.accelerator, cpu_quota=_fractions(args.cpu_quota, "--cpu-quota"),
@@ -177,7 +178,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--model", required=True, help="MODULE:FACTORY returning a solver.runtime.TrainSpec")
     t.add_argument("--steps", type=int, required=True, help="training iterations in all")
     t.add_argument("--checkpoint-dir", required=True, help="checkpoint folder; resumed from when present")
-    t.add_argument("--iterations-per-slot", type=int, default=10, help="iterations between controller decisions (10)")
+    t.add_argument("--iterations-per-slot", type=int, default=None,
+                   help="iterations between controller decisions (default: the instance's [train] "
+                        "iterations_per_slot, else 10)")
     t.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: after re-plans only)")
     t.add_argument("--V", type=float, default=1.0, help="drift-plus-penalty weight (1)")
     t.add_argument("--policy", default="ours", help="a `dynpar run` policy (ours)")

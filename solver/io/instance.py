@@ -97,7 +97,8 @@ NETWORK_DEFAULTS = {"intra_server_gbps": 100.0, "inter_server_gbps": 10.0,
                     "intra_server_latency_ms": 0.005, "inter_server_latency_ms": 0.1}
 DEFAULT_EFFICIENCY = 0.5
 _TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces",
-        "kinds", "servers", "egress", "memory_reserve_gb"}
+        "kinds", "servers", "egress", "memory_reserve_gb", "train"}
+_TRAIN = {"iterations_per_slot"}
 _WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes", "precision", "optimizer_step"}
 _DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour",
            "memory_bandwidth_gbs"}
@@ -456,7 +457,11 @@ def load_instance(path: str | Path) -> Instance:
         bws = _link_trace(f, f.string(traces, "links", "traces.links"), devices, bw, S)
     else:
         bws = np.repeat(bw[None], S, axis=0)
-    return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network)
+    train = f.table(doc, "train", _TRAIN)
+    per_slot = int(f.number(train, "iterations_per_slot", "train.iterations_per_slot", integer=True,
+                            rng=R.ITERATIONS)) if "iterations_per_slot" in train else None
+    return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network,
+                    per_slot)
 
 
 def _toml_value(v: Any) -> str:
@@ -486,6 +491,8 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
              f"input_bytes = {_toml_value(wl.input_bytes)}", "",
              "[traces]", f"devices = {_toml_value(stem + '_devices.csv')}",
              f"links = {_toml_value(stem + '_links.csv')}", ""]
+    if instance.iterations_per_slot is not None:
+        lines += ["[train]", f"iterations_per_slot = {instance.iterations_per_slot}", ""]
     net = instance.network
     lines += cluster_lines(instance.devices, net, load_hardware())
     for i, (d, e) in enumerate(zip(instance.devices, instance.efficiency)):

@@ -50,6 +50,7 @@ class Range:
 
 
 SLOTS = Range(1, 1e6, "slots")
+ITERATIONS = Range(1, 1e9, "iterations")
 SAMPLES = Range(1, 1e7, "samples")
 OPTIMIZER_FACTOR = Range(0, 100, "bytes per parameter byte", lo_open=True)
 INPUT_BYTES = Range(0, 1e12, "bytes per sample")

@@ -202,7 +202,8 @@ class Instance:
     bandwidth (S, n, n) bytes/s; latency (n, n) seconds. efficiency (n,) is the
     sustained fraction of peak FLOP/s. source: the file it was loaded from, if any; network:
     servers, shared NICs, bandwidth fits and egress prices (model.network), None when the file
-    declares none.
+    declares none; iterations_per_slot: training iterations per slot ([train] table: how often
+    `dynpar train` asks the controller), None when the file gives none.
     """
 
     name: str
@@ -217,6 +218,7 @@ class Instance:
     latency: np.ndarray
     source: str | None = None
     network: Network | None = None
+    iterations_per_slot: int | None = None
 
     @property
     def notes(self) -> tuple[str, ...]:
