@@ -451,3 +451,17 @@ def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> N
     for k, v in ref.items():
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
     assert not list(q.path.parent.glob(f"{cpuquota.PREFIX}*"))
+
+
+def test_controller_plans_only_what_the_runtime_executes(tmp_path: Path) -> None:
+    """Four same-kind devices in two servers, where the planner alone picks tensor parallelism
+    (tests/test_tp.py): the training controller's plan has none, and fits."""
+    import numpy as np
+    from solver.runtime.trainer import Controller, TrainConfig, unsupported
+    from tests.test_tp import FOUR, instance
+    inst = instance(tmp_path, FOUR, memory_gb=16)
+    from solver import solve_slot
+    assert solve_slot(inst.state(0), V=1.0).plan.uses_tp           # the planner alone would
+    ctl = Controller(inst, TrainConfig(MODEL, 1, str(tmp_path / "ck")), np.ones(inst.n, dtype=bool), None)
+    plan = ctl.decide(0)
+    assert not plan.uses_tp and unsupported(plan) == [] and plan.validate(inst.state(0)) == []

@@ -43,6 +43,7 @@ from ..model.plan import plan_to_json
 from ..online.controller import rows_frame
 from ..online.policies import Decision, make_policy
 from ..online.queues import initial_queues, update_queues
+from ..solve.options import SolveOptions
 from ..online.summary import summarise
 from . import ckpt, cpuquota
 from .estimator import estimate, observed_state, predicted_compute
@@ -100,6 +101,11 @@ class TrainConfig:
                 "policy": "given" if self.plans else self.policy, "V": float(self.V)}
 
 
+RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
+"""The controller's search options: plans this runtime can execute (no tensor parallelism;
+`unsupported` lists the rest)."""
+
+
 def unsupported(plan: Plan, engine: str = "torch") -> list[str]:
     """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
     1F1B on the hand-written engine, recomputation, tensor parallelism), one line each."""
@@ -129,7 +135,8 @@ class Controller:
     def __init__(self, instance: Instance, cfg: TrainConfig, present: np.ndarray,
                  saved: dict[str, Any] | None) -> None:
         self.inst, self.cfg, self.present = instance, cfg, present
-        self.policy = make_policy(cfg.policy, replan=True, iterations_per_slot=cfg.iterations_per_slot)
+        self.policy = make_policy(cfg.policy, options=RUNTIME_OPTIONS, replan=True,
+                                  iterations_per_slot=cfg.iterations_per_slot)
         self.limits = [b.limit for b in instance.budgets]
         s = saved or {}
         self.queues = tuple(s.get("queues", initial_queues(len(self.limits))))
