@@ -156,12 +156,14 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
 
 
 def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int, rounds: int) -> Scored:
-    """Per group, try other orders (group_orders with relocations, every order up to `all_up_to` devices) with
+    """Per group, try other orders (group_orders, every order up to `all_up_to` devices, and in
+    slots of up to SearchTuning.small_devices devices every single-device relocation) with
     their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
-    recomputation also those for its own per-stage peaks at that share), and the frontier
-    cut sets of the current order (also for those peaks); one group at a time, keeping improvements (coordinate
-    descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
+    recomputation also those for its own per-stage peaks at that share, and every order's
+    frontier cut sets for those peaks), and the frontier cut sets of the current order; one
+    group at a time, keeping improvements (coordinate descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
     group is also tried at every other size (Scorer.micro_batch_entries)."""
+    rich = len(state.available_indices) <= sc.tuning.small_devices
     for _ in range(rounds):
         improved = False
         for gi in range(len(cur.structure)):
@@ -170,7 +172,7 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
             share = cur.plan.groups[gi].share
             def options():
                 variant = (how[0], how[1]) if how else ("gpipe", False)
-                orders = group_orders(state, d, all_up_to, relocate=True)
+                orders = group_orders(state, d, all_up_to, relocate=rich)
                 for o in orders:
                     yield from ((o, c, *how) for c in (sc.cuts(o, None, mb), sc.cuts(o, share, mb)) if c is not None)
                     if variant != ("gpipe", False) and len(o) > 1:     # cuts for the variant's own peaks
