@@ -327,7 +327,10 @@ class Scorer:
                 cand = self.score(s3, source=source + "+schedule", prune=prune)
                 if cand is not None and (sc is None or better(cand, sc)):
                     sc = cand
-            s4 = None if self.exhausted() else self.relieve_by_variant_cuts(base)
+            # the variant cuts pay in small slots; in large ones their DPs (orders x variants per
+            # group) spent the budget before the dp x pp shapes (Sailor's 32 GPUs: 65.4 s -> 72-86 s)
+            s4 = None if self.exhausted() or len(self.state.available_indices) > self.tuning.small_devices \
+                else self.relieve_by_variant_cuts(base)
             if s4 is not None and s4 != s3:
                 cand = self.score(s4, source=source + "+schedule-cuts", prune=prune)
                 if cand is not None and (sc is None or better(cand, sc)):
@@ -335,7 +338,8 @@ class Scorer:
         return sc
 
     def relieve_by_variant_cuts(self, s: Structure) -> Structure | None:
-        """For each group whose memory cap is below the share it would get without caps: cuts
+        """(score_groups calls it in slots of up to SearchTuning.small_devices devices.) For each
+        group whose memory cap is below the share it would get without caps: cuts
         found for each 1F1B / recomputation variant's own per-stage peak memory (stage j of a
         1F1B pipeline stashes u min(k - j, n) samples, so late stages may hold more layers
         than GPipe's cuts give them), over the group's orders (group_orders, the reversed speed
