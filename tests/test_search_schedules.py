@@ -74,3 +74,15 @@ def test_1f1b_where_gpipe_does_not_fit():
     check_result(res, state)
     assert any(g.schedule == "1f1b" or g.recompute for g in res.plan.groups)
     assert gp.plan is None or res.objective <= gp.objective * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed, samples", [(7, 1.0), (19, 1.0)])
+def test_recomputation_can_be_ruled_out(seed, samples):
+    """SolveOptions(recompute=False) (a runtime that cannot recompute): where the search alone
+    recomputes, no group of the plan does and the plan fits under its own schedule."""
+    state = tight(random_state(seed, n=4, L=8, batch=64, micro_batch=4), 0.4, samples)
+    assert any(g.recompute for g in solve_slot(state, (0.0, 0.0), 1.0).plan.groups)
+    res = solve_slot(state, (0.0, 0.0), 1.0, options=SolveOptions(recompute=False))
+    if res.plan is not None:
+        assert not any(g.recompute for g in res.plan.groups)
+        check_result(res, state)

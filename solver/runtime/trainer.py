@@ -101,9 +101,9 @@ class TrainConfig:
                 "policy": "given" if self.plans else self.policy, "V": float(self.V)}
 
 
-RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
-"""The controller's search options: plans this runtime can execute (no tensor parallelism;
-`unsupported` lists the rest)."""
+RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,), recompute=False)
+"""The controller's search options: plans this runtime can execute (no tensor parallelism, no
+activation recomputation; `unsupported` lists what it refuses)."""
 
 
 def unsupported(plan: Plan, engine: str = "torch") -> list[str]:

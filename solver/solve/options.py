@@ -142,8 +142,9 @@ class SolveOptions:
     previous plan) are always scored; tuning: the search's tuning numbers (SearchTuning);
     schedules: also try 1F1B and activation recomputation per group where a memory cap binds
     (solve.schedules; False: GPipe without recomputation only, except plans the baselines or
-    the previous plan bring); tp_degrees: tensor-parallel degrees a stage may have (solve.tp;
-    used only where the instance declares servers; (1,): no TP)."""
+    the previous plan bring); recompute: with schedules, activation recomputation may be chosen
+    too (False: 1F1B only, for a runtime that cannot recompute); tp_degrees: tensor-parallel
+    degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP)."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -156,6 +157,7 @@ class SolveOptions:
     max_structures: float | None = None
     tuning: SearchTuning = field(default_factory=SearchTuning)
     schedules: bool = True
+    recompute: bool = True
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
 
 

@@ -29,6 +29,7 @@ class Scorer(Protocol):
 
     B: int
     u: int
+    variants: tuple[tuple[str, bool], ...]
 
     def coeffs(self, devices: tuple[int, ...], cuts: tuple[int, ...], schedule: str = "gpipe",
                recompute: bool = False, micro_batch: int | None = None) -> GroupCoeffs: ...
@@ -42,6 +43,11 @@ class Scorer(Protocol):
 
 VARIANTS: tuple[tuple[str, bool], ...] = (("1f1b", False), ("gpipe", True), ("1f1b", True))
 """The non-default (schedule, recompute) choices, after ("gpipe", False)."""
+
+
+def allowed_variants(recompute: bool) -> tuple[tuple[str, bool], ...]:
+    """VARIANTS, without recomputation unless `recompute` (SolveOptions.recompute)."""
+    return VARIANTS if recompute else tuple(v for v in VARIANTS if not v[1])
 
 _ORDER = {"gpipe": 0, "1f1b": 1}
 
@@ -95,9 +101,9 @@ def variant_entries(sc: Scorer, devices: tuple[int, ...], cuts: tuple[int, ...],
     caps = {("gpipe", False): min(sc.coeffs(devices, cuts, "gpipe", False, micro_batch).cap, B)}
     if caps[("gpipe", False)] >= B:
         return []
-    for v in VARIANTS:
+    for v in sc.variants:
         caps[v] = min(sc.coeffs(devices, cuts, *v, micro_batch).cap, B)
-    return [entry(devices, cuts, *v, micro_batch) for v in VARIANTS
+    return [entry(devices, cuts, *v, micro_batch) for v in sc.variants
             if caps[v] >= u and all(caps[v] > caps[w] for w in caps if _dominates(w, v))]
 
 

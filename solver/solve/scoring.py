@@ -33,7 +33,7 @@ from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
-from .schedules import (VARIANTS, entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note,
+from .schedules import (allowed_variants, entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note,
                         variant_entries)
 
 Structure = tuple[tuple, ...]
@@ -96,6 +96,8 @@ class Scorer:
             elif Q[k] > 0 and b.kind == "energy":
                 self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
         self._params, self._param_room = param_room(state)
+        self.variants = allowed_variants(options.recompute)
+        """The (schedule, recompute) variants this search may choose besides GPipe."""
         t = self.tuning = options.tuning
         self.all_orders_up_to = t.all_orders_small if t.small(len(state.available_indices), self.L) \
             else t.all_orders_memory
@@ -370,7 +372,7 @@ class Scorer:
                                     entry(o, c, *v, micro_batch=mb)))
 
             for o in dict.fromkeys(orders):
-                for v in VARIANTS:
+                for v in self.variants:
                     c = self.cuts(o, int(w), mb, v)
                     if c is not None:
                         add(o, c, v)
