@@ -214,32 +214,16 @@ def _without_tp(state: SlotState, queues: Sequence[float] | None, V: float, *, o
     return solve_slot(state, queues, V, options=replace(options, tp_degrees=(1,)), **kw)
 
 
-EXTEND_TOP = 3
-"""extend_with_rest extends this many of the best distinct device groupings found so far."""
-
-
 def extend_with_rest(state: SlotState, sc: Scorer) -> None:
-    """Score each of the EXTEND_TOP best device groupings so far plus one pipeline of the
-    available devices it leaves out (in memory order, its reverse and the fast-link chain),
-    outside the work budget (at most 3 EXTEND_TOP structures, each with its memory relief, which
-    score_groups would skip on a spent budget): the devices too small or slow for the families'
-    groupings may still add throughput as a data-parallel group of their own (e.g.
-    tensor-parallel V100 stages beside A100 pipelines), and which grouping gains most from them
-    need not be the best one without them."""
-    seen: dict[tuple, None] = {}
-    for s in sorted(sc.scored(), key=lambda s: (s.objective, s.batch_time)):
-        seen.setdefault(tuple(e[0] for e in s.structure), None)
-        if len(seen) == EXTEND_TOP:
-            break
-    budget, sc.budget = sc.budget, math.inf       # with its memory relief (schedules, re-cuts) whatever is spent
-    try:
-        for groups in seen:
-            used = {d for g in groups for d in g}
-            rest = [d for d in state.available_indices if d not in used]
-            if not rest:
-                continue
-            m = memory_order(state, rest)
-            for order in dict.fromkeys([m, tuple(reversed(m)), nn_order(state, rest)]):
-                sc.score_groups([*groups, order], source="best+rest", prune=False)
-    finally:
-        sc.budget = budget
+    """Score the best structure so far plus one pipeline of the available devices it leaves out
+    (in memory order, its reverse and the fast-link chain), outside the work budget (three cut
+    DPs): the devices too small or slow for the families' groupings may still add throughput as
+    a data-parallel group of their own (e.g. tensor-parallel V100 stages beside A100 pipelines)."""
+    used = {d for e in sc.best.structure for d in e[0]}
+    rest = [d for d in state.available_indices if d not in used]
+    if not rest:
+        return
+    groups = [e[0] for e in sc.best.structure]
+    m = memory_order(state, rest)
+    for order in dict.fromkeys([m, tuple(reversed(m)), nn_order(state, rest)]):
+        sc.score_groups(groups + [order], source="best+rest", prune=False)
