@@ -329,9 +329,9 @@ class Scorer:
                 cand = self.score(s3, source=source + "+schedule", prune=prune)
                 if cand is not None and (sc is None or better(cand, sc)):
                     sc = cand
-            # the variant cuts pay in small slots; in large ones their DPs (orders x variants per
+            # the variant cuts pay up to large_devices; above, their DPs (orders x variants per
             # group) spent the budget before the dp x pp shapes (Sailor's 32 GPUs: 65.4 s -> 72-86 s)
-            s4 = None if self.exhausted() or len(self.state.available_indices) > self.tuning.small_devices \
+            s4 = None if self.exhausted() or len(self.state.available_indices) > self.tuning.large_devices \
                 else self.relieve_by_variant_cuts(base)
             if s4 is not None and s4 != s3:
                 cand = self.score(s4, source=source + "+schedule-cuts", prune=prune)
@@ -340,7 +340,7 @@ class Scorer:
         return sc
 
     def relieve_by_variant_cuts(self, s: Structure) -> Structure | None:
-        """(score_groups calls it in slots of up to SearchTuning.small_devices devices.) For each
+        """(score_groups calls it in slots of up to SearchTuning.large_devices devices.) For each
         group whose memory cap is below the share it would get without caps: cuts
         found for each 1F1B / recomputation variant's own per-stage peak memory (stage j of a
         1F1B pipeline stashes u min(k - j, n) samples, so late stages may hold more layers
