@@ -118,24 +118,25 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
                                                     **{"known" if full_already else "screened": done}), ust)
 
     best = found.best
-    only = None
     one = screened.get(id(state))
-    if found.state is not state and one is not None and one.plan is not None \
-            and one.objective <= (1 + opt.tuning.tp_recheck) * found.best.objective:
-        # degree 1 screened close to the chosen configuration: search it in full too (so TP does
-        # not lose to the degree-1 search), and give the chosen one only the sizes degree 1 found
-        # competitive (within size_recheck of its best)
-        seen: dict = {}
-        res = finish(state, cache, report=seen)
-        if res is not None and better(res, best):
-            best = res
+    recheck = found.state is not state and one is not None and one.plan is not None \
+        and one.objective <= (1 + opt.tuning.tp_recheck) * found.best.objective
+    seen: dict = {}
+    res = finish(found.state, found.cache, report=seen)
+    if res is not None and better(res, best):
+        best = res
+    if recheck:
+        # degree 1 screened close to the chosen configuration: search it in full too, at the
+        # sizes the chosen one found competitive (within size_recheck of its best), so that TP
+        # does not lose to the degree-1 search there
         objs = seen.get("objectives")
+        only = None
         if objs:
             top = min(objs.values())
             only = [x for x, o in objs.items() if o <= (1 + opt.tuning.size_recheck) * top] + [u]
-    res = finish(found.state, found.cache, only)
-    if res is not None and better(res, best):
-        best = res
+        res = finish(state, cache, only)
+        if res is not None and better(res, best):
+            best = res
     return tp_result(best, found, time.perf_counter() - t0, state)
 
 
