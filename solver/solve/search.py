@@ -107,11 +107,14 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         None; its screen at u reused), over physical devices; None when its screen already is
         that."""
         full_already = trial_opt is opt or (id(ust), u) in complete     # a full-budget search would repeat it
-        if len(sizes) == 1 and full_already:
+        alone = len(sizes) == 1 or (u == sizes[0] and only is not None and set(only) & set(sizes) == {u})
+        if alone and full_already:
             return None
         found.runs += 1
-        if len(sizes) == 1:
-            return physical_result(_search(ust, queues, Q, V, previous_plan, opt, uc, time.perf_counter()), ust)
+        if alone:       # the screening size only: one full search there
+            one = single_size(ust, u)
+            return physical_result(_search(one, queues, Q, V, previous_plan, opt, uc if one is ust else None,
+                                           time.perf_counter()), ust)
         done = {u: screened[id(ust)]} if id(ust) in screened else {}
         return physical_result(solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan,
                                                     options=opt, cache=uc, only=only, report=report,
