@@ -65,10 +65,12 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
     winner: the coordinate descent runs at the workload's own size u (at the smallest size
     when no configuration has a plan at u), each trial on SearchTuning.tp_explore of the work
     budget and skipped when its lower bound at that size is no better than the incumbent; the
-    winning configuration is then searched at every other size and polished with mixed sizes
-    (solve.micro_batch), reusing its screening search when that had the full budget. So a
-    configuration that loses at u is not searched at other sizes (the oracle, n <= 6, tries
-    every one)."""
+    winning configuration is then searched on the full budget at every size and polished with
+    mixed sizes (solve.micro_batch), its screen reused, and not searched again where the budget
+    never stopped the screen. Degree 1 everywhere, when its screen came within
+    SearchTuning.tp_recheck of the winner's, is searched in full too at the sizes the winner
+    found competitive, so that TP does not lose to the degree-1 search. Other configurations
+    that lose at u are not searched at other sizes (the oracle, n <= 6, tries every one)."""
     n = len(state.available_indices)
     full = opt.max_structures if opt.max_structures is not None else opt.tuning.work_budget(n)
     trial_opt = opt if opt.tuning.tp_explore >= 1 else replace(opt, max_structures=opt.tuning.tp_explore * full)
