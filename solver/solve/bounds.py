@@ -57,7 +57,7 @@ they bind.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -155,19 +155,16 @@ def holds_alone(state: SlotState, d: int) -> bool:
     return False
 
 
-def _least_ratio(V: float, w: np.ndarray, theta: np.ndarray, holder: np.ndarray, j: int) -> float:
-    """min over non-empty sets with at most j non-holders of (V + sum w) / sum theta
-    (Dinkelbach: each step takes every holder and the j non-holders with the most negative
-    w - lambda theta; the ratio falls strictly until no set has V + sum (w - lambda theta) < 0)."""
-    hold, non = np.flatnonzero(holder), np.flatnonzero(~holder)
-    if len(hold) == 0 and j == 0:
-        return math.inf
-    pick = np.concatenate([hold, non[np.argsort(-theta[non], kind="stable")[:j]]])
-    lam = (V + float(w[pick].sum())) / float(theta[pick].sum())
+def _dinkelbach(V: float, w: np.ndarray, theta: np.ndarray, first: np.ndarray,
+                select: Callable[[np.ndarray], np.ndarray]) -> float:
+    """min of (V + sum w) / sum theta over a family of sets, by Dinkelbach from the set `first`:
+    each step takes select(w - lambda theta), the family's set of least reduced sum (only its
+    negative members where that is less), until no set has V + sum (w - lambda theta) < 0 or
+    the ratio stops falling."""
+    lam = (V + float(w[first].sum())) / float(theta[first].sum())
     for _ in range(200):
         red = w - lam * theta
-        take = np.concatenate([hold[red[hold] < 0], non[np.argsort(red[non], kind="stable")[:j]]])
-        take = take[red[take] < 0]
+        take = select(red)
         if len(take) == 0 or V + float(red[take].sum()) >= 0:
             break
         nxt = (V + float(w[take].sum())) / float(theta[take].sum())
@@ -175,6 +172,21 @@ def _least_ratio(V: float, w: np.ndarray, theta: np.ndarray, holder: np.ndarray,
             break
         lam = nxt
     return lam
+
+
+def _least_ratio(V: float, w: np.ndarray, theta: np.ndarray, holder: np.ndarray, j: int) -> float:
+    """min over non-empty sets with at most j non-holders of (V + sum w) / sum theta
+    (_dinkelbach: each step takes every holder and the j non-holders with the most negative
+    w - lambda theta)."""
+    hold, non = np.flatnonzero(holder), np.flatnonzero(~holder)
+    if len(hold) == 0 and j == 0:
+        return math.inf
+
+    def select(red: np.ndarray) -> np.ndarray:
+        take = np.concatenate([hold[red[hold] < 0], non[np.argsort(red[non], kind="stable")[:j]]])
+        return take[red[take] < 0]
+
+    return _dinkelbach(V, w, theta, np.concatenate([hold, non[np.argsort(-theta[non], kind="stable")[:j]]]), select)
 
 
 def memory_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:
@@ -203,20 +215,10 @@ SYNC_BOUND_UP_TO = 64
 
 
 def _exact_ratio(V: float, w: np.ndarray, theta: np.ndarray, s: int, start: float | None = None) -> float:
-    """min over sets of exactly s devices of (V + sum w) / sum theta (Dinkelbach: each step
+    """min over sets of exactly s devices of (V + sum w) / sum theta (_dinkelbach: each step
     takes the s least w - lambda theta; `start`: a lambda to pick the first set by)."""
-    pick = np.argsort(w / theta if start is None else w - start * theta, kind="stable")[:s]
-    lam = (V + float(w[pick].sum())) / float(theta[pick].sum())
-    for _ in range(200):
-        red = w - lam * theta
-        take = np.argsort(red, kind="stable")[:s]
-        if V + float(red[take].sum()) >= 0:
-            break
-        nxt = (V + float(w[take].sum())) / float(theta[take].sum())
-        if not nxt < lam:
-            break
-        lam = nxt
-    return lam
+    first = np.argsort(w / theta if start is None else w - start * theta, kind="stable")[:s]
+    return _dinkelbach(V, w, theta, first, lambda red: np.argsort(red, kind="stable")[:s])
 
 
 def sync_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:

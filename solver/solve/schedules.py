@@ -107,14 +107,23 @@ def variant_entries(sc: Scorer, devices: tuple[int, ...], cuts: tuple[int, ...],
             if caps[v] >= u and all(caps[v] > caps[w] for w in caps if _dominates(w, v))]
 
 
+def binding_wants(sc: Scorer, s: tuple) -> np.ndarray | None:
+    """The shares (samples) the structure's groups would get if memory did not bind
+    (Scorer.wanted_shares), or None when no cap can bind (every cap holds the batch) or the
+    groups' micro-batches alone exceed it: the preamble of every memory relief."""
+    if sum(sc.u_of(e) for e in s) > sc.B or all(sc.coeffs(*e).cap >= sc.B for e in s):
+        return None
+    return sc.wanted_shares(s)
+
+
 def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
     """For each group whose memory cap is below the share it would get without caps: the
     fastest (smallest alpha) variant entry that holds that share, else the one with the largest
     cap, over the group's cuts for one micro-batch and for the 1F1B peak of that share
     (u min(k, share / u) samples); None when no cap binds or nothing changes."""
-    if sum(sc.u_of(e) for e in s) > sc.B or all(sc.coeffs(*e).cap >= sc.B for e in s):
+    want = binding_wants(sc, s)
+    if want is None:
         return None
-    want = sc.wanted_shares(s)
     out, changed = [], False
     for e, w in zip(s, want):
         gc = sc.coeffs(*e)

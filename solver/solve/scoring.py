@@ -33,7 +33,7 @@ from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
-from .schedules import (allowed_variants, entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note,
+from .schedules import (allowed_variants, binding_wants, entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note,
                         variant_entries)
 
 Structure = tuple[tuple, ...]
@@ -350,9 +350,9 @@ class Scorer:
         the VARIANT_FRONTIERS best of those;
         the entry holding that share in the least time (alpha share + beta), else the largest
         cap. None when no cap binds or nothing changes."""
-        if sum(self.u_of(e) for e in s) > self.B or all(self.coeffs(*e).cap >= self.B for e in s):
+        want = binding_wants(self, s)
+        if want is None:
             return None
-        want = self.wanted_shares(s)
         out, changed = [], False
         for e, w in zip(s, want):
             gc = self.coeffs(*e)
@@ -437,11 +437,9 @@ class Scorer:
         """When a group's memory cap is below the share it would get without caps: re-cut it
         (trying the current, memory-rich-first and speed orders) to hold that share; None when
         no cap binds or nothing changes."""
-        if sum(self.u_of(e) for e in s) > self.B:
+        want = binding_wants(self, s)
+        if want is None:
             return None
-        if all(self.coeffs(*e).cap >= self.B for e in s):
-            return None            # no cap can bind
-        want = self.wanted_shares(s)
         out, changed = [], False
         for e, w in zip(s, want):
             d = e[0]
