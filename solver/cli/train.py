@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     per_slot = args.iterations_per_slot if args.iterations_per_slot is not None else inst.iterations_per_slot or 10
     if per_slot < 1:
         raise ValueError(f"--iterations-per-slot: expected >= 1, got {args.iterations_per_slot}")
+    if args.iterations_per_slot is not None and inst.iterations_per_slot not in (None, per_slot):
+        print(f"note: --iterations-per-slot {per_slot} replaces the instance's [train] iterations_per_slot = "
+              f"{inst.iterations_per_slot}", file=sys.stderr)
     cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, per_slot,
                       args.checkpoint_every, args.V, args.policy, args.out,
                       _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine,
