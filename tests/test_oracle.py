@@ -25,7 +25,8 @@ def test_rejects_large_pools_and_wires_options():
     assert res.status == "optimal" and "exact for the model" in res.message
     assert res.plan.validate(state) == []
     wide = solve_exact(random_state(2, n=3, L=120))
-    assert "relative to the frontier cut sets" in wide.message and "every share level" in wide.message
+    assert "exact relative to each ordered group's cut sets" in wide.message and "every share u..B" in wide.message
+    assert "not every cut set" in wide.message and "gradient sync" in wide.message
 
 
 def small_state(seed, n, L, p, scale):

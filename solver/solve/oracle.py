@@ -27,10 +27,10 @@ from typing import Iterator, Sequence
 from ..model import Plan, SlotState, share_cap
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
-from ..subproblems.cuts import frontier_cuts_all_levels, min_bottleneck_cuts
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .options import SearchTuning, SlotResult, SolveOptions
+from .oracle_cuts import busy_weights, frontier_entries, frontier_note
 from .schedules import entry, variant_entries
 from .scoring import Scorer, slot_result
 from .tp import all_unit_sets, better, check_degrees, solve_units, tp_applies
@@ -110,22 +110,19 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         all_cuts = _count_all_cuts(len(avail), L) * len(sc.micro_batches) <= tune.oracle_all_cuts_limit
     cut_options: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
 
+    w_busy = busy_weights(state, Q)
+
     def options_of(g: tuple[int, ...]) -> list[tuple]:
         if g not in cut_options:
             cut_options[g] = []
             for u in sc.micro_batches:
-                st_u, cache_u = sc.at(sc.mb(u))
+                mb = sc.mb(u)
+                st_u, cache_u = sc.at(mb)
                 if all_cuts:
-                    found = all_cut_sets(st_u, g)
+                    cut_options[g] += [e for c in all_cut_sets(st_u, g) for e in [entry(g, c, micro_batch=mb),
+                                                                                  *variant_entries(sc, g, c, mb)]]
                 else:
-                    fr = dict(cache=cache_u, relax=tune.frontier_relax, seeds=tune.frontier_seeds)
-                    cuts_u = dict.fromkeys(frontier_cuts_all_levels(st_u, g, tune.oracle_frontier, B, **fr))
-                    mb_cuts = min_bottleneck_cuts(st_u, g, cache=cache_u)
-                    if mb_cuts is not None:
-                        cuts_u[mb_cuts] = None
-                    found = list(cuts_u)
-                cut_options[g] += [e for c in found for e in [entry(g, c, micro_batch=sc.mb(u)),
-                                                              *variant_entries(sc, g, c, sc.mb(u))]]
+                    cut_options[g] += frontier_entries(sc, g, mb, w_busy)
         return cut_options[g]
 
     # incumbents first (they make the bounds bite): baselines, cheapest, previous plan
@@ -144,9 +141,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         return SlotResult.infeasible(
             f"slot {state.t}: no group of available devices can hold the model "
             f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
-    what = "exact for the model (every cut set)" if all_cuts else (
-        f"exact relative to the frontier cut sets (up to {tune.oracle_frontier} per ordered group and "
-        f"memory level, at every share level u..B, plus the min-alpha cuts), not every cut set")
+    what = "exact for the model (every cut set)" if all_cuts else frontier_note(state, Q, sc.variants)
     return slot_result(state, sc, Q, V, Status.OPTIMAL, f"oracle: {what}; {sc.count} structures scored", t0)
 
 
