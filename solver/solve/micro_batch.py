@@ -106,7 +106,8 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         prev = None
         if previous_plan is not None and all((g.micro_batch or u0) == u for g in previous_plan.groups):
             prev = _at_size(previous_plan, None)
-        res = solve(single_size(state, u), queues, V, previous_plan=prev, options=opt, cache=None)
+        one = single_size(state, u)
+        res = solve(one, queues, V, previous_plan=prev, options=opt, cache=cache.at_size(one))
         if res.plan is not None:
             plan = _at_size(res.plan, None if u == u0 else u)
             sc.score(tuple(group_entry(g, u0) for g in plan.groups), plan.shares, source=f"search@u{u}")

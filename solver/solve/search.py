@@ -85,7 +85,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         def explore(ust: SlotState, uc: SlotCache) -> SlotResult:
             one = single_size(ust, u)
             how: dict = {}
-            res = _search(one, queues, Q, V, previous_plan, trial_opt, uc if one is ust else None, time.perf_counter(),
+            res = _search(one, queues, Q, V, previous_plan, trial_opt, uc.at_size(one), time.perf_counter(),
                           how)
             screened[id(ust)] = res
             if not how["ran_out"]:
@@ -115,7 +115,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         found.runs += 1
         if alone:       # the screening size only: one full search there
             one = single_size(ust, u)
-            return physical_result(_search(one, queues, Q, V, previous_plan, opt, uc if one is ust else None,
+            return physical_result(_search(one, queues, Q, V, previous_plan, opt, uc.at_size(one),
                                            time.perf_counter()), ust)
         done = {u: screened[id(ust)]} if id(ust) in screened else {}
         return physical_result(solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan,

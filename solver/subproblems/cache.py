@@ -18,6 +18,7 @@ from ..model.memory import share_cap
 from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
 from ..model.state import SlotState
+from . import dp_kernel
 from .dp_kernel import plain_group_arrays
 
 Cuts = tuple[int, ...]
@@ -26,6 +27,10 @@ DP_BACKENDS = ("compiled", "numpy")
 MAX_CARRIED_COEFFS = 100_000
 """SlotCache.following carries at most this many group coefficients (the newest), so that a
 long run of unchanged slots does not grow the cache without bound."""
+MAX_BASES = 4096
+"""SlotCache keeps the share-free arrays of at most this many device orders (the oldest go)."""
+MAX_SCRATCHES = 16384
+"""SlotCache keeps at most this many shared DP scratch dicts (the oldest go)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,11 +99,15 @@ class SlotCache:
         self._need: dict[int, np.ndarray] = {}
         self._arrays: dict[tuple, GroupArrays] = {}
         self._arrays_bytes = 0
+        self._bases: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._scratches: dict[tuple, dict] = {}
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
+        self.sizes: dict[int, "SlotCache"] = {}
+        """Per micro-batch size (samples): the SlotCache of this state at that size alone (at_size)."""
         self.carried = 0
         """Entries taken from an earlier slot's cache (SlotCache.following)."""
         self.baselines: dict[str, Plan | None] = {}
@@ -126,6 +135,18 @@ class SlotCache:
         cache._single.update((d, c) for d, c in previous._single.items() if d in keep)
         cache.carried = len(cache._need) + len(cache._arrays) + len(cache._coeffs) + len(cache._single)
         return cache
+
+    def at_size(self, state: SlotState) -> "SlotCache":
+        """The SlotCache of `state`, this cache's state with every group at one micro-batch size
+        (solve.micro_batch.single_size), kept here so that every search at that size shares it;
+        this cache itself when `state` is its own."""
+        if state is self.state:
+            return self
+        u = int(state.workload.micro_batch)
+        got = self.sizes.get(u)
+        if got is None or got.state is not state:
+            got = self.sizes[u] = SlotCache(state, dp_backend=self.dp_backend)
+        return got
 
     def check(self, state: SlotState) -> None:
         """ValueError unless this cache belongs to `state` (entries of one state are wrong
@@ -175,7 +196,9 @@ class SlotCache:
         than layers. Under another (schedule, recompute) than GPipe without recomputation (on a
         state without TP units), stage j must hold its own peak (model.memory: 1F1B keeps
         u min(k - j, share / u) samples, recomputation stage inputs), and the backward side
-        of the DP is F + G under recomputation."""
+        of the DP is F + G under recomputation. The share-free arrays (Fp, Gp, lam) are
+        computed once per device order; the DPs' scratch is shared by the groups whose stages
+        fit the same layer ranges (`_scratch`)."""
         st = self.state
         wl = st.workload
         L, u = wl.num_layers, wl.micro_batch
@@ -183,34 +206,71 @@ class SlotCache:
         if k == 0 or k > L:
             return None
         s = u if (min_share is None or k == 1) else max(int(min_share), u)
+        dev = tuple(int(x) for x in devices)
         if (schedule, bool(recompute)) != ("gpipe", False) and k > 1 and st.tp is None:
-            return self._variant_arrays(tuple(int(x) for x in devices), s, schedule, bool(recompute))
-        key = (tuple(int(x) for x in devices), s)
+            return self._variant_arrays(dev, s, schedule, bool(recompute))
+        key = (dev, s)
         ga = self._arrays.get(key)
         if ga is not None:
             return ga
-        d = np.asarray(key[0], dtype=int)
+        Fp, Gp, lam, mem = self._base(dev)
+        if st.tp is None:
+            need, needs = self.need(s), None
+        else:
+            degrees = sorted({st.degree(i) for i in dev})
+            need = self.need(s, st.degree(dev[0]))
+            needs = None if len(degrees) == 1 else tuple(self.need(s, st.degree(i)) for i in dev)
+        ga = GroupArrays(dev, L, u, Fp, Gp, lam, need, mem, self._scratch(dev, False, need, needs, mem),
+                         dp=self.dp_backend, needs=needs)
+        return self._keep(key, ga)
+
+    def _base(self, dev: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(Fp, Gp, lam, mem) of a device order (GroupArrays), which do not depend on the share."""
+        got = self._bases.get(dev)
+        if got is not None:
+            return got
+        st = self.state
+        wl = st.workload
+        L, u, k = wl.num_layers, wl.micro_batch, len(dev)
+        d = np.asarray(dev, dtype=int)
         mem = st.memory_bytes[d]
         if st.tp is None and (st.network is None or st.network.fit is None):
             Fp, Gp, lam = plain_group_arrays(st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency,
                                              int(u), d)
-            ga = GroupArrays(key[0], L, u, Fp, Gp, lam, self.need(s), mem, dp=self.dp_backend)
-            return self._keep(key, ga)
-        lam = np.full((max(k - 1, 0), L + 1), INF)
-        if k > 1:
-            bw = st.bandwidth[d[:-1], d[1:]]
-            lat = st.latency[d[:-1], d[1:]] / u
-            if st.network is None or st.network.fit is None:
-                lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
-            else:       # the pair's bandwidth at each boundary's micro-batch message (model.network)
-                o = wl.out_bytes[None, : L - 1]
-                lam[:, 1:L] = o / fitted_bandwidth(st.network.fit[d[:-1], d[1:]][:, None, :], bw[:, None], o * u) \
-                    + lat[:, None]
-        degrees = sorted({st.degree(int(i)) for i in d})
-        needs = None if len(degrees) == 1 else tuple(self.need(s, st.degree(int(i))) for i in d)
-        ga = GroupArrays(key[0], L, u, st.fwd_prefix[d], st.bwd_prefix[d], lam, self.need(s, st.degree(int(d[0]))),
-                         mem, dp=self.dp_backend, needs=needs)
-        return self._keep(key, ga)
+        else:
+            Fp, Gp = st.fwd_prefix[d], st.bwd_prefix[d]
+            lam = np.full((max(k - 1, 0), L + 1), INF)
+            if k > 1:
+                bw = st.bandwidth[d[:-1], d[1:]]
+                lat = st.latency[d[:-1], d[1:]] / u
+                if st.network is None or st.network.fit is None:
+                    lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
+                else:       # the pair's bandwidth at each boundary's micro-batch message (model.network)
+                    o = wl.out_bytes[None, : L - 1]
+                    lam[:, 1:L] = o / fitted_bandwidth(st.network.fit[d[:-1], d[1:]][:, None, :], bw[:, None], o * u) \
+                        + lat[:, None]
+        if len(self._bases) >= MAX_BASES:
+            self._bases.pop(next(iter(self._bases)))
+        got = self._bases[dev] = (Fp, Gp, lam, mem)
+        return got
+
+    def _scratch(self, dev: tuple[int, ...], recompute: bool, need: np.ndarray,
+                 needs: tuple[np.ndarray, ...] | None, mem: np.ndarray) -> dict:
+        """The cut DPs' scratch dict of a group: with the compiled DPs, one dict per (device
+        order, recomputation, last layer each stage may end at from each start), since every
+        entry they keep there is a function of Fp, Gp, lam and those last layers alone
+        (subproblems.cuts; shares whose memory levels agree share their frontiers). The numpy
+        reference keeps its own per group."""
+        maxend = dp_kernel.maxend_of(need, needs, mem)
+        if self.dp_backend != "compiled":
+            return {"maxend": maxend}
+        key = (dev, recompute, maxend.tobytes())
+        got = self._scratches.get(key)
+        if got is None:
+            if len(self._scratches) >= MAX_SCRATCHES:
+                self._scratches.pop(next(iter(self._scratches)))
+            got = self._scratches[key] = {"maxend": maxend}
+        return got
 
     def _variant_arrays(self, devices: tuple[int, ...], s: int, schedule: str, recompute: bool) -> GroupArrays:
         key = (devices, s, schedule, recompute)
@@ -223,7 +283,8 @@ class SlotCache:
         live = [s if schedule == "gpipe" else u * min(k - j, n) for j in range(k)]
         needs = tuple(self.recompute_need(x) if recompute else self.need(x) for x in live)
         Gp = base.Fp + base.Gp if recompute else base.Gp
-        ga = GroupArrays(devices, base.L, u, base.Fp, Gp, base.lam, needs[0], base.mem, dp=self.dp_backend, needs=needs)
+        ga = GroupArrays(devices, base.L, u, base.Fp, Gp, base.lam, needs[0], base.mem,
+                         self._scratch(devices, recompute, needs[0], needs, base.mem), dp=self.dp_backend, needs=needs)
         return self._keep(key, ga)
 
     def _keep(self, key: tuple, ga: GroupArrays) -> GroupArrays:

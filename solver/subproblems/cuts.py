@@ -239,14 +239,7 @@ def _maxend(ga: GroupArrays) -> np.ndarray:
     from the same need matrix and comparisons as _penalty3 (cached)."""
     me = ga.cache.get("maxend")
     if me is None:
-        if ga.needs is None:
-            me = dp_kernel.maxend_need(np.ascontiguousarray(ga.need, dtype=float),
-                                       np.ascontiguousarray(ga.mem, dtype=float))
-        else:
-            me = np.concatenate([dp_kernel.maxend_need(np.ascontiguousarray(n, dtype=float),
-                                                       np.ascontiguousarray(ga.mem[j:j + 1], dtype=float))
-                                 for j, n in enumerate(ga.needs)])
-        ga.cache["maxend"] = me
+        me = ga.cache["maxend"] = dp_kernel.maxend_of(ga.need, ga.needs, ga.mem)
     return me
 
 

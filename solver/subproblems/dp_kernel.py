@@ -181,6 +181,15 @@ def maxend_need(need: np.ndarray, mem: np.ndarray) -> np.ndarray:
     return out
 
 
+def maxend_of(need: np.ndarray, needs: tuple[np.ndarray, ...] | None, mem: np.ndarray) -> np.ndarray:
+    """maxend_need of a group: one need matrix for every stage, or `needs[j]` for stage j."""
+    if needs is None:
+        return maxend_need(np.ascontiguousarray(need, dtype=float), np.ascontiguousarray(mem, dtype=float))
+    return np.concatenate([maxend_need(np.ascontiguousarray(n, dtype=float),
+                                       np.ascontiguousarray(mem[j:j + 1], dtype=float))
+                           for j, n in enumerate(needs)])
+
+
 @njit(cache=True)
 def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
