@@ -108,12 +108,15 @@ class GroupCoeffs:
 
 
 def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
-                 schedule: str = "gpipe", recompute: bool = False) -> GroupCoeffs:
+                 schedule: str = "gpipe", recompute: bool = False,
+                 times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> GroupCoeffs:
+    """GroupCoeffs of an ordered, cut group; times: its stage_times when the caller has them
+    (the same arrays; they do not depend on the schedule)."""
     if state.network is None and state.tp is None and schedule in SCHEDULES and len(devices) == len(cuts) > 0:
         gc = _plain_group_coeffs(state, devices, cuts, schedule, recompute)
         if gc is not None:
             return gc
-    F, G, lam = stage_times(state, devices, cuts)
+    F, G, lam = stage_times(state, devices, cuts) if times is None else times
     alpha, beta = schedule_coeffs(F, G, lam, state.workload.micro_batch, schedule, recompute)
     extra_w = state.extra_power_w[np.asarray(devices, dtype=int)]
     busy = F + G + F if recompute else F + G

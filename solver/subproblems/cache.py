@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..cost.evaluate import Evaluation, evaluate
-from ..cost.pipeline import GroupCoeffs, group_coeffs
+from ..cost.pipeline import GroupCoeffs, group_coeffs, stage_times
 from ..model.memory import share_cap
 from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
@@ -27,6 +27,8 @@ DP_BACKENDS = ("compiled", "numpy")
 MAX_CARRIED_COEFFS = 100_000
 """SlotCache.following carries at most this many group coefficients (the newest), so that a
 long run of unchanged slots does not grow the cache without bound."""
+MAX_STAGE_TIMES = 100_000
+"""SlotCache keeps the stage times of at most this many (device order, cuts) (the oldest go)."""
 MAX_BASES = 4096
 """SlotCache keeps the share-free arrays of at most this many device orders (the oldest go)."""
 MAX_SCRATCHES = 16384
@@ -99,10 +101,12 @@ class SlotCache:
         self._need: dict[int, np.ndarray] = {}
         self._arrays: dict[tuple, GroupArrays] = {}
         self._arrays_bytes = 0
+        self._pairs: dict[tuple[int, int], np.ndarray] = {}
         self._bases: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._scratches: dict[tuple, dict] = {}
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
+        self._times: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
@@ -240,19 +244,32 @@ class SlotCache:
         else:
             Fp, Gp = st.fwd_prefix[d], st.bwd_prefix[d]
             lam = np.full((max(k - 1, 0), L + 1), INF)
-            if k > 1:
-                bw = st.bandwidth[d[:-1], d[1:]]
-                lat = st.latency[d[:-1], d[1:]] / u
-                if st.network is None or st.network.fit is None:
-                    lam[:, 1:L] = wl.out_bytes[None, : L - 1] / bw[:, None] + lat[:, None]
-                else:       # the pair's bandwidth at each boundary's micro-batch message (model.network)
-                    o = wl.out_bytes[None, : L - 1]
-                    lam[:, 1:L] = o / fitted_bandwidth(st.network.fit[d[:-1], d[1:]][:, None, :], bw[:, None], o * u) \
-                        + lat[:, None]
+            for j in range(k - 1):
+                lam[j] = self._pair_row(dev[j], dev[j + 1])
         if len(self._bases) >= MAX_BASES:
             self._bases.pop(next(iter(self._bases)))
         got = self._bases[dev] = (Fp, Gp, lam, mem)
         return got
+
+    def _pair_row(self, a: int, b: int) -> np.ndarray:
+        """(L+1,) seconds per sample across a boundary a -> b ending at each layer c (inf at 0
+        and L): the boundary's bytes over the pair's bandwidth, at the micro-batch's message
+        size where the network fits one (model.network), plus the latency over u."""
+        row = self._pairs.get((a, b))
+        if row is None:
+            st = self.state
+            wl = st.workload
+            L, u = wl.num_layers, wl.micro_batch
+            row = np.full(L + 1, INF)
+            bw = st.bandwidth[a, b]
+            lat = st.latency[a, b] / u
+            o = wl.out_bytes[: L - 1]
+            if st.network is None or st.network.fit is None:
+                row[1:L] = o / bw + lat
+            else:
+                row[1:L] = o / fitted_bandwidth(st.network.fit[a, b][None, :], bw, o * u) + lat
+            self._pairs[(a, b)] = row
+        return row
 
     def _scratch(self, dev: tuple[int, ...], recompute: bool, need: np.ndarray,
                  needs: tuple[np.ndarray, ...] | None, mem: np.ndarray) -> dict:
@@ -310,7 +327,15 @@ class SlotCache:
         key = (tuple(devices), tuple(cuts), schedule, bool(recompute))
         gc = self._coeffs.get(key)
         if gc is None:
-            gc = self._coeffs[key] = group_coeffs(self.state, devices, cuts, schedule, recompute)
+            st = self.state
+            times = None
+            if st.network is not None or st.tp is not None:     # no compiled path: share the stage times
+                times = self._times.get(key[:2])
+                if times is None:
+                    if len(self._times) >= MAX_STAGE_TIMES:
+                        self._times.pop(next(iter(self._times)))
+                    times = self._times[key[:2]] = stage_times(st, devices, cuts)
+            gc = self._coeffs[key] = group_coeffs(st, devices, cuts, schedule, recompute, times)
         return gc
 
     def evaluation(self, plan: Plan) -> Evaluation:
