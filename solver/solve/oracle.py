@@ -2,27 +2,32 @@
 
 Enumerates every non-empty selection of the available devices (n <= 6), every set partition of
 it into groups and every order inside each group (8,463 sets of ordered groups at n = 6), and
-for each ordered group either every memory-feasible cut set (`all_cuts`: then the result is
-exact for the model) or the frontier cut sets of `cuts.frontier_cuts` at every memory level
-the integer shares can reach (`cuts.frontier_cuts_all_levels`: each share u..B at which the
-stages that fit change), with the min-alpha cuts; exact relative to them. Shares are exact integers
-(`shares.solve_shares`). Structures are skipped only by valid lower bounds (never by
-heuristics). Each cut set is also tried under 1F1B and with activation recomputation where
-that lifts its memory cap (solve.schedules.variant_entries; a dominance rule, so still exact).
-Where the workload allows several micro-batch sizes (Workload.micro_batch_options), every
-ordered group is enumerated at each size with that size's cut sets, times and memory, so every
-mix of sizes across groups is scored (shares: subproblems.shares.mixed_shares, exact).
-The baselines and the previous plan are scored too, so the oracle never loses to
-them even when it works on frontier cuts. The ring order of the gradient sync needs no
-enumeration: the cost model takes each bucket's best ring (cost.sync, exact up to 7 groups).
+for each ordered group, at each micro-batch size (Workload.micro_batch_options), either
+- every memory-feasible cut set (`all_cuts`; each also under 1F1B and with recomputation where
+  that lifts its memory cap, solve.schedules.variant_entries, a dominance rule): the result
+  is then exact for the model; or
+- for GPipe, 1F1B, and each with recomputation (SolveOptions.recompute), the cut sets of least
+  group time at every share u..B that fit under that variant's own per-stage peaks, or, where
+  the queues price busy energy, every cut set on the (group time, busy cost) Pareto frontier at
+  each share (solve.oracle_cuts, an exact label DP). The result is then exact relative to those
+  cut sets: a cut set off them is no better at its share in time and cost, and could only win
+  through the terms that couple the groups' cuts (the gradient sync's bucket holders, money
+  egress across priced boundaries, migration from the previous plan); the message says so.
+Shares are exact integers (`shares.solve_shares`; sizes mixed across groups:
+subproblems.shares.mixed_shares). Structures are skipped only by valid lower bounds (never by
+heuristics). The baselines and the previous plan are scored too, so the oracle never loses to
+them. The ring order of the gradient sync needs no enumeration: the cost model takes each
+bucket's best ring (cost.sync, exact up to 7 groups). TP: every way of forming TP units of the
+given degrees is solved so (solve.tp.all_unit_sets); on those unit states the variants' cut sets
+are GPipe's (their cache has no per-variant peaks), which the message says too.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Iterator, Sequence
 
 from ..model import Plan, SlotState, share_cap
 from ..status import Status
@@ -78,14 +83,15 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
                 all_cuts: bool | None = None, previous_plan: Plan | None = None,
                 iterations_per_slot: int = 100, keep_candidates: bool = False,
                 cache: SlotCache | None = None, tuning: SearchTuning | None = None,
-                tp_degrees: Sequence[int] = (1,)) -> SlotResult:
+                tp_degrees: Sequence[int] = (1,), recompute: bool = True) -> SlotResult:
     """Exhaustive optimum of V T + sum Q_k c_k (+ amortised migration from previous_plan);
     queues and V as for solve_slot (solve.inputs).
     all_cuts None: every cut set when that is at most tuning.oracle_all_cuts_limit ordered-group
     cut sets, else tuning.oracle_frontier frontier cut sets per group (SearchTuning). cache: the caller's SlotCache of this state (a new one when
     None). tp_degrees: where the slot has servers, every way of forming TP units of these
     degrees is enumerated too (solve.tp.all_unit_sets), each solved exactly. ValueError above
-    MAX_DEVICES available devices."""
+    MAX_DEVICES available devices. recompute: False leaves activation recomputation out of the
+    variants (SolveOptions.recompute)."""
     t0 = time.perf_counter()
     tune = tuning or SearchTuning()
     Q = check_queues(state, queues)
@@ -97,13 +103,13 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
     check_degrees(tp_degrees)
     if tp_applies(state, tp_degrees):
         return _exact_over_units(state, queues, V, all_cuts, previous_plan, iterations_per_slot, keep_candidates,
-                                 cache, tune, tp_degrees, t0)
+                                 cache, tune, tp_degrees, t0, recompute)
     why = infeasible_reason(state)
     if why:
         return SlotResult.infeasible(why, time.perf_counter() - t0)
     L, B = state.workload.num_layers, state.workload.batch
     opt = SolveOptions(exact=True, iterations_per_slot=iterations_per_slot, keep_candidates=keep_candidates,
-                       tuning=tune)
+                       tuning=tune, recompute=recompute)
     cache = slot_cache(state, cache)
     sc = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     if all_cuts is None:
@@ -117,7 +123,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
             cut_options[g] = []
             for u in sc.micro_batches:
                 mb = sc.mb(u)
-                st_u, cache_u = sc.at(mb)
+                st_u = sc.at(mb)[0]
                 if all_cuts:
                     cut_options[g] += [e for c in all_cut_sets(st_u, g) for e in [entry(g, c, micro_batch=mb),
                                                                                   *variant_entries(sc, g, c, mb)]]
@@ -147,7 +153,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
 
 def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None, previous_plan: Plan | None,
                       iterations_per_slot: int, keep_candidates: bool, cache: SlotCache | None,
-                      tune: SearchTuning, degrees: Sequence[int], t0: float) -> SlotResult:
+                      tune: SearchTuning, degrees: Sequence[int], t0: float, recompute: bool) -> SlotResult:
     """solve_exact on every set of TP units of the slot (solve.tp.all_unit_sets); the best."""
     best, count, bounds = None, 0, []
     cache = slot_cache(state, cache)
@@ -155,7 +161,7 @@ def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None,
     def solve(ust: SlotState, ucache: SlotCache) -> SlotResult:
         return solve_exact(ust, queues, V, all_cuts=all_cuts, previous_plan=previous_plan,
                            iterations_per_slot=iterations_per_slot, keep_candidates=keep_candidates,
-                           cache=ucache, tuning=tune)
+                           cache=ucache, tuning=tune, recompute=recompute)
 
     for units in all_unit_sets(state, degrees):
         res, _ = solve_units(state, units, solve, cache)

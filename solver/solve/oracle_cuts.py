@@ -24,7 +24,7 @@ shares are bisected and most are never solved.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ..model.state import SlotState
 from ..subproblems.cache import GroupArrays, SlotCache
 from ..subproblems.cuts import min_bottleneck_cuts
 from ..subproblems.dp_kernel import maxend_of
-from .oracle_kernel import label_dp
+from .oracle_kernel import frontier_dp
 
 Cuts = tuple[int, ...]
 
@@ -99,7 +99,7 @@ def exact_cut_sets(cache: SlotCache, devices: Sequence[int], schedule: str = "gp
         got = _arrays(cache, d, b, schedule, recompute)
         if got is None:
             break
-        ga, me = got
+        me = got[1]
         if last is None or not np.array_equal(me, last):
             runs.append([])
             last = me
@@ -111,15 +111,14 @@ def exact_cut_sets(cache: SlotCache, devices: Sequence[int], schedule: str = "gp
         if b not in solved:
             ga, me = _arrays(cache, d, b, schedule, recompute)
             rho = b / u - 1.0
-            ub = np.inf
-            if wq is None:
-                for c in (min_bottleneck_cuts(st, d, b, cache=cache, schedule=schedule, recompute=recompute),
-                          *(solved[x][0][0] for x in solved if solved[x][0] and x > b)):
-                    if c is not None:
-                        gc = cache.group_coeffs(d, c, schedule, recompute)
-                        if gc.cap >= b:
-                            ub = min(ub, (gc.alpha * b + gc.beta) / u)
-            cuts, vals, _ = label_dp(np.ascontiguousarray(ga.Fp, dtype=float), np.ascontiguousarray(ga.Gp, dtype=float),
+            ub = np.inf       # the time of a cut set known to fit at b: a bound for the DP's pruning
+            for c in (min_bottleneck_cuts(st, d, b, cache=cache, schedule=schedule, recompute=recompute),
+                      *(solved[x][0][0] for x in solved if solved[x][0] and x > b)):
+                if c is not None:
+                    gc = cache.group_coeffs(d, c, schedule, recompute)
+                    if gc.cap >= b:
+                        ub = min(ub, (gc.alpha * b + gc.beta) / u)
+            cuts, vals, _ = frontier_dp(np.ascontiguousarray(ga.Fp, dtype=float), np.ascontiguousarray(ga.Gp, dtype=float),
                                      np.ascontiguousarray(ga.lam, dtype=float), me,
                                      np.zeros(k) if wq is None else wq, rho, one_f, wq is not None, ub)
             solved[b] = ([tuple(int(x) for x in row) for row in cuts], float(vals[0]) if len(vals) else np.inf)

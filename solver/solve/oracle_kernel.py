@@ -45,39 +45,69 @@ def _grow(a: np.ndarray, n: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def _suffix_work(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray) -> np.ndarray:
-    """(k, L+1): least W of stages j+1..k-1 plus the boundary after stage j ending at c."""
+def _suffix(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray, ws: np.ndarray,
+            wl: float) -> tuple[np.ndarray, np.ndarray]:
+    """(suf, nxt), both (k, L+1): suf[j, c] the least sum over stages j+1..k-1 of ws[j'] (F + G)
+    plus wl lam over the boundaries from j on, for stage j ending at c (inf: no way on);
+    nxt[j, c] the end of stage j+1 on that optimum."""
     k, L1 = Fp.shape
     L = L1 - 1
     suf = np.full((k, L1), INF)
+    nxt = np.full((k, L1), -1, dtype=np.int64)
     suf[k - 1, L] = 0.0
     for j in range(k - 2, -1, -1):
         for c in range(j + 1, L - (k - 1 - j) + 1):
             lm = lam[j, c]
             if not lm < INF:
                 continue
-            best = INF
             hi = min(maxend[j + 1, c], L - (k - 2 - j))
             for c2 in range(c + 1, hi + 1):
                 v = suf[j + 1, c2]
                 if v < INF:
-                    w = 2.0 * lm + (Fp[j + 1, c2] - Fp[j + 1, c]) + (Gp[j + 1, c2] - Gp[j + 1, c]) + v
-                    if w < best:
-                        best = w
-            suf[j, c] = best
-    return suf
+                    w = wl * lm + ws[j + 1] * ((Fp[j + 1, c2] - Fp[j + 1, c]) + (Gp[j + 1, c2] - Gp[j + 1, c])) + v
+                    if w < suf[j, c]:
+                        suf[j, c] = w
+                        nxt[j, c] = c2
+    return suf, nxt
+
+
+@njit(cache=True)
+def _path(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, cuts: np.ndarray, wq: np.ndarray, rho: float,
+          one_f_one_b: bool) -> tuple[float, float]:
+    """(rho alpha + W, Qv) of one cut set, as the labels add them up."""
+    k = cuts.shape[0]
+    x = y = z = w = q = 0.0
+    a = 0
+    for j in range(k):
+        c = cuts[j]
+        f = Fp[j, c] - Fp[j, a]
+        g = Gp[j, c] - Gp[j, a]
+        lm = lam[j - 1, a] if j > 0 else 0.0
+        x, y = max(x, f), max(y, g)
+        if one_f_one_b:
+            z = max(z, lm)
+        else:
+            x, y = max(x, lm), max(y, lm)
+        w += f + g + 2.0 * lm
+        q += wq[j] * (f + g)
+        a = c
+    return rho * (x + y + 2.0 * z) + w, q
 
 
 @njit(cache=True)
 def label_dp(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray, wq: np.ndarray,
-             rho: float, one_f_one_b: bool, want_q: bool, ub: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             rho: float, one_f_one_b: bool, want_q: bool, ub: float, qub: float = INF
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(cuts (m, k) int64, objective rho alpha + W (m,) s/sample, Qv (m,)) of the optimum
-    (want_q False: m <= 1) or of every (objective, Qv) Pareto point (want_q True); m = 0 when
-    no cut set fits. ub: the objective of a known cut set (inf: none), a pruning bound used
-    only without want_q. Module doc for the rest; k >= 2."""
+    (want_q False: m <= 1) or of every (objective, Qv) Pareto point with objective <= ub and
+    Qv <= qub (want_q True); m = 0 when no cut set fits. ub: without want_q, the objective of
+    a known cut set (inf: none); with it, that of a cut set of least Qv, and qub the Qv of a
+    cut set of least objective (no Pareto point lies beyond either). Module doc; k >= 2."""
     k, L1 = Fp.shape
     L = L1 - 1
-    suf = _suffix_work(Fp, Gp, lam, maxend)
+    suf, _ = _suffix(Fp, Gp, lam, maxend, np.ones(k), 2.0)
+    sufq = _suffix(Fp, Gp, lam, maxend, wq, 0.0)[0] if want_q else suf
+    qlim = qub * (1.0 + 1e-9) + 1e-300
     slack = 1e-9
     cap = 1024
     lc = np.empty(cap, dtype=np.int64)
@@ -96,7 +126,9 @@ def label_dp(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
         if 1 <= c <= min(maxend[0, 0], L - (k - 1)):
             f = Fp[0, c] - Fp[0, 0]
             g = Gp[0, c] - Gp[0, 0]
-            if not want_q and rho * (f + g) + (f + g) + suf[0, c] > ub * (1.0 + slack):
+            if rho * (f + g) + (f + g) + suf[0, c] > ub * (1.0 + slack):
+                continue
+            if want_q and wq[0] * (f + g) + sufq[0, c] > qlim:
                 continue
             lc = _grow(lc, n + 1)
             lX = _grow(lX, n + 1)
@@ -139,7 +171,10 @@ def label_dp(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
                         y = max(lY[i], g, lm)
                         z = 0.0
                     w = lW[i] + f + g + 2.0 * lm
-                    if not want_q and rho * (x + y + 2.0 * z) + w + suf[j, c] > ub * (1.0 + slack):
+                    if rho * (x + y + 2.0 * z) + w + suf[j, c] > ub * (1.0 + slack):
+                        continue
+                    qv = lQ[i] + wq[j] * (f + g)
+                    if want_q and qv + sufq[j, c] > qlim:
                         continue
                     cX = _grow(cX, m + 1)
                     cY = _grow(cY, m + 1)
@@ -147,7 +182,7 @@ def label_dp(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
                     cW = _grow(cW, m + 1)
                     cQ = _grow(cQ, m + 1)
                     cp = _grow(cp, m + 1)
-                    cX[m], cY[m], cZ[m], cW[m], cQ[m], cp[m] = x, y, z, w, lQ[i] + wq[j] * (f + g), i
+                    cX[m], cY[m], cZ[m], cW[m], cQ[m], cp[m] = x, y, z, w, qv, i
                     m += 1
             if m == 0:
                 continue
@@ -204,3 +239,30 @@ def label_dp(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
             s = lp[s]
         r += 1
     return cuts, vals, qs
+
+
+@njit(cache=True)
+def frontier_dp(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray, wq: np.ndarray,
+                rho: float, one_f_one_b: bool, want_q: bool, ub: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """label_dp with its bounds: without want_q, the optimum under the caller's ub; with it,
+    first the optimum (its Qv bounds the frontier's) and a cut set of least Qv (a min-sum DP;
+    its objective bounds the frontier's), then every Pareto point between them."""
+    cuts, vals, qs = label_dp(Fp, Gp, lam, maxend, wq, rho, one_f_one_b, False, ub, INF)
+    if not want_q or cuts.shape[0] == 0:
+        return cuts, vals, qs
+    k, L1 = Fp.shape
+    _, q_of_best = _path(Fp, Gp, lam, cuts[0], wq, rho, one_f_one_b)
+    sufq, nxt = _suffix(Fp, Gp, lam, maxend, wq, 0.0)
+    best0, c0 = INF, -1
+    for c in range(1, min(maxend[0, 0], L1 - 1 - (k - 1)) + 1):
+        v = wq[0] * ((Fp[0, c] - Fp[0, 0]) + (Gp[0, c] - Gp[0, 0])) + sufq[0, c]
+        if v < best0:
+            best0, c0 = v, c
+    t_min_q = INF
+    if c0 >= 0:
+        path = np.empty(k, dtype=np.int64)
+        path[0] = c0
+        for j in range(1, k):
+            path[j] = nxt[j - 1, path[j - 1]]
+        t_min_q, _ = _path(Fp, Gp, lam, path, wq, rho, one_f_one_b)
+    return label_dp(Fp, Gp, lam, maxend, wq, rho, one_f_one_b, True, max(t_min_q, vals[0]), q_of_best)
