@@ -291,7 +291,7 @@ def test_estimator_fits_speed_bandwidth_and_latency(tmp_path: Path) -> None:
     estimates; compute alone over-predicting gives delta 0, said."""
     from solver.cost import evaluate
     from solver.cost.sync import sync_time
-    from solver.runtime.estimator import estimate, with_links
+    from solver.runtime.estimator import delta_floor, estimate, with_links
     inst = load_instance(write_instance(tmp_path))
     st, present = inst.state(0), np.ones(4, dtype=bool)
     plan = Plan((Group((0, 1), (3, 7), 16), Group((2, 3), (5, 7), 16)))
@@ -309,13 +309,68 @@ def test_estimator_fits_speed_bandwidth_and_latency(tmp_path: Path) -> None:
     assert sync_time(fitted, structure) == pytest.approx(sync, rel=1e-6)
     assert predicted_compute(plan, fitted) == pytest.approx(compute)
     low = estimate({}, 0.0, 1.0, plan, st, present, compute, 0.5 * plain.refit_batch_time)
-    assert low.delta == 0.0 and "alone predict" in low.note
+    assert low.delta == delta_floor(st) < 0 and "delta clipped" in low.note
     alone = Plan((Group((0,), (7,), 32),))
     kept = estimate(est.factors, est.delta, est.beta, alone, st, present, {0: 1.0}, 5.0, 0.0)
     assert (kept.delta, kept.beta) == (est.delta, est.beta)
     moved = with_links(st, 0.25, 4.0)
     assert moved.latency[0, 1] == pytest.approx(st.latency[0, 1] + 0.25) and moved.latency[1, 1] == st.latency[1, 1]
     assert moved.bandwidth[0, 1] == pytest.approx(st.bandwidth[0, 1] / 4)
+
+
+def test_estimator_refits_every_plan_with_transfers_exactly(tmp_path: Path) -> None:
+    """Data parallelism: beta makes the model's batch time the measured one (the all-reduce
+    charged what compute and optimizer step leave), so the same plan is next predicted at what
+    was measured, whatever the measured all-reduce alone; a pipeline measured faster than its
+    compute at the instance's latency gets a negative delta (down to minus the smallest
+    latency), again exact."""
+    from solver.cost import evaluate
+    from solver.runtime.estimator import delta_floor, estimate, with_links
+    inst = load_instance(write_instance(tmp_path))
+    st, present = inst.state(0), np.ones(4, dtype=bool)
+    dp = Plan((Group((0,), (7,), 20), Group((1,), (7,), 12)))
+    compute = {d: 3 * v for d, v in predicted_compute(dp, st).items()}
+    at_beta1 = estimate({}, 0.0, 1.0, dp, st, present, compute, 1e-9).refit_batch_time
+    for measured in (1.2 * at_beta1, 3.0 * at_beta1):
+        est = estimate({}, 0.0, 1.0, dp, st, present, compute, measured, 1e-6)
+        assert est.note == "" and est.refit_batch_time == pytest.approx(measured, rel=1e-9)
+        again = observed_state(st, present, est.factors, est.delta, est.beta)
+        assert evaluate(dp, again).batch_time == pytest.approx(measured, rel=1e-9)
+    pipe = Plan((Group((0, 1), (3, 7), 32),))
+    compute = predicted_compute(pipe, st)
+    at0, lowest = (evaluate(pipe, with_links(st, x)).batch_time for x in (0.0, delta_floor(st)))
+    assert lowest < at0
+    target = 0.5 * (lowest + at0)
+    est = estimate({}, 0.0, 1.0, pipe, st, present, compute, target)
+    assert delta_floor(st) < est.delta < 0 and est.note == ""
+    assert est.refit_batch_time == pytest.approx(target, rel=1e-9)
+
+
+def test_speeds_share_of_a_core_by_context() -> None:
+    """runtime.speeds: a device measured with its node's other device busy (k = 2, share 0.8)
+    is priced alone (k = 1) at its CPU-time factor with a whole core, said in a note, and at
+    k = 2 again at what was measured; once measured alone, that share is used; no CPU seconds:
+    the plain wall factor; the state round-trips; contexts count devices per node."""
+    from solver.runtime.speeds import Speeds, contexts, shares_of
+    sp = Speeds()
+    both = Plan((Group((0,), (7,), 16), Group((1,), (7,), 16)))
+    k2 = contexts(both, {})
+    assert k2 == {0: 2, 1: 2}
+    assert contexts(both, {0: "n0", 1: "n1"}) == {0: 1, 1: 1}
+    shares = shares_of({0: 1.0, 1: 2.0}, {0: 0.8, 1: None})
+    assert shares == {0: pytest.approx(0.8), 1: None}
+    sp.update({0: 0.4, 1: 0.3}, shares, k2)
+    f, notes = sp.factors(k2)
+    assert f == pytest.approx({0: 0.4, 1: 0.3}) and notes == []
+    f, notes = sp.factors({0: 1})
+    assert f[0] == pytest.approx(0.5) and "0@1" in notes[0] and "share 1" in notes[0]
+    sp.update({0: 0.45}, {0: 0.9}, {0: 1})
+    f, notes = sp.factors({0: 1})
+    assert f[0] == pytest.approx(0.45) and notes == []
+    assert sp.factors(k2)[0][0] == pytest.approx(0.5 * 0.8)
+    again = Speeds.from_state(json.loads(json.dumps(sp.state_dict())))
+    assert again == sp
+    assert Speeds.from_state(None, {"0": 0.7}).factors({0: 1})[0] == {0: 0.7}
 
 
 def test_profile_measures_the_optimizer_step(tmp_path: Path) -> None:
@@ -389,6 +444,9 @@ def test_unsupported_plan_features_named() -> None:
     bad = unsupported(p, engine="hand")
     assert len(bad) == 2 and "'1f1b' needs engine 'torch'" in bad[0]
     assert unsupported(Plan((Group((0,), (7,), 32),))) == []
+    tp = Plan((Group((0, 2), (3, 7), 32, tp_peers=((), (3,))),))
+    assert unsupported(tp) == ["group 0, stage 1 (layers 3..6): tensor parallelism of degree 2 over devices "
+                               "[2, 3] (the runtime executes one device per stage)"]
 
 
 def _cgroups_writable() -> bool:
@@ -424,7 +482,8 @@ def test_cpu_quota_flags_checked_before_any_work(tmp_path: Path, capsys) -> None
 def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> None:
     """In-process: the cgroup has the weight, the quota and the pin, and leaving restores all;
     a job with p0 pinned on a whole core and p1 at half a core ends where single-process
-    training ends, and leaves no cgroup behind."""
+    training ends, and leaves none of its processes' cgroups behind (those of the pids in its
+    ranks.json: other jobs on the machine, e.g. a second test run, have their own meanwhile)."""
     from solver.runtime import cpuquota
     before = os.sched_getaffinity(0)
     q = cpuquota.enter("p1", 0.5, 20000, cpu=0)
@@ -450,7 +509,9 @@ def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> N
     ref, got = reference(4), final_state(tmp_path / "ck", 7)
     for k, v in ref.items():
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
-    assert not list(q.path.parent.glob(f"{cpuquota.PREFIX}*"))
+    pids = [r["pid"] for r in json.loads((tmp_path / "ck" / "ranks.json").read_text())]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert [p for p in pids if (q.path.parent / f"{cpuquota.PREFIX}{p}").exists()] == []
 
 
 def test_controller_plans_only_what_the_runtime_executes(tmp_path: Path) -> None:

@@ -14,23 +14,38 @@ trace's factor.
 
 2. Transfers. The instance's latency and bandwidth (one figure per link, e.g. from a quiet
 ping-pong) price the pipeline boundaries and the gradient all-reduce; in a running job the
-transfers cost more (receivers busy or descheduled, gloo's copies, reductions and wake-ups,
-the Python around each message). Two numbers are fitted, and kept until refitted:
-  beta (bandwidth scale: every link's bandwidth is divided by beta), from the measured
-  all-reduce: S, the smallest over the ranks of their median sync seconds (the last rank to
-  arrive waits least, so its sync is the collective alone), equals cost.sync's time
-  (bisection on log beta in [BETA_MIN, BETA_MAX]); only for plans of several groups;
+transfers cost more or less (receivers busy or descheduled, gloo's copies, reductions and
+wake-ups, the Python around each message, the ranks arriving at the collective apart). Two
+numbers are fitted, and kept until refitted, so that the cost model's batch time of the
+slot's plan equals the measured one (an exact refit: the next slot's prediction of the same
+plan is this slot's measurement):
+  beta (bandwidth scale: every link's bandwidth is divided by beta) carries the all-reduce.
+  A plan of several one-stage groups (data parallelism): beta makes cost.evaluate's batch
+  time equal the measured one, so the all-reduce is charged every second of the iteration
+  that compute and optimizer step do not explain (the collective, and the ranks' skew around
+  it: the barrier each iteration starts from releases them apart, and the slowest rank of an
+  iteration is not the same every time, so the median iteration exceeds the sum of the
+  slowest rank's median parts: by 5-20% in the recorded runs, which fitting beta to the
+  all-reduce alone left as a prediction error of that size).
+  A plan of several groups with a pipeline among them: beta from the measured all-reduce,
+  S, the smallest over the ranks of their median sync seconds (the last rank to arrive
+  waits least, so its sync is the collective alone), equals cost.sync's time, and delta
+  below carries the batch time.
   delta (seconds added to every link's latency, so once per micro-batch and boundary of a
-  pipeline: cost.pipeline), from the measured batch time: with the new factors and beta,
-  the seconds of the iteration that compute, all-reduce and optimizer step do not explain
-  are the pipelines' messages; delta makes cost.evaluate's batch time equal the measured
-  one (bisection in [0, DELTA_MAX]); only for plans with a group of several stages.
-Where even the bound of a range predicts more than was measured, the value is clipped to it
-and the fit says so (Estimate.note). delta also adds 2(m - 1) latencies to the all-reduce,
-so when a plan has both, they are solved together (Newton's method), or, where that fails,
-alternated until both settle (at most ROUNDS times). The all-reduce is fitted on bandwidth and the pipeline
-on latency because that is what each carries here: megabytes of gradients in one
-collective, kilobytes of activations per message.
+  pipeline: cost.pipeline) carries the pipelines' messages: with the new factors and beta,
+  delta makes cost.evaluate's batch time equal the measured one; only for plans with a group
+  of several stages. delta may be negative down to minus the smallest latency between two
+  devices (no link's latency below 0): the instance's latency may itself hold a measured
+  per-message overhead (bench_train's calibration slot) that a later slot sees smaller;
+  clipped at 0 instead, the model over-predicted GPipe slots by up to 14%.
+Where even the bound of a range predicts more (or less) than was measured, the value is
+clipped to it and the fit says so (Estimate.note). delta also adds 2(m - 1) latencies to the
+all-reduce, so when a plan has both, they are solved together (Newton's method), or, where
+that fails, alternated until both settle (at most ROUNDS times). The all-reduce is fitted on
+bandwidth and the pipeline on latency because that is what each carries here: megabytes of
+gradients in one collective, kilobytes of activations per message. A plan of one group and
+one stage has no transfer to fit: its prediction error is the factor's and the optimizer
+step's (-2..-4% in the recorded runs: the step measured 2-3 ms against the profile's 0.9-1.3).
 
 3. The optimizer step is not estimated here: the layer table's measured opt_s:<kind>
 seconds (dynpar profile) are charged with the instance's optimizer_step = "measured".
@@ -127,7 +142,7 @@ def _bisect(f, lo: float, hi: float, target: float, log: bool, iterations: int =
     return float(np.exp(x)) if log else float(x)
 
 
-def _newton(plan: Plan, base: SlotState, sync: float, batch: float, steps: int = 30
+def _newton(plan: Plan, base: SlotState, sync: float, batch: float, lo_delta: float = 0.0, steps: int = 30
             ) -> tuple[float, float] | None:
     """(delta, beta) with the model's all-reduce = `sync` and batch time = `batch` at once:
     Newton's method on (delta, log beta) with a finite-difference Jacobian (both are
@@ -148,8 +163,15 @@ def _newton(plan: Plan, base: SlotState, sync: float, batch: float, steps: int =
             x = x - np.linalg.solve(J, f)
         except np.linalg.LinAlgError:
             return None
-        x = np.clip(x, [0.0, np.log(BETA_MIN)], [DELTA_MAX, np.log(BETA_MAX)])
+        x = np.clip(x, [lo_delta, np.log(BETA_MIN)], [DELTA_MAX, np.log(BETA_MAX)])
     return None
+
+
+def delta_floor(state: SlotState) -> float:
+    """The least extra latency delta (s, <= 0): minus the smallest latency between two devices."""
+    lat = np.asarray(state.latency, dtype=float)
+    off = lat[~np.eye(len(lat), dtype=bool)]
+    return -float(off.min()) if off.size else 0.0
 
 
 def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan, raw: SlotState,
@@ -157,47 +179,48 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
              measured_sync: float | None = None) -> Estimate:
     """Steps 1 and 2 of the module docstring for `plan` run in slot state `raw` (the
     instance's, before any estimate): new factors from `measured_compute` (device ->
-    seconds per iteration), beta from `measured_sync` (seconds of the all-reduce per
-    iteration), delta from `measured_batch` (seconds per iteration)."""
+    seconds per iteration), beta from `measured_batch` (seconds per iteration; data-parallel
+    plans) or from `measured_sync` (seconds of the all-reduce per iteration; plans with a
+    pipeline too), delta from `measured_batch`."""
     notes: list[str] = []
     new = update_factors(factors, plan, observed_state(raw, present, factors), measured_compute)
     base = observed_state(raw, present, new)
     structure = [(g.devices, g.cuts) for g in plan.groups]
-    fit_beta = len(plan.groups) > 1 and measured_sync is not None and measured_sync > 0
     fit_delta = any(g.num_stages > 1 for g in plan.groups) and measured_batch > 0
+    several = len(plan.groups) > 1
+    beta_on_sync = several and fit_delta and measured_sync is not None and measured_sync > 0
+    beta_on_batch = several and not fit_delta and measured_batch > 0
+    lo_delta = delta_floor(raw)
 
     def t(x: float, b: float) -> float:
         return float(evaluate(plan, with_links(base, x, b)).batch_time)
 
-    if fit_beta and fit_delta:
-        joint = _newton(plan, base, measured_sync, measured_batch)
+    if beta_on_sync:
+        joint = _newton(plan, base, measured_sync, measured_batch, lo_delta)
         if joint is not None:
             return Estimate(new, joint[0], joint[1], t(*joint), "")
-    for _ in range(ROUNDS if fit_beta and fit_delta else 1):  # delta also enters the all-reduce
+    if beta_on_batch:
+        beta = _fit(lambda b: t(delta, b), BETA_MIN, BETA_MAX, measured_batch, True, "beta", notes)
+        return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes))
+    for _ in range(ROUNDS if beta_on_sync else 1):  # delta also enters the all-reduce
         before = (delta, beta)
         notes = []
-        if fit_beta:
-            def s(b: float) -> float:
-                return sync_time(with_links(base, delta, b), structure)
-            if s(BETA_MIN) >= measured_sync:
-                beta = BETA_MIN
-                notes.append(f"all-reduce measured {measured_sync:.4g} s <= the model's at beta {BETA_MIN}: "
-                             "beta clipped")
-            elif s(BETA_MAX) <= measured_sync:
-                beta = BETA_MAX
-                notes.append(f"beta clipped at {BETA_MAX}")
-            else:
-                beta = _bisect(s, BETA_MIN, BETA_MAX, measured_sync, log=True)
+        if beta_on_sync:
+            beta = _fit(lambda b: sync_time(with_links(base, delta, b), structure), BETA_MIN, BETA_MAX,
+                        measured_sync, True, "beta (all-reduce)", notes)
         if fit_delta:
-            if t(0.0, beta) >= measured_batch:
-                delta = 0.0
-                notes.append(f"compute, all-reduce and optimizer step alone predict {t(0.0, beta):.4g} s >= "
-                             f"measured {measured_batch:.4g} s: delta 0")
-            elif t(DELTA_MAX, beta) <= measured_batch:
-                delta = DELTA_MAX
-                notes.append(f"delta clipped at {DELTA_MAX} s")
-            else:
-                delta = _bisect(lambda x: t(x, beta), 0.0, DELTA_MAX, measured_batch, log=False)
-        if abs(delta - before[0]) <= 1e-6 * max(delta, 1e-12) and abs(beta - before[1]) <= 1e-6 * beta:
+            delta = _fit(lambda x: t(x, beta), lo_delta, DELTA_MAX, measured_batch, False, "delta", notes)
+        if abs(delta - before[0]) <= 1e-6 * max(abs(delta), 1e-12) and abs(beta - before[1]) <= 1e-6 * beta:
             break
     return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes))
+
+
+def _fit(f, lo: float, hi: float, target: float, log: bool, name: str, notes: list[str]) -> float:
+    """x in [lo, hi] with f(x) = target for increasing f; at a bound, clipped with a note."""
+    if f(lo) >= target:
+        notes.append(f"{name} clipped at {lo:.4g}: the model predicts {f(lo):.4g} s there, measured {target:.4g} s")
+        return lo
+    if f(hi) <= target:
+        notes.append(f"{name} clipped at {hi:.4g}: the model predicts {f(hi):.4g} s there, measured {target:.4g} s")
+        return hi
+    return _bisect(f, lo, hi, target, log=log)

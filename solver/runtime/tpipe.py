@@ -88,9 +88,11 @@ class _Clock:
         self.micro = 0
         self._live = False
         self.fwd = self.bwd = 0.0
-        self._t = 0.0
+        self.cpu = 0.0  # CPU seconds of this thread within the same intervals
+        self.cpu_s = 0.0  # ... as of the last take
+        self._t = self._c = 0.0
         self._b0: float | None = None
-        self._b1 = 0.0
+        self._b1 = self._cb0 = self._cb1 = 0.0
         self.handles = [module.register_forward_pre_hook(self._pre), module.register_forward_hook(self._post)]
         self.handles += [p.register_post_accumulate_grad_hook(self._grad_done) for p in module.parameters()]
 
@@ -107,7 +109,7 @@ class _Clock:
             return
         self._close()
         self.sync()
-        self._t = time.perf_counter()
+        self._t, self._c = time.perf_counter(), time.thread_time()
         for a in args:
             if isinstance(a, torch.Tensor) and a.requires_grad:
                 a.register_hook(self._input_grad)
@@ -117,32 +119,35 @@ class _Clock:
             return
         self.sync()
         self.fwd += time.perf_counter() - self._t
+        self.cpu += time.thread_time() - self._c
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(self._out_grad)
 
     def _out_grad(self, g: torch.Tensor) -> None:
         self._close()
         self.sync()
-        self._b0 = time.perf_counter()
+        self._b0, self._cb0 = time.perf_counter(), time.thread_time()
 
     def _input_grad(self, g: torch.Tensor) -> None:
         self.sync()
-        self._b1 = time.perf_counter()
+        self._b1, self._cb1 = time.perf_counter(), time.thread_time()
 
     def _grad_done(self, p: torch.Tensor) -> None:
         self.sync()
-        self._b1 = time.perf_counter()
+        self._b1, self._cb1 = time.perf_counter(), time.thread_time()
 
     def _close(self) -> None:
         if self._b0 is not None:
             self.bwd += max(self._b1 - self._b0, 0.0)
+            self.cpu += max(self._cb1 - self._cb0, 0.0)
             self._b0 = None
 
     def take(self) -> tuple[float, float]:
-        """(forward, backward) seconds since the last take."""
+        """(forward, backward) seconds since the last take; `cpu_s` becomes this thread's CPU
+        seconds within the same intervals (runtime.speeds: the share of a core the stage got)."""
         self._close()
         out = (self.fwd, self.bwd)
-        self.fwd = self.bwd = 0.0
+        self.cpu_s, self.fwd, self.bwd, self.cpu = self.cpu, 0.0, 0.0, 0.0
         return out
 
 

@@ -52,6 +52,7 @@ from .pipeline import pipeline_step, sync_and_step
 from .placement import place
 from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
+from .speeds import Speeds, contexts, shares_of
 from .tpipe import TorchStage
 
 
@@ -118,9 +119,11 @@ def unsupported(plan: Plan, engine: str = "torch") -> list[str]:
             out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
         if getattr(g, "recompute", False):
             out.append(f"group {gi}: recompute (activation recomputation is not implemented)")
-        if any(g.tp_peers):
-            out.append(f"group {gi}: tensor parallelism (stage degrees {g.degrees}; the runtime executes "
-                       f"one device per stage)")
+        for j, ((d, a, b), peers) in enumerate(zip(g.stages(), g.tp_peers or ())):
+            if peers:
+                out.append(f"group {gi}, stage {j} (layers {a}..{b - 1}): tensor parallelism of degree "
+                           f"{1 + len(peers)} over devices {[d, *peers]} (the runtime executes one device "
+                           f"per stage)")
     return out
 
 
@@ -133,8 +136,9 @@ class Controller:
     """Rank 0's online controller: queues, previous plan, speed estimates and rows."""
 
     def __init__(self, instance: Instance, cfg: TrainConfig, present: np.ndarray,
-                 saved: dict[str, Any] | None) -> None:
+                 saved: dict[str, Any] | None, node_of: dict[int, str] | None = None) -> None:
         self.inst, self.cfg, self.present = instance, cfg, present
+        self.node_of = dict(node_of or {})  # device index -> node name (runtime.speeds contexts)
         self.policy = make_policy(cfg.policy, options=RUNTIME_OPTIONS, replan=True,
                                   iterations_per_slot=cfg.iterations_per_slot)
         self.limits = [b.limit for b in instance.budgets]
@@ -142,7 +146,7 @@ class Controller:
         self.queues = tuple(s.get("queues", initial_queues(len(self.limits))))
         prev = s.get("previous_plan")
         self.previous: Plan | None = plan_from_dict(prev) if prev else None
-        self.factors = {int(k): float(v) for k, v in s.get("factors", {}).items()}
+        self.speeds = Speeds.from_state(s.get("speeds"), s.get("factors"))
         self.delta = float(s.get("delta", 0.0))
         self.beta = float(s.get("beta", 1.0))
         self.rows: list[dict] = list(s.get("rows", []))
@@ -152,13 +156,20 @@ class Controller:
         self.pending: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"queues": list(self.queues), "factors": {str(k): v for k, v in self.factors.items()},
+        return {"queues": list(self.queues), "speeds": self.speeds.state_dict(),
                 "delta": self.delta, "beta": self.beta,
                 "previous_plan": plan_to_dict(self.previous) if self.previous else None,
                 "rows": self.rows, "restarts": self.restarts, "policy_state": self.policy.state_dict()}
 
     def decide(self, t: int) -> Plan:
-        state = observed_state(self.inst.state(t), self.present, self.factors, self.delta, self.beta)
+        """Slot t's plan. The policy plans on the speeds with every present device busy
+        (runtime.speeds: each device's context k is the present devices on its node); the
+        chosen plan is then priced (batch time, costs, migration) on the speeds of its own
+        contexts, the prediction the slot is measured against."""
+        raw = self.inst.state(t)
+        everyone = {d: sum(1 for e in np.flatnonzero(self.present) if self.node_of.get(int(e), "") ==
+                           self.node_of.get(int(d), "")) for d in map(int, np.flatnonzero(self.present))}
+        state = observed_state(raw, self.present, self.speeds.factors(everyone)[0], self.delta, self.beta)
         if self.cfg.plans:
             d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
             bad = d.plan.validate(state)
@@ -172,9 +183,13 @@ class Controller:
         bad = unsupported(d.plan, self.cfg.engine)
         if bad:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
+        k_of = contexts(d.plan, self.node_of)
+        used, notes = self.speeds.factors(k_of)
+        state = observed_state(raw, self.present, used, self.delta, self.beta)
         ch = charge_plan(d.plan, state, self.previous, replan=True,
                          iterations_per_slot=self.cfg.iterations_per_slot)
-        self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan}
+        self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan, "k_of": k_of,
+                        "factors": used, "notes": notes}
         return d.plan
 
     def finish(self, measured: dict[str, Any]) -> dict:
@@ -213,12 +228,19 @@ class Controller:
                     "devices_present": int(self.present.sum()), "extra_latency_used": self.delta,
                     "bandwidth_scale_used": self.beta})
         syncs = [v["sync"] for v in measured.get("parts", {}).values()]
-        est = estimate(self.factors, self.delta, self.beta, plan, self.inst.state(p["t"]), self.present,
+        est = estimate(p["factors"], self.delta, self.beta, plan, self.inst.state(p["t"]), self.present,
                        measured["compute"], t_meas, min(syncs) if syncs else None)
+        shares = shares_of(measured["compute"], measured.get("compute_cpu", {}))
+        self.speeds.update({d: est.factors[d] for d in measured["compute"] if d in est.factors}, shares, p["k_of"])
         row.update({"extra_latency": est.delta, "bandwidth_scale": est.beta, "refit_batch_time": est.refit_batch_time,
                     "speed_factors": json.dumps({str(d): v for d, v in sorted(est.factors.items())}),
-                    "estimator_note": est.note})
-        self.factors, self.delta, self.beta = est.factors, est.delta, est.beta
+                    "speed_factors_used": json.dumps({str(d): p["factors"][d] for d in sorted(plan.devices)
+                                                      if d in p["factors"]}),
+                    "speed_contexts": json.dumps({str(d): k for d, k in sorted(p["k_of"].items())}),
+                    "core_shares": json.dumps({str(d): v for d, v in sorted(shares.items())}),
+                    "cpu_factors": json.dumps({str(d): v for d, v in sorted(self.speeds.kappa.items())}),
+                    "estimator_note": "; ".join([*p["notes"], *([est.note] if est.note else [])])})
+        self.delta, self.beta = est.delta, est.beta
         self.queues, self.previous = Qn, plan
         self.rows.append(row)
         self.pending = None
@@ -228,6 +250,14 @@ class Controller:
 def _median(xs: Sequence[float]) -> float:
     xs = list(xs[1:]) if len(xs) > 1 else list(xs)
     return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _cpu_median(xs: Sequence[float | None], accelerator: str) -> float | None:
+    """The median CPU seconds of a rank's compute (the first iteration left out), None where
+    not measured or where the compute waits on a device rather than a core (CUDA)."""
+    if accelerator != "cpu" or not xs or any(x is None for x in xs):
+        return None
+    return _median([float(x) for x in xs])
 
 
 def _log(row: dict, instance: Instance) -> str:
@@ -309,7 +339,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         diff = {k: (meta["identity"].get(k), v) for k, v in ident.items() if meta["identity"].get(k) != v}
         raise SpecError(f"checkpoint {found} belongs to another job (checkpoint, this job): {diff}")
     step = int(meta["step"]) if meta else 0
-    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None) if rank == 0 else None
+    node_of = {d: where[r].rsplit(":", 1)[0] for r, d in enumerate(devices)} if where else {}
+    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of) if rank == 0 else None
     if cfg.steps > inst.num_slots * cfg.iterations_per_slot:
         raise SpecError(f"--steps: expected <= num_slots * iterations_per_slot = "
                         f"{inst.num_slots * cfg.iterations_per_slot}, got {cfg.steps}")
@@ -320,10 +351,12 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     fresh = True
     tstage: TorchStage | None = None
     out = Path(cfg.out or cfg.checkpoint_dir)
+    pids: list[Any] = [None] * len(devices)
+    dist.all_gather_object(pids, os.getpid())
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "ranks.json").write_text(json.dumps(
-            [{"rank": r, "device": inst.devices[d].name, **({"where": where[r]} if where else {})}
+            [{"rank": r, "device": inst.devices[d].name, "pid": pids[r], **({"where": where[r]} if where else {})}
              for r, d in enumerate(devices)], indent=1))
     while step < cfg.steps:
         t = step // cfg.iterations_per_slot
@@ -372,19 +405,22 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         fresh = False
         mine_layers = list(role.layers) if role is not None else []
         owned = [i for i in mine_layers if holders[i][0] == rank]
-        elapsed, compute, piped_s, sync_s, step_s, cpu = [], [], [], [], [], []
+        elapsed, compute, piped_s, sync_s, step_s, cpu, compute_cpu = [], [], [], [], [], [], []
+        alone = role is not None and role.prev is None and role.next is None
         while step < slot_end:
             if cfg.kill and cfg.kill == (me, step):
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
-            s0, p0 = time.perf_counter(), time.process_time()
+            s0, p0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
             c = 0.0
+            c_cpu: float | None = None
             if role is not None:
                 rows = (role.offset, role.offset + role.share)
                 x, y = data.rows(step, *rows)
                 x, y = x.to(dev), y.to(dev)
                 if tstage is not None:
                     f, b = tstage.step(x if role.prev is None else None, y if role.next is None else None, step)
+                    c_cpu = tstage.clock.cpu_s
                 else:
                     f, b = pipeline_step(role, {i: held[i].module for i in role.layers},
                                          x if role.prev is None else None, y if role.next is None else None,
@@ -393,12 +429,15 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                                          spec.autocast)
                 c = f + b
             s1 = time.perf_counter()
+            if alone:
+                c_cpu = time.thread_time() - th0
             sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev)
             s2 = time.perf_counter()
             elapsed.append(s2 - s0)
             cpu.append((time.process_time() - p0) / max(s2 - s0, 1e-12))
             # a one-stage group waits for nothing: its whole step (rows, loss, scaling) is its compute
-            compute.append(s1 - s0 if role is not None and role.prev is None and role.next is None else c)
+            compute.append(s1 - s0 if alone else c)
+            compute_cpu.append(c_cpu)
             piped_s.append(s1 - s0)
             sync_s.append(sy)
             step_s.append(s2 - s1 - sy)
@@ -408,7 +447,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         report = [None] * dist.get_world_size()
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
                                         {"pipeline": piped_s, "sync": sync_s, "step": step_s,
-                                         "cpu_share": cpu}))
+                                         "cpu_share": cpu}, compute_cpu))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
             moved = max(r[4] for r in report)
@@ -416,6 +455,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                         "restore_s": moved if restored else 0.0,
                         "iterations": len(it),
                         "compute": {r[0]: _median(r[3]) for r in report if r[1]},
+                        "compute_cpu": {r[0]: _cpu_median(r[7], cfg.accelerator) for r in report if r[1]},
                         "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]}}
             with cpuquota.outside(quota):
                 print(_log(ctl.finish(measured), inst), flush=True)

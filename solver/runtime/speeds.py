@@ -1,0 +1,108 @@
+"""Contention-aware speed factors: a device's speed as its CPU-time speed times the share of a
+core it gets, the share depending on how many of the job's processes on its node compute.
+
+Why (measured on this project's 2-core machine, one pinned process per core under load from
+other jobs): a compute-bound process got 0.99-1.00 of its core while the job's other process
+on the node idled, and 0.80-0.88 while both computed, because the other jobs' processes then
+had no free core and took their time from the job's; its CPU seconds per iteration did not
+change with the plan. A speed factor fitted on wall seconds in a data-parallel slot therefore
+priced the same device 10-23% too slow once the planner moved to that device alone (ours'
+usual re-plan in benchmarks/bench_train.py: every such first slot was measured faster than
+predicted).
+
+The model. For device d and a plan, k_d is the number of the plan's devices whose processes
+run on d's node (runtime.trainer: the torchrun node; a spawned job is one node). d's speed
+factor under the plan is
+    phi_d = kappa_d * sigma_d(k_d),
+kappa_d its CPU-time factor (plan-independent) and sigma_d(k) the share of a core its stage
+compute got (CPU seconds of the compute thread over the compute's wall seconds, at most 1) in
+the latest slot that ran d with k_d = k. After a slot with d measured (wall factor phi, share
+s at context k): sigma_d(k) = s and kappa_d = phi / s. A device measured at one context but
+not yet at k is assumed to get its whole core there (sigma 1, as under `dynpar profile`, which
+runs alone), and the row's estimator note says so. A device never measured keeps the trace's
+factor. Without CPU seconds (the CUDA path, whose compute waits on the device, or the
+hand-written pipeline) sigma is 1 and kappa the wall factor: the plain per-device factor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..model import Plan
+
+
+def contexts(plan: Plan, node_of: Mapping[int, str]) -> dict[int, int]:
+    """Device index -> k: how many of the plan's devices run on its node (`node_of`: device
+    index -> node name; devices missing from it share one node)."""
+    devs = list(plan.devices)
+    return {d: sum(1 for e in devs if node_of.get(e, "") == node_of.get(d, "")) for d in devs}
+
+
+@dataclass
+class Speeds:
+    """The estimator's speed memory: kappa (device -> CPU-time factor), sigma ((device, k) ->
+    share of a core) and the latest wall factors (device -> phi, what the last slot measured)."""
+
+    kappa: dict[int, float] = field(default_factory=dict)
+    sigma: dict[tuple[int, int], float] = field(default_factory=dict)
+    wall: dict[int, float] = field(default_factory=dict)
+
+    def factors(self, k_of: Mapping[int, int]) -> tuple[dict[int, float], list[str]]:
+        """(device -> phi under contexts `k_of` (device -> k), notes): kappa * sigma for every
+        measured device (sigma 1 where d was measured at other contexts but not at its k,
+        noted; a device measured without CPU seconds has no shares and kappa is its wall
+        factor); devices without a k keep their latest wall factor."""
+        out, assumed = dict(self.wall), []
+        for d, kap in self.kappa.items():
+            k = k_of.get(d)
+            if k is None:
+                continue
+            s = self.sigma.get((d, k))
+            if s is None:
+                s = 1.0
+                if any(e == d for e, _ in self.sigma):  # kappa is a CPU-time factor
+                    assumed.append(f"{d}@{k}")
+            out[d] = kap * s
+        notes = [(f"device(s) {', '.join(assumed)} not measured at that many busy devices on the node: "
+                  "a whole core assumed (share 1)")] if assumed else []
+        return out, notes
+
+    def update(self, wall: Mapping[int, float], shares: Mapping[int, float | None], k_of: Mapping[int, int]) -> None:
+        """After a slot: `wall` the fitted wall factors of the measured devices, `shares`
+        their compute's CPU share (None: not measured), `k_of` their contexts."""
+        for d, phi in wall.items():
+            s = shares.get(d)
+            self.wall[d] = float(phi)
+            if s is None or not s > 0:  # no CPU seconds: the plain wall factor
+                self.kappa[d] = float(phi)
+                self.sigma = {key: v for key, v in self.sigma.items() if key[0] != d}
+                continue
+            s = min(float(s), 1.0)
+            self.sigma[(d, int(k_of[d]))] = s
+            self.kappa[d] = float(phi) / s
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kappa": {str(d): v for d, v in self.kappa.items()},
+                "sigma": [[d, k, v] for (d, k), v in sorted(self.sigma.items())],
+                "wall": {str(d): v for d, v in self.wall.items()}}
+
+    @classmethod
+    def from_state(cls, s: Mapping[str, Any] | None, legacy: Mapping[str, float] | None = None) -> "Speeds":
+        """From state_dict's output; `legacy`: a checkpoint's plain factors (device -> phi)
+        from before contexts, taken as wall factors and CPU-time factors with no shares."""
+        if not s:
+            f = {int(d): float(v) for d, v in (legacy or {}).items()}
+            return cls(dict(f), {}, dict(f))
+        return cls({int(d): float(v) for d, v in s["kappa"].items()},
+                   {(int(d), int(k)): float(v) for d, k, v in s["sigma"]},
+                   {int(d): float(v) for d, v in s["wall"].items()})
+
+
+def shares_of(compute: Mapping[int, float], compute_cpu: Mapping[int, float | None]) -> dict[int, float | None]:
+    """Device -> CPU seconds over wall seconds of its compute (None where not measured)."""
+    out: dict[int, float | None] = {}
+    for d, w in compute.items():
+        c = compute_cpu.get(d)
+        out[d] = (float(c) / float(w)) if c is not None and w > 0 else None
+    return out
+
