@@ -23,7 +23,6 @@ from ..cost.costs import cost_coeffs
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import holder_mask, migration_time
 from ..cost.pipeline import GroupCoeffs, float_sum
-from ..cost.sync import sync_time
 from ..model.plan import Group, Plan
 from ..model.state import SlotState
 from ..status import Status
@@ -184,7 +183,7 @@ class Scorer:
     def sync(self, s: Structure) -> float:
         v = self._sync.get(s)
         if v is None:
-            v = self._sync[s] = sync_time(self.state, plain(s))
+            v = self._sync[s] = self.cache.sync_time(plain(s))
         return v
 
     def exhausted(self) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.pipeline import GroupCoeffs, group_coeffs, stage_times
+from ..cost.sync import sync_time
 from ..model.memory import share_cap
 from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
@@ -28,7 +29,8 @@ MAX_CARRIED_COEFFS = 100_000
 """SlotCache.following carries at most this many group coefficients (the newest), so that a
 long run of unchanged slots does not grow the cache without bound."""
 MAX_STAGE_TIMES = 100_000
-"""SlotCache keeps the stage times of at most this many (device order, cuts) (the oldest go)."""
+"""SlotCache keeps the stage times of at most this many (device order, cuts), and the sync
+times of at most this many structures (the oldest go)."""
 MAX_BASES = 4096
 """SlotCache keeps the share-free arrays of at most this many device orders (the oldest go)."""
 MAX_SCRATCHES = 16384
@@ -106,6 +108,7 @@ class SlotCache:
         self._scratches: dict[tuple, dict] = {}
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
+        self._sync: dict[tuple, float] = {}
         self._times: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
@@ -337,6 +340,15 @@ class SlotCache:
                     times = self._times[key[:2]] = stage_times(st, devices, cuts)
             gc = self._coeffs[key] = group_coeffs(st, devices, cuts, schedule, recompute, times)
         return gc
+
+    def sync_time(self, structure: tuple) -> float:
+        """`cost.sync.sync_time` of a structure ((devices, cuts), ...), kept per structure."""
+        v = self._sync.get(structure)
+        if v is None:
+            if len(self._sync) >= MAX_STAGE_TIMES:
+                self._sync.pop(next(iter(self._sync)))
+            v = self._sync[structure] = sync_time(self.state, structure)
+        return v
 
     def evaluation(self, plan: Plan) -> Evaluation:
         """`cost.evaluate` of a structurally valid plan (the same numbers); groups at another
