@@ -25,12 +25,19 @@ of 8 B .. 4 MiB between two processes), and so is what a pipeline message costs 
 sees): one calibration slot of a 2-stage GPipe pipeline of p0 > p1 before the runs, whose
 fitted extra latency (runtime.estimator) is added to the instance's latency (`--no-calibrate`:
 not). Without it, ours' first pipeline after a data-parallel slot 0 was predicted 17-49% low.
+Then the node's contention (runtime.speeds: rho(2), the CPU-time rate of p0 while p1 computes
+on the other core, relative to p0 alone): four slots alternating even data parallelism and
+p0 alone, given to every run's controller as its prior (`TrainConfig.contention`; learned
+within a run once a device ran both ways). Without it, ours' first one-device slot after a
+data-parallel slot 0 was measured 10-30% faster than predicted.
 Multi-stage groups run on torch.distributed.pipelining (engine "torch").
 
 Per round (`--rounds`), every policy (ours and the baselines: the same controller,
 observations and processes) runs S slots one after the other; figures from slot 1 on
 (slot 0 is predicted before any measurement): err = measured / predicted - 1 per slot, and
-the mean measured seconds per iteration, each busy rank's CPU share (process CPU seconds
+whether the slot kept the plan of the slot before and how much its measurement then moved
+(the noise floor: a same-plan prediction is the slot before's exact refit), every slot over
+15% with that cause, the mean measured seconds per iteration, each busy rank's CPU share (process CPU seconds
 over wall seconds per iteration: how much of a core it got), and the 1-minute load average
 before and after each run (other processes share the machine). Model view, per round: every
 policy's last plan priced under each run's final estimates, to tell a wrong model input (the
@@ -149,8 +156,24 @@ def pipeline_overhead(inst, per_slot: int, ck: Path, setup: dict) -> float:
     return float(df["extra_latency"].iloc[0])
 
 
+def node_contention(inst, per_slot: int, ck: Path, setup: dict) -> tuple[float, list[float]]:
+    """rho(2), the relative CPU-time rate of p0 while p1 computes on the other core
+    (runtime.speeds): four slots alternating even data parallelism and p0 alone, each slot's
+    CPU-time factor of p0 (its fitted speed factor over its compute's share of a core), and the
+    median over the three neighbouring pairs of the data-parallel factor over the one alone
+    (neighbours, as the machine drifts over minutes). Returns (rho, the three ratios)."""
+    L, B = inst.workload.num_layers, inst.workload.batch
+    dp = plan_to_json(Plan((Group((0,), (L,), B // 2), Group((1,), (L,), B - B // 2))))
+    alone = plan_to_json(Plan((Group((0,), (L,), B),)))
+    n = min(4, inst.num_slots)
+    df = run_policy(inst, "ours", n * per_slot, per_slot, ck, setup, plans=tuple([dp, alone] * 2)[:n])
+    cpu = [json.loads(f)["0"] / json.loads(s)["0"] for f, s in zip(df["speed_factors"], df["core_shares"])]
+    ratios = [(cpu[j] / cpu[j + 1]) if j % 2 == 0 else (cpu[j + 1] / cpu[j]) for j in range(len(cpu) - 1)]
+    return float(statistics.median(ratios)), [round(r, 4) for r in ratios]
+
+
 def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: dict, kill=None,
-               plans: tuple[str, ...] = ()) -> pd.DataFrame:
+               plans: tuple[str, ...] = (), contention: dict[int, float] | None = None) -> pd.DataFrame:
     """One `dynpar train` job of `policy`; its slots.csv. Under a reserving setup device k's process
     is pinned to core k with a raised scheduling weight and no quota limit (runtime.cpuquota)."""
     names = list(setup["repeat"])
@@ -158,17 +181,26 @@ def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: di
     if setup["reserve"]:
         how.update(cpu_quota={d: 1.0 for d in names}, cpu_pin={d: k % (os.cpu_count() or 1) for k, d in enumerate(names)})
     cfg = TrainConfig(MODEL, steps, str(ck), iterations_per_slot=per_slot, checkpoint_every=per_slot // 2,
-                      policy=policy, engine="torch", kill=kill, timeout_s=300, plans=plans, **how)
+                      policy=policy, engine="torch", kill=kill, timeout_s=300, plans=plans,
+                      contention=dict(contention or {}), **how)
     launch(inst, cfg)
     return pd.read_csv(ck / "slots.csv")
 
 
 def figures(df: pd.DataFrame) -> dict:
     """One run's slots: plan, predicted and measured seconds per iteration, err = measured /
-    predicted - 1 (from slot 1 on: slot 0 is predicted before any measurement)."""
+    predicted - 1 (from slot 1 on: slot 0 is predicted before any measurement); the refit
+    residual (the cost model under the slot's own fitted estimates against its measurement:
+    0 where the fit is exact) and, where a slot keeps the plan of the slot before, how much
+    its measurement moved (measured / the slot before's - 1: the noise floor, since a
+    same-plan prediction is the slot before's refit)."""
     later = df[df["slot"] >= 1]
     err = (later["measured_batch_time"] / later["batch_time"] - 1.0).tolist()
+    meas, plans = df["measured_batch_time"].tolist(), df["plan_json"].tolist()
+    same = [round(meas[j] / meas[j - 1] - 1.0, 4) if plans[j] == plans[j - 1] else None for j in range(1, len(df))]
     return {"plans": df["plan"].tolist(), "plan_json": df["plan_json"].tolist(),
+            "refit_residual": (df["refit_batch_time"] / df["measured_batch_time"] - 1.0).round(4).tolist(),
+            "same_plan_change_after_slot0": same,
             "predicted_s": df["batch_time"].round(5).tolist(),
             "measured_s": df["measured_batch_time"].round(5).tolist(),
             "extra_latency_s": df["extra_latency"].round(6).tolist(),
@@ -216,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=512, help="block width W of the wide model (512)")
     ap.add_argument("--kill", default="p1", help="device killed in the drill ('' to skip)")
     ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
-                    help="leave the instance's latency at the ping-pong line (default: add the pipelines' "
-                         "per-message overhead, measured by one slot of a 2-stage pipeline first)")
+                    help="leave the instance's latency at the ping-pong line and the controller's node contention "
+                         "at 1 (default: add the pipelines' per-message overhead, measured by one slot of a 2-stage "
+                         "pipeline first, and give the controller rho(2) measured by four slots alternating data "
+                         "parallelism and p0 alone)")
     a = ap.parse_args(argv)
     slots, per, rounds = (3, 8, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
     setup = SETUPS[a.setup]
@@ -234,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         link = measure_link()
         out["link_measured"] = {"latency_ms": round(link[0] * 1e3, 4), "gbps": round(link[1] * 8 / 1e9, 3)}
+        contention: dict[int, float] = {}
         names = list(setup["repeat"])
         inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, names, setup["reserve"]))
         if a.calibrate:
@@ -241,12 +276,16 @@ def main(argv: list[str] | None = None) -> int:
             link = (link[0] + extra, link[1])
             out["pipeline_overhead_ms"] = round(extra * 1e3, 4)
             inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, names, setup["reserve"], False))
+            if len(names) == 2:
+                rho, ratios = node_contention(inst, per, tmp / "contention", setup)
+                contention = {2: rho}
+                out["node_contention"] = {"rho_2": round(rho, 4), "pair_ratios": ratios}
         for k in range(rounds):
             runs = {}
             for pol in policies:
                 load0 = os.getloadavg()[0]
                 t0 = time.perf_counter()
-                df = run_policy(inst, pol, slots * per, per, tmp / f"{pol}-{k}", setup)
+                df = run_policy(inst, pol, slots * per, per, tmp / f"{pol}-{k}", setup, contention=contention)
                 runs[pol] = {**figures(df), "wall_s": round(time.perf_counter() - t0, 2),
                              "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
             out["rounds_data"].append({"runs": runs, "model_view": cross_check(inst, runs)})
@@ -255,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             kill_at = per // 2 + per // 4 + 1  # in slot 0, whose plan (before any measurement) uses every device
             t0 = time.perf_counter()
             try:
-                run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at))
+                run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at), contention=contention)
                 raise RuntimeError("the drill's worker was not killed")
             except TrainFailed as e:
                 first_s = time.perf_counter() - t0
@@ -264,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             meta = ckpt.read_meta(ckpt.latest(ck))
             running = plan_from_dict(meta["controller"]["previous_plan"]).summary(inst.state(0))
             t1 = time.perf_counter()
-            df = run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at))
+            df = run_policy(inst, "ours", slots * per, per, ck, setup, kill=(a.kill, kill_at), contention=contention)
             resumed = df[df["restarts"] > 0]
             out["drill"] = {"killed": a.kill, "at_step": kill_at, "checkpoint_step": ckpt_step,
                             "lost_iterations": kill_at - ckpt_step, "first_launch_s": round(first_s, 2),
@@ -281,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
                         "max_abs_err": round(max(errs), 4) if errs else None,
                         "median_abs_err": round(statistics.median(errs), 4) if errs else None,
                         "slots_within_15pct": f"{sum(e <= 0.15 for e in errs)}/{len(errs)}"}
+    misses = [(k, pol, j + 1, e, r["same_plan_change_after_slot0"][j])
+              for k, rd in enumerate(out["rounds_data"]) for pol, r in rd["runs"].items()
+              for j, e in enumerate(r["err_after_slot0"]) if abs(e) > 0.15]
+    out["misses"] = [{"round": k, "policy": pol, "slot": j, "err": e, "same_plan_change": c,
+                      "cause": ("same plan, measured moved " + f"{c:+.1%}") if c is not None else "re-plan"}
+                     for k, pol, j, e, c in misses]
     out["summary"] = summary
     if "ours" in summary:
         o = summary["ours"]["median_measured_s"]
@@ -290,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(a.out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train_bench.json").write_text(json.dumps(out, indent=1))
-    print(f"link: {out['link_measured']}, pipeline message overhead {out.get('pipeline_overhead_ms', 'not measured')} ms; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
+    print(f"link: {out['link_measured']}, pipeline message overhead {out.get('pipeline_overhead_ms', 'not measured')} ms, "
+          f"node contention {out.get('node_contention', 'not measured')}; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
           f"iterations, {rounds} round(s), setup {a.setup}: repeat {setup['repeat']}, "
           f"{'one reserved core per process' if setup['reserve'] else 'processes share the cores'}")
     print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | "
@@ -299,13 +345,17 @@ def main(argv: list[str] | None = None) -> int:
         for pol, x in r["runs"].items():
             for j in range(1, len(x["plans"])):
                 share = " ".join(f"{v:.2f}" for v in x["cpu_share"][j].values())
+                c = x["same_plan_change_after_slot0"][j - 1]
+                moved = f"same plan, measured {c:+.1%}" if c is not None else "re-plan"
                 print(f"  {pol:8s} {k} {j} | {x['plans'][j]:28s} | {x['predicted_s'][j]:.4f} -> {x['measured_s'][j]:.4f} "
-                      f"({x['err_after_slot0'][j - 1]:+.1%}) | cpu share {share} | {x['load_1min']}")
+                      f"({x['err_after_slot0'][j - 1]:+.1%}; {moved}) | cpu share {share} | {x['load_1min']}")
     for pol, v in summary.items():
         print(f"{pol:8s} measured {v['median_measured_s']:.4f} s/iter (median of rounds {v['measured_s_per_round']}), "
               f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}, within 15%: {v['slots_within_15pct']} slots")
     if "ours_vs" in out:
         print("baseline time / ours:", out["ours_vs"], "| best baseline:", out["best_baseline"])
+    print(f"slots over 15%: {len(out['misses'])}" + "".join(
+        f"\n  {m['policy']} round {m['round']} slot {m['slot']}: {m['err']:+.1%} ({m['cause']})" for m in out["misses"]))
     for k, r in enumerate(out["rounds_data"]):
         print(f"round {k} model view (each run's final estimates -> every policy's last plan, s/iter):")
         for judge, v in r["model_view"].items():

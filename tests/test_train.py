@@ -350,7 +350,8 @@ def test_speeds_share_of_a_core_by_context() -> None:
     """runtime.speeds: a device measured with its node's other device busy (k = 2, share 0.8)
     is priced alone (k = 1) at its CPU-time factor with a whole core, said in a note, and at
     k = 2 again at what was measured; once measured alone, that share is used; no CPU seconds:
-    the plain wall factor; the state round-trips; contexts count devices per node."""
+    the plain wall factor; the state round-trips; contexts count devices per node; the node
+    rate rho(k) from a prior, replaced once a device ran alone and at k."""
     from solver.runtime.speeds import Speeds, contexts, shares_of
     sp = Speeds()
     both = Plan((Group((0,), (7,), 16), Group((1,), (7,), 16)))
@@ -371,6 +372,18 @@ def test_speeds_share_of_a_core_by_context() -> None:
     again = Speeds.from_state(json.loads(json.dumps(sp.state_dict())))
     assert again == sp
     assert Speeds.from_state(None, {"0": 0.7}).factors({0: 1})[0] == {0: 0.7}
+    # rho: device 0 alone at CPU-time factor 0.5, beside another at 0.4: rho(2) = 0.8 learned,
+    # and it replaces the prior; a device measured only beside another is priced alone at
+    # its factor over rho(2)
+    assert sp.rho(2) == pytest.approx(1.0)  # device 0: CPU-time factor 0.5 both ways
+    sp.update({2: 0.5}, {2: 1.0}, {2: 1})
+    sp.update({2: 0.4}, {2: 1.0}, {2: 2})
+    assert sp.rho(2) == pytest.approx(0.9) and sp.rho(1) == 1.0  # the median of 1.0 and 0.8
+    pri = Speeds(prior={2: 0.8})
+    pri.update({1: 0.32}, {1: 1.0}, {1: 2})
+    assert pri.factors({1: 1})[0][1] == pytest.approx(0.4) and pri.factors({1: 2})[0][1] == pytest.approx(0.32)
+    assert Speeds().rho(2) == 1.0
+    assert Speeds.from_state(pri.state_dict(), prior={2: 0.5}).rho(2) == 0.5
 
 
 def test_profile_measures_the_optimizer_step(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
                  [--devices a,b] [--device-map NODE:LOCAL_RANK=DEVICE,...] [--node NAME]
                  [--repeat DEVICE=R,...] [--cpu-quota DEVICE=FRACTION,...] [--cpu-pin DEVICE=CORE,...]
-                 [--kill-at DEVICE:STEP]
+                 [--kill-at DEVICE:STEP] [--contention K=RHO,...]
                  [--out DIR] [--engine torch|hand] [--accelerator cpu|cuda]
 
 Spawns one process per device on this machine, or, under torchrun, is one of its ranks
@@ -43,6 +43,21 @@ def _pairs(text: str, flag: str) -> dict[str, int]:
             raise ValueError(f"{flag}: expected DEVICE=INTEGER, got {part!r}") from None
         if not sep or out[k.strip()] < 1:
             raise ValueError(f"{flag}: expected DEVICE=INTEGER >= 1, got {part!r}")
+    return out
+
+
+def _contention(text: str) -> dict[int, float]:
+    """--contention K=RHO,...: k (2 or more busy devices on a node) -> rho in (0, 4]."""
+    out: dict[int, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        k, sep, v = part.partition("=")
+        try:
+            kk, rho = int(k), float(v)
+        except ValueError:
+            raise ValueError(f"--contention: expected K=RHO (an integer K >= 2, a rate RHO), got {part!r}") from None
+        if not sep or kk < 2 or not 0 < rho <= 4:
+            raise ValueError(f"--contention: expected K >= 2 and RHO in (0, 4], got {part!r}")
+        out[kk] = rho
     return out
 
 
@@ -96,7 +111,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                       args.checkpoint_every, args.V, args.policy, args.out,
                       _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine,
                       accelerator=args.accelerator, cpu_quota=_fractions(args.cpu_quota, "--cpu-quota"),
-                      cpu_pin=_cores(args.cpu_pin))
+                      cpu_pin=_cores(args.cpu_pin), contention=_contention(args.contention))
     out = Path(args.out or args.checkpoint_dir)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
@@ -197,6 +212,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "< 1 a CPU quota of that fraction of a core (runtime.cpuquota)")
     t.add_argument("--cpu-pin", default="", help="DEVICE=CORE,...: run that device's process on that core only "
                    "(devices with --cpu-quota)")
+    t.add_argument("--contention", default="",
+                   help="K=RHO,...: prior relative CPU-time rate of a device while K of the plan's devices compute "
+                        "on its node (runtime.speeds; default 1, learned once a device ran alone and at K)")
     t.add_argument("--kill-at", default=None, help="failure drill DEVICE:STEP: that process kills itself (SIGKILL)")
     t.add_argument("--out", default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
     t.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds (60)")

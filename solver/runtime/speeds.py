@@ -13,15 +13,26 @@ predicted).
 The model. For device d and a plan, k_d is the number of the plan's devices whose processes
 run on d's node (runtime.trainer: the torchrun node; a spawned job is one node). d's speed
 factor under the plan is
-    phi_d = kappa_d * sigma_d(k_d),
-kappa_d its CPU-time factor (plan-independent) and sigma_d(k) the share of a core its stage
-compute got (CPU seconds of the compute thread over the compute's wall seconds, at most 1) in
-the latest slot that ran d with k_d = k. After a slot with d measured (wall factor phi, share
-s at context k): sigma_d(k) = s and kappa_d = phi / s. A device measured at one context but
-not yet at k is assumed to get its whole core there (sigma 1, as under `dynpar profile`, which
-runs alone), and the row's estimator note says so. A device never measured keeps the trace's
-factor. Without CPU seconds (the CUDA path, whose compute waits on the device, or the
-hand-written pipeline) sigma is 1 and kappa the wall factor: the plain per-device factor.
+    phi_d = a_d * rho(k_d) * sigma_d(k_d),
+a_d its CPU-time factor alone on its node (plan-independent), rho(k) the node's relative
+CPU-time rate while k of the plan's devices compute on it (rho(1) = 1: cores that share caches
+and memory bandwidth run slower side by side; `TrainConfig.contention` gives a prior, e.g.
+measured once per cluster as bench_train does, else 1), and sigma_d(k) the share of a core
+d's stage compute got (CPU seconds of the compute thread over the compute's wall seconds, at
+most 1) in the latest slot that ran d at context k. After a slot with d measured (wall factor
+phi, share s at context k): sigma_d(k) = s and a_d = phi / (s * rho(k)); once some device has
+been measured both alone (k = 1) and at k, rho(k) is the median over such devices of the ratio
+of their latest CPU-time factors there, replacing the prior. A device measured at one context
+but not yet at k is assumed to get its whole core there (sigma 1, as under `dynpar profile`,
+which runs alone), and the row's estimator note says so. A device never measured keeps the
+trace's factor. Without CPU seconds (the CUDA path, whose compute waits on the device, or the
+hand-written pipeline) sigma is 1 and rho is not used: the plain per-device wall factor.
+
+Why rho: with the compute timed on its own thread, busy ranks got 0.79-1.00 of their core in
+every kind of slot (median 0.98), yet p0's CPU-time factor was a median 0.83 in data-parallel
+slots (p1 computing on the other core) against 1.01 alone, over the same two runs; without a
+prior for rho, ours' first one-device slot after data parallelism was measured 10-30% faster
+than predicted.
 """
 from __future__ import annotations
 
@@ -40,12 +51,28 @@ def contexts(plan: Plan, node_of: Mapping[int, str]) -> dict[int, int]:
 
 @dataclass
 class Speeds:
-    """The estimator's speed memory: kappa (device -> CPU-time factor), sigma ((device, k) ->
-    share of a core) and the latest wall factors (device -> phi, what the last slot measured)."""
+    """The estimator's speed memory: kappa (device -> CPU-time factor alone on its node, a_d),
+    sigma ((device, k) -> share of a core), the latest wall factors (device -> phi, what the
+    last slot measured), prior (k -> rho(k) given) and seen ((device, k) -> the latest CPU-time
+    factor measured at k, for learning rho)."""
 
     kappa: dict[int, float] = field(default_factory=dict)
     sigma: dict[tuple[int, int], float] = field(default_factory=dict)
     wall: dict[int, float] = field(default_factory=dict)
+    prior: dict[int, float] = field(default_factory=dict)
+    seen: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def rho(self, k: int) -> float:
+        """The node's relative CPU-time rate at k busy devices: learned (the median over devices
+        measured alone and at k of their CPU-time factor ratio), else the prior, else 1."""
+        if k <= 1:
+            return 1.0
+        ratios = sorted(v / self.seen[(d, 1)] for (d, kk), v in self.seen.items()
+                        if kk == k and (d, 1) in self.seen and self.seen[(d, 1)] > 0)
+        if ratios:
+            m = len(ratios)
+            return ratios[m // 2] if m % 2 else 0.5 * (ratios[m // 2 - 1] + ratios[m // 2])
+        return float(self.prior.get(k, 1.0))
 
     def factors(self, k_of: Mapping[int, int]) -> tuple[dict[int, float], list[str]]:
         """(device -> phi under contexts `k_of` (device -> k), notes): kappa * sigma for every
@@ -57,12 +84,14 @@ class Speeds:
             k = k_of.get(d)
             if k is None:
                 continue
+            if not any(e == d for e, _ in self.sigma):  # no CPU seconds: kappa is the wall factor
+                out[d] = kap
+                continue
             s = self.sigma.get((d, k))
             if s is None:
                 s = 1.0
-                if any(e == d for e, _ in self.sigma):  # kappa is a CPU-time factor
-                    assumed.append(f"{d}@{k}")
-            out[d] = kap * s
+                assumed.append(f"{d}@{k}")
+            out[d] = kap * self.rho(k) * s
         notes = [(f"device(s) {', '.join(assumed)} not measured at that many busy devices on the node: "
                   "a whole core assumed (share 1)")] if assumed else []
         return out, notes
@@ -77,25 +106,33 @@ class Speeds:
                 self.kappa[d] = float(phi)
                 self.sigma = {key: v for key, v in self.sigma.items() if key[0] != d}
                 continue
-            s = min(float(s), 1.0)
-            self.sigma[(d, int(k_of[d]))] = s
-            self.kappa[d] = float(phi) / s
+            s, k = min(float(s), 1.0), int(k_of[d])
+            self.sigma[(d, k)] = s
+            self.seen[(d, k)] = float(phi) / s
+            self.kappa[d] = float(phi) / (s * self.rho(k))
 
     def state_dict(self) -> dict[str, Any]:
         return {"kappa": {str(d): v for d, v in self.kappa.items()},
                 "sigma": [[d, k, v] for (d, k), v in sorted(self.sigma.items())],
-                "wall": {str(d): v for d, v in self.wall.items()}}
+                "wall": {str(d): v for d, v in self.wall.items()},
+                "prior": {str(k): v for k, v in self.prior.items()},
+                "seen": [[d, k, v] for (d, k), v in sorted(self.seen.items())]}
 
     @classmethod
-    def from_state(cls, s: Mapping[str, Any] | None, legacy: Mapping[str, float] | None = None) -> "Speeds":
-        """From state_dict's output; `legacy`: a checkpoint's plain factors (device -> phi)
-        from before contexts, taken as wall factors and CPU-time factors with no shares."""
+    def from_state(cls, s: Mapping[str, Any] | None, legacy: Mapping[str, float] | None = None,
+                   prior: Mapping[int, float] | None = None) -> "Speeds":
+        """From state_dict's output (its saved prior replaced by `prior` when given);
+        `legacy`: a checkpoint's plain factors (device -> phi) from before contexts, taken as
+        wall factors and CPU-time factors with no shares."""
+        given = {int(k): float(v) for k, v in (prior or {}).items()}
         if not s:
             f = {int(d): float(v) for d, v in (legacy or {}).items()}
-            return cls(dict(f), {}, dict(f))
+            return cls(dict(f), {}, dict(f), given)
         return cls({int(d): float(v) for d, v in s["kappa"].items()},
                    {(int(d), int(k)): float(v) for d, k, v in s["sigma"]},
-                   {int(d): float(v) for d, v in s["wall"].items()})
+                   {int(d): float(v) for d, v in s["wall"].items()},
+                   given or {int(k): float(v) for k, v in s.get("prior", {}).items()},
+                   {(int(d), int(k)): float(v) for d, k, v in s.get("seen", [])})
 
 
 def shares_of(compute: Mapping[int, float], compute_cpu: Mapping[int, float | None]) -> dict[int, float | None]:

@@ -74,7 +74,9 @@ class TrainConfig:
     accelerator: "cpu" (gloo) or "cuda" (GPU LOCAL_RANK, NCCL: runtime.placement);
     cpu_quota: device name -> fraction of one core its process may use (emulated slower
     device, the kernel's CPU quota: runtime.cpuquota), cpu_period_us its period; cpu_pin:
-    device name -> the one core its process runs on (a device with a cpu_quota only)."""
+    device name -> the one core its process runs on (a device with a cpu_quota only);
+    contention: k -> rho, the prior relative CPU-time rate of a device while k of the plan's
+    devices compute on its node (runtime.speeds; 1 when not given)."""
 
     model: str
     steps: int
@@ -93,6 +95,7 @@ class TrainConfig:
     cpu_quota: dict[str, float] = field(default_factory=dict)
     cpu_period_us: int = cpuquota.PERIOD_US
     cpu_pin: dict[str, int] = field(default_factory=dict)
+    contention: dict[int, float] = field(default_factory=dict)
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
@@ -146,7 +149,7 @@ class Controller:
         self.queues = tuple(s.get("queues", initial_queues(len(self.limits))))
         prev = s.get("previous_plan")
         self.previous: Plan | None = plan_from_dict(prev) if prev else None
-        self.speeds = Speeds.from_state(s.get("speeds"), s.get("factors"))
+        self.speeds = Speeds.from_state(s.get("speeds"), s.get("factors"), cfg.contention)
         self.delta = float(s.get("delta", 0.0))
         self.beta = float(s.get("beta", 1.0))
         self.rows: list[dict] = list(s.get("rows", []))
@@ -239,6 +242,7 @@ class Controller:
                     "speed_contexts": json.dumps({str(d): k for d, k in sorted(p["k_of"].items())}),
                     "core_shares": json.dumps({str(d): v for d, v in sorted(shares.items())}),
                     "cpu_factors": json.dumps({str(d): v for d, v in sorted(self.speeds.kappa.items())}),
+                    "node_rates": json.dumps({str(k): self.speeds.rho(k) for k in sorted(set(p["k_of"].values()))}),
                     "estimator_note": "; ".join([*p["notes"], *([est.note] if est.note else [])])})
         self.delta, self.beta = est.delta, est.beta
         self.queues, self.previous = Qn, plan
