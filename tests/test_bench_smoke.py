@@ -19,3 +19,17 @@ def test_bench_smoke(tmp_path):
     assert ours < even
     report = (tmp_path / "REPORT.md").read_text()
     assert "default" in report and "ours" in report
+
+
+def test_bench_budget_smoke(tmp_path):
+    """bench_budget on two small slots: each gap is the default plan's against the better of the
+    two searches (so never negative), and big_worse says whether the larger budget lost."""
+    from benchmarks.bench_budget import main as budget_main
+    assert budget_main([str(tmp_path), "--slots", "2", "--sizes", "8", "--factor", "2"]) == 0
+    table = pd.read_csv(tmp_path / "budget.csv")
+    assert len(table) == 2 and (table["n"] == 8).all()
+    feasible = table[table["objective"] < float("inf")]
+    assert (feasible["gap"] >= 0).all()
+    ref = feasible[["objective", "big_objective"]].min(axis=1)
+    assert ((feasible["gap"] - (feasible["objective"] / ref - 1)).abs() < 1e-12).all()
+    assert (feasible["big_worse"] == (feasible["big_objective"] > feasible["objective"] * (1 + 1e-12))).all()
