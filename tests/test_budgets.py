@@ -16,6 +16,7 @@ from solver.cost import evaluate
 from solver.io.synthetic import random_instance
 from solver.model import Budget
 from solver.online import run_online
+from solver.online.pricing import MARGIN
 from solver.online.tracking import Tracker, cheapest_plan, preflight
 from solver.online.vrule import choose_V, default_v
 from solver.status import Status
@@ -267,7 +268,16 @@ def test_priced_run_rows_and_pricing_argument():
     assert run.summary["pricing"] == "history"
     for b in inst.budgets:
         assert run.rows[f"price_{b.name}"].notna().all() and (run.rows[f"price_{b.name}"] >= 0).all()
-        assert run.rows[f"target_{b.name}"].iloc[0] == pytest.approx(1.0)
+        # the target: 1 - E / R less the margin, none in the first slot, at most MARGIN / sqrt(n)
+        # later (n slots in the history; less only near the history's cheapest use)
+        r = run.rows
+        over = (r[f"cost_{b.name}"] / b.limit - 1.0).cumsum().shift(fill_value=0.0)
+        left = len(r) - np.arange(len(r))
+        margin = (1.0 - over / left - r[f"target_{b.name}"]).to_numpy()
+        full = MARGIN / np.sqrt(np.arange(1, len(r) + 1))
+        assert margin[0] == pytest.approx(0.0, abs=1e-12)
+        assert np.all(margin[1:] >= -1e-12) and np.all(margin[1:] <= full[1:] + 1e-12)
+        assert np.isclose(margin[1:], full[1:]).any()
     plain = run_online(inst, budget_tolerance=None)
     assert plain.summary["pricing"] == "queue" and "price_money" not in plain.rows
     with pytest.raises(ValueError, match="pricing"):
@@ -315,3 +325,37 @@ def test_cli_pricing_flag(tmp_path, capsys):
                  "--policy", "even-dp", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--pricing history" in err[0] and "even-dp" in err[0]
+
+
+class _Ch:
+    """A stand-in Charge: costs per budget, charged time (s), the slot objective."""
+
+    def __init__(self, T: float, costs: tuple[float, ...]) -> None:
+        self.costs, self.charged_time, self.batch_time = costs, T, T
+
+    def objective(self, queues, V: float) -> float:
+        return V * self.charged_time + float(np.dot(queues, self.costs))
+
+
+class _Res:
+    def __init__(self, plan) -> None:
+        self.plan, self.candidate_pool = plan, ()
+
+
+def test_tracker_takes_an_admissible_plan_of_the_slots_searches():
+    """When the plan is over the allowance and the tracking weights' searches find nothing
+    within it but the slow slack plan, the tracker takes a faster admissible plan that the slot's
+    other searches found (`others`), and only with them."""
+    from solver.online.tracking import track
+    costs = {"fast": (1.30,), "tracked": (1.25,), "mid": (1.05,), "slack": (0.70,)}
+    times = {"fast": 0.5, "tracked": 0.55, "mid": 0.7, "slack": 2.2}
+    charge = {p: _Ch(times[p], costs[p]) for p in costs}
+
+    def run(others):
+        tr = Tracker(0.01, 10, (1.0,), (True,))   # allowance 0.1 budgets' worth: y <= 1.1 is admissible
+        return track(tr, "fast", charge["fast"], (0.5,), 1.0, lambda q: _Res("tracked"), charge.__getitem__,
+                     "slack", remaining=5, valid=lambda p: True, others=others)
+    with_others = run(["fast", "mid", "slack"])
+    assert (with_others.plan, with_others.how) == ("mid", "slot's plans")
+    alone = run([])
+    assert (alone.plan, alone.how) == ("slack", "slack plan")

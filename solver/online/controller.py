@@ -42,7 +42,7 @@ from ..subproblems.cache import SlotCache
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
 from .policies import Decision, Ours, Policy, make_policy, with_lp_shares
-from .pricing import BRACKET, FASTEST_TUNING, RESHARE, TIE, History, Price, lp_weight, points
+from .pricing import BRACKET, FASTEST_TUNING, MARGIN, RESHARE, TIE, History, Price, lp_weight, points
 from .queues import initial_queues, update_queues
 from .result import OnlineRun, run_status
 from .summary import summarise
@@ -196,6 +196,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         Vt = vc.V if vc is not None else 1.0
         extra: dict[str, Any] = {}
         W = Q   # the weights the search and the tracker use: the queues, or V * the price
+        slot_plans: list[Plan] = []   # with the price: every plan the slot's searches found (tracker candidates)
 
         def charge(p: Plan) -> Charge:
             return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot, cache=cache)
@@ -209,14 +210,21 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 history.extend_last(points(pool, limits))
                 pr = _price(history, pr.target, state)
                 W = tuple((Vt if Vt > 0 else 1.0) * x for x in pr.lam)
-            for k, b in enumerate(instance.budgets):
-                extra[f"price_{b.name}"] = pr.lam[k]
-                extra[f"target_{b.name}"] = pr.target[k]
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
                          getattr(res, "solve_time", 0.0))
             carried = [p for p in (plan_from_json(js) for js in cs.extra.get("carry", [])) if p is not None]
-            plans = [*seen, *(c[0] for c in pool)]
+            plans = [*seen, *(c[0] for c in pool), *([slack] if slack is not None else [])]
             plans += _reshared(plans + carried, state, W, Vt, limits, cache)
+            slot_plans = plans
+            # every plan of the slot joins its frontier and the price is learnt a last time: the plan
+            # chosen at the price is then one of the LP's own points for this slot (ties: its weights)
+            history.extend_last(points([(p, *_tc(cache.evaluation(p))) for p in dict.fromkeys(plans)
+                                        if not p.validate(state)], limits))
+            pr = _price(history, pr.target, state)
+            W = tuple((Vt if Vt > 0 else 1.0) * x for x in pr.lam)
+            for k, b in enumerate(instance.budgets):
+                extra[f"price_{b.name}"] = pr.lam[k]
+                extra[f"target_{b.name}"] = pr.target[k]
             d = _best_at_price(d, plans, state, charge, W, Vt,
                                lambda p: lp_weight(pr, history, points([(p, *_tc(cache.evaluation(p)))], limits)[0]))
             cs.extra["carry"] = [plan_to_json(p) for p in _top_structures(plans, state, W, Vt, limits, cache)]
@@ -254,7 +262,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                            slack,
                            remaining=instance.num_slots - t - 1,
                            cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
-                           valid=(lambda p: not p.validate(state)) if priced else None)
+                           valid=(lambda p: not p.validate(state)) if priced else None,
+                           others=slot_plans)
                 if tr.how != "plan":
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
                                  d.solve_time + tr.extra_solve_time)
@@ -288,7 +297,7 @@ def _priced_weights(state: SlotState, V: float, slack: Plan | None, history: His
                     fastest: Callable[[], Any]) -> tuple[tuple[float, ...], Price, list[Plan]]:
     """Record this slot's frontier and price the budgets from the history (online.pricing):
     weights V * lambda. The frontier is the slack plan and the candidate pools of the search
-    with every queue 0, with every budget at BRACKET times and 1 / BRACKET the last price's
+    with every queue 0, with every budget at 1 / BRACKET, 1 and BRACKET times the last price's
     scale s (its largest component; before any price, one reference batch time per budget's
     worth: this slot's fastest batch time) and, for K >= 2, with each budget alone at s. The
     fastest runs a lighter local search (FASTEST_TUNING). Returns the
@@ -302,7 +311,7 @@ def _priced_weights(state: SlotState, V: float, slack: Plan | None, history: His
     last = max(history.lam, default=0.0)
     scale = last if last > 0 else (fast.batch_time if fast.plan is not None else 0.0)
     if scale > 0 and np.isfinite(scale):
-        weights = [(f * scale,) * K for f in (1.0 / BRACKET, BRACKET)]
+        weights = [(f * scale,) * K for f in (1.0 / BRACKET, 1.0, BRACKET)]
         if K >= 2:   # each budget alone: the search is a heuristic, and weighing one budget finds other plans
             weights += [tuple(scale if j == k else 0.0 for j in range(K)) for k in range(K)]
         for w in weights:
@@ -313,9 +322,29 @@ def _priced_weights(state: SlotState, V: float, slack: Plan | None, history: His
         pts.append(points([(slack, ev.batch_time, ev.costs)], limits))
     history.add(np.vstack(pts) if pts else np.zeros((0, K + 1)))
     left = max(horizon - executed, 1)
-    pr = _price(history, [1.0 - e / left for e in excess], state)
+    pr = _price(history, _target(history, excess, left), state)
     scale = V if V > 0 else 1.0
     return tuple(scale * x for x in pr.lam), pr, [c[0] for pool in pools for c in (pool or ())]
+
+
+def _target(history: History, excess: Sequence[float], left: int) -> list[float]:
+    """The price's target use per budget (budgets' worth per slot): 1 - E_k / R less the margin
+    (online.pricing): MARGIN / sqrt(n) for n >= 2 slots in the history, none for the first
+    (with one slot the LP has no other slot to trade against: its price is the slope of this
+    slot's frontier at the target, and any margin only pushes the slot off its fastest plan), and
+    at most half the distance from 1 - E_k / R down to the least use of budget k the history can
+    reach (the mean over its slots of their cheapest point in k): a margin never makes a
+    reachable target unreachable (the elastic price is for budgets that cannot be met)."""
+    K = len(excess)
+    slots = [np.asarray(sl, dtype=float).reshape(-1, K + 1) for sl in history.slots if len(sl)]
+    n = len(slots)
+    low = np.mean([sl[:, 1:].min(axis=0) for sl in slots], axis=0) if slots else np.zeros(K)
+    out = []
+    for k, e in enumerate(excess):
+        g = 1.0 - e / left
+        m = MARGIN / np.sqrt(n) if n >= 2 else 0.0
+        out.append(g - min(m, max(0.5 * (g - low[k]), 0.0)))
+    return out
 
 
 def _top_structures(plans: Sequence[Plan], state: SlotState, W: Sequence[float], V: float,

@@ -20,7 +20,18 @@ Q_k = V lambda_k: the objective V T + sum_k Q_k c_k / Cbar_k is then V (T + lamb
 
 Feedback. The target steers the rest of the run back to the limit: with E_k the realised
 excess so far (online.tracking) and R the slots left, this one included, g_k = 1 - E_k / R,
-so that R more slots at use g_k end with no excess. A target the history's plans cannot reach
+so that R more slots at use g_k end with no excess, less a margin MARGIN / sqrt(n) for n >= 2
+slots in the history (none for the first; at most half the way down to the history's cheapest
+use of the budget: online.controller._target): g_k = 1 - E_k / R - margin. The price learnt
+from n slots is an estimate, and the two ways to miss it do not cost alike under the budget tracker: a slot that
+spends more than the trace's price would have eats the tracker's allowance, which no later
+slot can lend back (on `default` the first five slots priced money at 0.27-0.36 s per budget's
+worth, the whole trace's price is 1.84, and the tracker then replaced two of the expensive
+middle slots' plans by ones twice as slow), while money a slot leaves unspent is spent later
+(the target rises as E_k falls; the last slots run at price 0 when it is left over). The margin,
+like the shrunk budgets of the learning algorithms of online linear programming, asks the
+early slots for a little less than the history says; it decays as the history grows (0.071 at
+n = 2, 0.022 at 20, 0.007 at the WINDOW's 200). A target the history's plans cannot reach
 (alone or together with the others) is met elastically: each budget row has a slack column
 costing PRICE_CAP * T_max per budget's worth (T_max the history's slowest batch time), so the
 LP always solves, a budget it cannot reach gets the price PRICE_CAP * T_max (the search then
@@ -40,10 +51,11 @@ import numpy as np
 from ..subproblems.highs import quiet_highs
 
 WINDOW = 200
-BRACKET = 3.0     # the frontier of a slot is searched at the last price times and over this
+BRACKET = 3.0     # the frontier of a slot is searched at the last price, and at it times and over this
 PRICE_CAP = 1e4  # the elastic budget rows' price, in slowest batch times per budget's worth
 MAX_POINTS = 64   # per slot, after pruning: the frontier points kept, spread over the batch-time range
 TIE = 1e-6         # relative: slot objectives (and frontier points) this close are tied
+MARGIN = 0.1      # the target's margin with n slots in the history: MARGIN / sqrt(n) budgets' worth per slot
 RESHARE = 8       # structures of the slot's pools given the slot LP's shares at the price (online.controller)
 FASTEST_TUNING = {"local_starts": 1, "local_max_iter": 10, "final_local_max_iter": 2, "polish_top_small": 1,
                    "polish_top": 1, "polish_rounds": 1}
@@ -108,7 +120,11 @@ class History:
         """Merge more of the current slot's points (e.g. the pool of the priced search)."""
         if not self.slots:
             raise ValueError("History.extend_last: no slot recorded yet")
-        both = np.vstack([np.asarray(self.slots[-1], dtype=float), np.asarray(points, dtype=float)])
+        new = np.asarray(points, dtype=float)
+        if not new.size:
+            return
+        new = new.reshape(-1, new.shape[-1])
+        both = np.vstack([np.asarray(self.slots[-1], dtype=float).reshape(-1, new.shape[1]), new])
         self.slots[-1] = frontier(both).tolist()
 
     def price(self, target: Sequence[float]) -> Price:
