@@ -66,7 +66,7 @@ def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
             R[k] = float(sum(state.devices[d].idle_power_w for d in held))
             e[k] = [g.busy_j for g in groups]
         elif b.kind == "device_energy":
-            i, frac = _budget_device(state, b.device)
+            i, frac = budget_device(state, b.device)
             for gi, g in enumerate(groups):
                 if i in g.devices:
                     R[k] = state.devices[i].idle_power_w * frac
@@ -76,7 +76,7 @@ def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
     return CostCoeffs(R, e, F)
 
 
-def _budget_device(state: SlotState, name: str) -> tuple[int, float]:
+def budget_device(state: SlotState, name: str) -> tuple[int, float]:
     """(index in state, fraction of its power that is the named device's): on a state of TP
     units, the unit holding that device and 1/t (its members draw alike)."""
     if state.members is None:

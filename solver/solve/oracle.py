@@ -32,6 +32,7 @@ from dataclasses import replace
 from ..model import Plan, SlotState, share_cap
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
+from ..subproblems.cuts import frontier_cuts_all_levels, min_bottleneck_cuts
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .options import SearchTuning, SlotResult, SolveOptions
@@ -153,11 +154,66 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
     elif egress_unweighed(state, Q) or (state.tp is not None and sc.variants):
         what = frontier_note(state, Q, sc.variants)       # the frontier is not exact there: no certificate
     else:
-        ok, why = certify(sc, ordered_groupings(avail), options_of, sc.best.objective, sc.prev is not None)
-        what = (f"exact for the model (per ordered group the exact time / cost frontier of cut sets at every "
-                f"share; certified that no cut set off it wins through the sync or migration: {why})" if ok else
-                f"{frontier_note(state, Q, sc.variants)}; not certified: {why}")
+        what = _certified(sc, avail, options_of, lambda g: _rescue_options(sc, g, tune), tune)
     return slot_result(state, sc, Q, V, Status.OPTIMAL, f"oracle: {what}; {sc.count} structures scored", t0)
+
+
+def _rescue_options(sc: Scorer, g: tuple[int, ...], tune: SearchTuning) -> tuple[list[tuple] | None, list[tuple]]:
+    """(every, earlier) entries of an ordered group for a grouping the certificate did not
+    clear: every cut set with its variants (None where more than tune.oracle_all_cuts_limit at
+    some size), and the earlier oracle's candidates: GPipe frontier cut sets at every GPipe
+    memory level, the min-alpha cuts, and their variants."""
+    every: list[tuple] | None = []
+    earlier: list[tuple] = []
+    for u in sc.micro_batches:
+        mb = sc.mb(u)
+        st_u, cache_u = sc.at(mb)
+        if every is not None and math.comb(st_u.workload.num_layers - 1, len(g) - 1) <= tune.oracle_all_cuts_limit:
+            every += [e for c in all_cut_sets(st_u, g) for e in [entry(g, c, micro_batch=mb),
+                                                                   *variant_entries(sc, g, c, mb)]]
+        else:
+            every = None
+        fr = {"cache": cache_u, "relax": tune.frontier_relax, "seeds": tune.frontier_seeds}
+        cuts = list(dict.fromkeys(frontier_cuts_all_levels(st_u, g, tune.oracle_frontier, sc.B, **fr)))
+        mbc = min_bottleneck_cuts(st_u, g, cache=cache_u)
+        if mbc is not None and mbc not in cuts:
+            cuts.append(mbc)
+        earlier += [e for c in cuts for e in [entry(g, c, micro_batch=mb), *variant_entries(sc, g, c, mb)]]
+    return every, earlier
+
+
+def _certified(sc: Scorer, avail: list[int], options_of, rescue_of, tune: SearchTuning) -> str:
+    """The frontier oracle's exactness, in words: solve.oracle_certificate on every grouping;
+    a grouping it does not clear is scored again with every cut set of its groups where their
+    product has at most tune.oracle_all_cuts_limit structures (then exact), else with the
+    frontier and the earlier oracle's cut sets (_rescue_options), and is checked again against
+    the new optimum."""
+    failing, why = certify(sc, ordered_groupings(avail), options_of, sc.best.objective, sc.prev is not None)
+    if not failing:
+        return (f"exact for the model (per ordered group the exact time / cost frontier of cut sets at every share; "
+                f"certified that no cut set off it wins through the sync or migration: {why})")
+    left = []
+    for groups in failing:
+        got = [rescue_of(g) for g in groups]
+        full = all(every is not None for every, _ in got) and \
+            math.prod(len(every) for every, _ in got) <= tune.oracle_all_cuts_limit
+        if full:
+            per_group = [every for every, _ in got]
+        else:
+            per_group = [list(dict.fromkeys(options_of(g) + earlier)) for g, (_, earlier) in zip(groups, got)]
+            left.append(groups)
+        for entries in itertools.product(*per_group):
+            sc.score(entries, source="oracle", prune=True)
+    done = len(failing) - len(left)
+    if left:
+        left, why = certify(sc, left, options_of, sc.best.objective, sc.prev is not None)
+    if not left:
+        return (f"exact for the model (per ordered group the exact time / cost frontier of cut sets at every share, "
+                f"certified that no cut set off it wins through the sync or migration, and {done} groupings the "
+                f"certificate did not clear scored with every cut set)")
+    return (f"{frontier_note(sc.state, sc.Q, sc.variants)}; not certified: {why}; {done} groupings scored with every "
+            f"cut set, {len(left)} with the frontier and the earlier oracle's cut sets (GPipe frontier at every "
+            f"GPipe memory level)")
 
 
 def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None, previous_plan: Plan | None,

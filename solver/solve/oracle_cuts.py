@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..cost.costs import _budget_device
+from ..cost.costs import budget_device
 from ..model.state import SlotState
 from ..subproblems.cache import GroupArrays, SlotCache
 from ..subproblems.cuts import min_bottleneck_cuts
@@ -50,7 +50,7 @@ def busy_weights(state: SlotState, Q: np.ndarray) -> np.ndarray:
         if b.kind == "energy":
             w += Q[k] * extra
         elif b.kind == "device_energy":
-            i, frac = _budget_device(state, b.device)
+            i, frac = budget_device(state, b.device)
             if i >= 0:
                 w[i] += Q[k] * frac * extra[i]
     return w
