@@ -26,7 +26,7 @@ sees): one calibration slot of a 2-stage GPipe pipeline of p0 > p1 before the ru
 fitted extra latency (runtime.estimator) is added to the instance's latency (`--no-calibrate`:
 not). Without it, ours' first pipeline after a data-parallel slot 0 was predicted 17-49% low.
 Then the node's contention (runtime.speeds: rho(2), the CPU-time rate of p0 while p1 computes
-on the other core, relative to p0 alone): four slots alternating even data parallelism and
+on the other core, relative to p0 alone): eight slots alternating even data parallelism and
 p0 alone, given to every run's controller as its prior (`TrainConfig.contention`; learned
 within a run once a device ran both ways). Without it, ours' first one-device slot after a
 data-parallel slot 0 was measured 10-30% faster than predicted.
@@ -158,15 +158,16 @@ def pipeline_overhead(inst, per_slot: int, ck: Path, setup: dict) -> float:
 
 def node_contention(inst, per_slot: int, ck: Path, setup: dict) -> tuple[float, list[float]]:
     """rho(2), the relative CPU-time rate of p0 while p1 computes on the other core
-    (runtime.speeds): four slots alternating even data parallelism and p0 alone, each slot's
-    CPU-time factor of p0 (its fitted speed factor over its compute's share of a core), and the
-    median over the three neighbouring pairs of the data-parallel factor over the one alone
-    (neighbours, as the machine drifts over minutes). Returns (rho, the three ratios)."""
+    (runtime.speeds): slots alternating even data parallelism and p0 alone (as many as the
+    instance has, 8 here), each slot's CPU-time factor of p0 (its fitted speed factor over its
+    compute's share of a core), and the median over the neighbouring pairs of the
+    data-parallel factor over the one alone (neighbours, as the machine drifts over minutes;
+    with 4 slots, three runs gave 0.69, 0.85 and 0.93). Returns (rho, the ratios)."""
     L, B = inst.workload.num_layers, inst.workload.batch
     dp = plan_to_json(Plan((Group((0,), (L,), B // 2), Group((1,), (L,), B - B // 2))))
     alone = plan_to_json(Plan((Group((0,), (L,), B),)))
-    n = min(4, inst.num_slots)
-    df = run_policy(inst, "ours", n * per_slot, per_slot, ck, setup, plans=tuple([dp, alone] * 2)[:n])
+    n = inst.num_slots
+    df = run_policy(inst, "ours", n * per_slot, per_slot, ck, setup, plans=tuple([dp, alone] * n)[:n])
     cpu = [json.loads(f)["0"] / json.loads(s)["0"] for f, s in zip(df["speed_factors"], df["core_shares"])]
     ratios = [(cpu[j] / cpu[j + 1]) if j % 2 == 0 else (cpu[j + 1] / cpu[j]) for j in range(len(cpu) - 1)]
     return float(statistics.median(ratios)), [round(r, 4) for r in ratios]
@@ -212,24 +213,30 @@ def figures(df: pd.DataFrame) -> dict:
             "mean_measured_after_slot0_s": round(float(later["measured_batch_time"].mean()), 5)}
 
 
-def cross_check(inst, runs: dict) -> dict:
+def cross_check(inst, runs: dict, folders: dict[str, Path]) -> dict:
     """The model's view of one round: every policy's last plan priced under each run's final
-    estimates (speed factors, extra latency, bandwidth scale). Where the planner's plan measures slower than a
-    baseline's although every run's estimates price it faster, the inputs are wrong, not the
-    ranking noise; where the estimates themselves disagree on the ranking, the runs measured
-    different machines (load) and the comparison is noise."""
+    estimates (the speeds of its newest checkpoint's controller, each plan at its own
+    contexts: runtime.speeds; extra latency, bandwidth scale). Where the planner's plan
+    measures slower than a baseline's although every run's estimates price it faster, the
+    inputs are wrong, not the ranking noise; where the estimates themselves disagree on the
+    ranking, the runs measured different machines (load) and the comparison is noise.
+    folders: policy -> its run's checkpoint folder."""
     from solver.cost import evaluate
     from solver.model import plan_from_json
     from solver.runtime.estimator import observed_state
+    from solver.runtime.speeds import Speeds, contexts
     present = np.ones(inst.n, dtype=bool)
     t = inst.num_slots - 1
     out = {}
     for judge, r in runs.items():
-        f = {int(k): v for k, v in json.loads(r["speed_factors"][-1]).items()}
-        st = observed_state(inst.state(t), present, f, float(r["extra_latency_s"][-1]),
-                            float(r["bandwidth_scale"][-1]))
-        out[judge] = {pol: round(float(evaluate(plan_from_json(x["plan_json"][-1]), st).batch_time), 5)
-                      for pol, x in runs.items()}
+        speeds = Speeds.from_state(ckpt.read_meta(ckpt.latest(folders[judge]))["controller"]["speeds"])
+        priced = {}
+        for pol, x in runs.items():
+            plan = plan_from_json(x["plan_json"][-1])
+            st = observed_state(inst.state(t), present, speeds.factors(contexts(plan, {}))[0],
+                                float(r["extra_latency_s"][-1]), float(r["bandwidth_scale"][-1]))
+            priced[pol] = round(float(evaluate(plan, st).batch_time), 5)
+        out[judge] = priced
     return out
 
 
@@ -250,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                     help="leave the instance's latency at the ping-pong line and the controller's node contention "
                          "at 1 (default: add the pipelines' per-message overhead, measured by one slot of a 2-stage "
-                         "pipeline first, and give the controller rho(2) measured by four slots alternating data "
+                         "pipeline first, and give the controller rho(2) measured by eight slots alternating data "
                          "parallelism and p0 alone)")
     a = ap.parse_args(argv)
     slots, per, rounds = (3, 8, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
@@ -277,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             out["pipeline_overhead_ms"] = round(extra * 1e3, 4)
             inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, names, setup["reserve"], False))
             if len(names) == 2:
-                rho, ratios = node_contention(inst, per, tmp / "contention", setup)
+                eight = load_instance(instance(tmp, a.batch, a.micro_batch, 8, link, names, setup["reserve"], False))
+                rho, ratios = node_contention(eight, per, tmp / "contention", setup)
                 contention = {2: rho}
                 out["node_contention"] = {"rho_2": round(rho, 4), "pair_ratios": ratios}
         for k in range(rounds):
@@ -288,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                 df = run_policy(inst, pol, slots * per, per, tmp / f"{pol}-{k}", setup, contention=contention)
                 runs[pol] = {**figures(df), "wall_s": round(time.perf_counter() - t0, 2),
                              "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
-            out["rounds_data"].append({"runs": runs, "model_view": cross_check(inst, runs)})
+            out["rounds_data"].append({"runs": runs, "model_view": cross_check(
+                inst, runs, {pol: tmp / f"{pol}-{k}" for pol in policies})})
         if a.kill:
             ck = tmp / "drill"
             kill_at = per // 2 + per // 4 + 1  # in slot 0, whose plan (before any measurement) uses every device

@@ -384,6 +384,11 @@ def test_speeds_share_of_a_core_by_context() -> None:
     assert pri.factors({1: 1})[0][1] == pytest.approx(0.4) and pri.factors({1: 2})[0][1] == pytest.approx(0.32)
     assert Speeds().rho(2) == 1.0
     assert Speeds.from_state(pri.state_dict(), prior={2: 0.5}).rho(2) == 0.5
+    # a pipeline's stages have contexts of their own, without the one-stage prior
+    pipe = Plan((Group((0, 1), (3, 7), 32),))
+    assert contexts(pipe, {}) == {0: -2, 1: -2} and pri.rho(-2) == 1.0
+    pri.update({1: 0.36}, {1: 1.0}, {1: -2})
+    assert pri.factors({1: -2})[0][1] == pytest.approx(0.36) and pri.factors({1: 2})[0][1] == pytest.approx(0.36 * 0.8)
 
 
 def test_profile_measures_the_optimizer_step(tmp_path: Path) -> None:

@@ -11,13 +11,18 @@ usual re-plan in benchmarks/bench_train.py: every such first slot was measured f
 predicted).
 
 The model. For device d and a plan, k_d is the number of the plan's devices whose processes
-run on d's node (runtime.trainer: the torchrun node; a spawned job is one node). d's speed
+run on d's node (runtime.trainer: the torchrun node; a spawned job is one node), negated when
+d is a stage of a multi-stage group (its context is then its own: a stage computes beside the
+others for only part of the iteration; in the recorded runs p0's CPU-time factor was a median
+0.905 as a pipeline stage, 0.83 in data parallelism, 1.01 alone, and a pipeline slot priced on
+a data-parallel ratio made ours' move from it to p0 alone measure 53% slower than predicted). d's speed
 factor under the plan is
     phi_d = a_d * rho(k_d) * sigma_d(k_d),
 a_d its CPU-time factor alone on its node (plan-independent), rho(k) the node's relative
 CPU-time rate while k of the plan's devices compute on it (rho(1) = 1: cores that share caches
-and memory bandwidth run slower side by side; `TrainConfig.contention` gives a prior, e.g.
-measured once per cluster as bench_train does, else 1), and sigma_d(k) the share of a core
+and memory bandwidth run slower side by side; `TrainConfig.contention` gives a prior for the
+one-stage contexts k >= 2, e.g. measured once per machine as bench_train does, else 1; a
+pipeline context's rho is 1 until learned), and sigma_d(k) the share of a core
 d's stage compute got (CPU seconds of the compute thread over the compute's wall seconds, at
 most 1) in the latest slot that ran d at context k. After a slot with d measured (wall factor
 phi, share s at context k): sigma_d(k) = s and a_d = phi / (s * rho(k)); once some device has
@@ -43,10 +48,17 @@ from ..model import Plan
 
 
 def contexts(plan: Plan, node_of: Mapping[int, str]) -> dict[int, int]:
-    """Device index -> k: how many of the plan's devices run on its node (`node_of`: device
-    index -> node name; devices missing from it share one node)."""
+    """Device index -> its context: k, how many of the plan's devices run on its node
+    (`node_of`: device index -> node name; devices missing from it share one node), negated
+    for a stage of a multi-stage group (a stage waits for its neighbours, so it computes
+    beside the others for only part of the iteration: a context of its own)."""
     devs = list(plan.devices)
-    return {d: sum(1 for e in devs if node_of.get(e, "") == node_of.get(d, "")) for d in devs}
+    staged = {d for g in plan.groups if g.num_stages > 1 for d in g.devices}
+    out = {}
+    for d in devs:
+        k = sum(1 for e in devs if node_of.get(e, "") == node_of.get(d, ""))
+        out[d] = -k if d in staged else k
+    return out
 
 
 @dataclass
@@ -63,16 +75,17 @@ class Speeds:
     seen: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def rho(self, k: int) -> float:
-        """The node's relative CPU-time rate at k busy devices: learned (the median over devices
-        measured alone and at k of their CPU-time factor ratio), else the prior, else 1."""
-        if k <= 1:
+        """The node's relative CPU-time rate at context k (contexts): learned (the median over
+        devices measured alone and at k of their CPU-time factor ratio), else the prior (for
+        one-stage contexts k >= 2 only), else 1."""
+        if k == 1:
             return 1.0
         ratios = sorted(v / self.seen[(d, 1)] for (d, kk), v in self.seen.items()
                         if kk == k and (d, 1) in self.seen and self.seen[(d, 1)] > 0)
         if ratios:
             m = len(ratios)
             return ratios[m // 2] if m % 2 else 0.5 * (ratios[m // 2 - 1] + ratios[m // 2])
-        return float(self.prior.get(k, 1.0))
+        return float(self.prior.get(k, 1.0)) if k > 1 else 1.0
 
     def factors(self, k_of: Mapping[int, int]) -> tuple[dict[int, float], list[str]]:
         """(device -> phi under contexts `k_of` (device -> k), notes): kappa * sigma for every
