@@ -154,3 +154,37 @@ def test_carried_entries_give_the_same_solves(seed):
 def test_nothing_carried_across_workloads():
     a, b = random_state(1, n=3, L=5), random_state(2, n=3, L=5)
     assert SlotCache.following(SlotCache(a), b).carried == 0
+
+
+def test_bounded_shared_arrays_give_the_same_cuts(monkeypatch):
+    """With the share-free arrays, pair rows and shared DP scratch bounded to a few entries
+    (cache.MAX_BASE_BYTES), every cut function still answers as a throwaway cache does, on a
+    state with bandwidth fits and TP-free units, and the kept bytes stay within the bound."""
+    import itertools
+
+    import solver.subproblems.cache as cache_mod
+    state = random_state(11, n=6, L=14, scale=10.0)
+    limit = 3 * 15 * 8 * 6
+    monkeypatch.setattr(cache_mod, "MAX_BASE_BYTES", limit)
+    cache = SlotCache(state)
+    for devs in itertools.islice(itertools.permutations(range(6), 3), 40):
+        for share in (None, 8, 32):
+            for variant in (("gpipe", False), ("1f1b", False), ("gpipe", True)):
+                assert min_bottleneck_cuts(state, devs, share, cache=cache, schedule=variant[0],
+                                           recompute=variant[1]) == \
+                    min_bottleneck_cuts(state, devs, share, schedule=variant[0], recompute=variant[1])
+            assert frontier_cuts(state, devs, 4, share, cache=cache) == frontier_cuts(state, devs, 4, share)
+    assert cache._bases_bytes <= limit and cache._scratch_bytes <= limit
+    assert len(cache._pairs) * (state.workload.num_layers + 1) * 8 <= limit
+
+
+def test_one_cache_per_micro_batch_size():
+    """SlotCache.at_size keeps one cache per single-size state, and answers for the state itself."""
+    from solver.solve.micro_batch import micro_batch_sizes, single_size
+    state = random_state(3, n=4, L=8)
+    cache = SlotCache(state)
+    assert cache.at_size(state) is cache
+    for u in micro_batch_sizes(state):
+        one = single_size(state, u)
+        got = cache.at_size(one)
+        assert got.state is one and cache.at_size(single_size(state, u)) is got

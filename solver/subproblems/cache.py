@@ -31,10 +31,10 @@ long run of unchanged slots does not grow the cache without bound."""
 MAX_STAGE_TIMES = 100_000
 """SlotCache keeps the stage times of at most this many (device order, cuts), and the sync
 times of at most this many structures (the oldest go)."""
-MAX_BASES = 4096
-"""SlotCache keeps the share-free arrays of at most this many device orders (the oldest go)."""
-MAX_SCRATCHES = 16384
-"""SlotCache keeps at most this many shared DP scratch dicts (the oldest go)."""
+MAX_BASE_BYTES = 64 << 20
+"""SlotCache keeps about this many bytes each of share-free group arrays (device orders), of
+boundary rows (device pairs) and of shared DP scratch (counted by its last-layer arrays, which
+the frontiers kept beside them are far smaller than); the oldest go first."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +105,8 @@ class SlotCache:
         self._arrays_bytes = 0
         self._pairs: dict[tuple[int, int], np.ndarray] = {}
         self._bases: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._bases_bytes = 0
+        self._scratch_bytes = 0
         self._scratches: dict[tuple, dict] = {}
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
@@ -249,9 +251,11 @@ class SlotCache:
             lam = np.full((max(k - 1, 0), L + 1), INF)
             for j in range(k - 1):
                 lam[j] = self._pair_row(dev[j], dev[j + 1])
-        if len(self._bases) >= MAX_BASES:
-            self._bases.pop(next(iter(self._bases)))
-        got = self._bases[dev] = (Fp, Gp, lam, mem)
+        got = (Fp, Gp, lam, mem)
+        self._bases_bytes += sum(x.nbytes for x in got)
+        while self._bases and self._bases_bytes > MAX_BASE_BYTES:
+            self._bases_bytes -= sum(x.nbytes for x in self._bases.pop(next(iter(self._bases))))
+        self._bases[dev] = got
         return got
 
     def _pair_row(self, a: int, b: int) -> np.ndarray:
@@ -271,6 +275,8 @@ class SlotCache:
                 row[1:L] = o / bw + lat
             else:
                 row[1:L] = o / fitted_bandwidth(st.network.fit[a, b][None, :], bw, o * u) + lat
+            if len(self._pairs) * row.nbytes >= MAX_BASE_BYTES:
+                self._pairs.pop(next(iter(self._pairs)))
             self._pairs[(a, b)] = row
         return row
 
@@ -287,8 +293,9 @@ class SlotCache:
         key = (dev, recompute, maxend.tobytes())
         got = self._scratches.get(key)
         if got is None:
-            if len(self._scratches) >= MAX_SCRATCHES:
-                self._scratches.pop(next(iter(self._scratches)))
+            self._scratch_bytes += maxend.nbytes
+            while self._scratches and self._scratch_bytes > MAX_BASE_BYTES:
+                self._scratch_bytes -= self._scratches.pop(next(iter(self._scratches)))["maxend"].nbytes
             got = self._scratches[key] = {"maxend": maxend}
         return got
 
