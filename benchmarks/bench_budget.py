@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +27,8 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_quality import MEMORY_LEVELS, workloads  # noqa: E402
+from benchmarks.bench_quality import MEMORY_LEVELS, memory_level_slot, workloads  # noqa: E402
 from solver import SolveOptions, solve_slot  # noqa: E402
-from solver.io.synthetic import random_instance  # noqa: E402
 from solver.solve.options import SearchTuning  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +43,7 @@ def slot(i: int, tables: dict, sizes: tuple[int, ...], seed0: int = SEED0):
     name = names[int(rng.integers(len(names)))]
     wl = tables[name]
     level = MEMORY_LEVELS[(i // len(sizes)) % len(MEMORY_LEVELS)]
-    inst = random_instance(seed0 + i, n=n, L=4, slots=1, p_leave=0.0)
-    whole = wl.opt_factor * float(np.sum(wl.param_bytes)) + wl.micro_batch * float(np.sum(wl.stash_bytes))
-    devs = tuple(replace(d, memory_bytes=level * whole * float(rng.uniform(0.8, 1.25))) for d in inst.devices)
-    state = replace(inst, workload=wl, devices=devs).state(0)
-    Q = (0.0,) * len(state.budgets) if i % 3 == 0 else tuple(float(x) for x in rng.uniform(0, 3, len(state.budgets)))
+    state, Q = memory_level_slot(seed0 + i, wl, n, level, rng, queues=i % 3 != 0)
     return state, Q, dict(workload=name, n=n, L=wl.num_layers, memory_level=level)
 
 

@@ -75,12 +75,20 @@ def slot(i: int, tables: dict, seed0: int = SEED0):
     wl = tables[name]
     n = int(rng.integers(2, 7))
     level = MEMORY_LEVELS[i % len(MEMORY_LEVELS)]
-    inst = random_instance(seed0 + i, n=n, L=4, slots=1, p_leave=0.0)
+    state, Q = memory_level_slot(seed0 + i, wl, n, level, rng, queues=i % 3 != 0)
+    return state, Q, dict(workload=name, n=n, L=wl.num_layers, memory_level=level)
+
+
+def memory_level_slot(seed: int, wl, n: int, level: float, rng: np.random.Generator, queues: bool):
+    """(state, queues) of a fresh slot: n devices of synthetic.random_instance(seed) running wl,
+    each with memory `level` x the model's whole-model need at one micro-batch (x U(0.8, 1.25)
+    from rng), and queues U(0, 3) budget units from rng when `queues`, else zero."""
+    inst = random_instance(seed, n=n, L=4, slots=1, p_leave=0.0)
     whole = wl.opt_factor * float(np.sum(wl.param_bytes)) + wl.micro_batch * float(np.sum(wl.stash_bytes))
     devs = tuple(replace(d, memory_bytes=level * whole * float(rng.uniform(0.8, 1.25))) for d in inst.devices)
     state = replace(inst, workload=wl, devices=devs).state(0)
-    Q = (0.0,) * len(state.budgets) if i % 3 == 0 else tuple(float(x) for x in rng.uniform(0, 3, len(state.budgets)))
-    return state, Q, dict(workload=name, n=n, L=wl.num_layers, memory_level=level)
+    Q = tuple(float(x) for x in rng.uniform(0, 3, len(state.budgets))) if queues else (0.0,) * len(state.budgets)
+    return state, Q
 
 
 def recorded_oracle(csv: Path | None) -> dict[tuple[int, int], float]:

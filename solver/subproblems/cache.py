@@ -226,9 +226,8 @@ class SlotCache:
         if st.tp is None:
             need, needs = self.need(s), None
         else:
-            degrees = sorted({st.degree(i) for i in dev})
             need = self.need(s, st.degree(dev[0]))
-            needs = None if len(degrees) == 1 else tuple(self.need(s, st.degree(i)) for i in dev)
+            needs = None if len({st.degree(i) for i in dev}) == 1 else tuple(self.need(s, st.degree(i)) for i in dev)
         ga = GroupArrays(dev, L, u, Fp, Gp, lam, need, mem, self._scratch(dev, False, need, needs, mem),
                          dp=self.dp_backend, needs=needs)
         return self._keep(key, ga)
