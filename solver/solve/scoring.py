@@ -79,6 +79,7 @@ class Scorer:
         self._seen: dict[tuple, Scored | None] = {}
         self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
         self._nn: dict[frozenset, Ordered] = {}
+        self._wanted: dict[Structure, np.ndarray] = {}
         self.deadline = math.inf
         self.budget = math.inf          # structures the search may still try (work budget)
         self.tries = 0
@@ -410,7 +411,15 @@ class Scorer:
         return out
 
     def wanted_shares(self, s: Structure) -> np.ndarray:
-        """Shares (samples, multiples of each group's u) the structure would get if memory did not bind."""
+        """Shares (samples, multiples of each group's u) the structure would get if memory did
+        not bind (kept per structure: the three memory reliefs of score_groups ask for them)."""
+        got = self._wanted.get(s)
+        if got is None:
+            got = self._wanted[s] = self._wanted_shares(s)
+            got.flags.writeable = False
+        return got
+
+    def _wanted_shares(self, s: Structure) -> np.ndarray:
         gcs = [self.coeffs(*e) for e in s]
         us = np.array([self.u_of(e) for e in s])
         lo = float(us[0]) if np.all(us == us[0]) else us.astype(float)
