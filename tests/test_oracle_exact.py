@@ -204,3 +204,21 @@ def test_sync_lower_bound_is_below_every_cut_sets_sync():
         for cuts in itertools.product(*[list(itertools.combinations(range(1, L), len(g) - 1)) for g in groups]):
             s = [(g, (*c, L)) for g, c in zip(groups, cuts)]
             assert sync_time(state, s) >= lb * (1 - 1e-12)
+
+
+def test_solve_slot_exact_passes_recompute_to_the_oracle():
+    """SolveOptions(exact=True, recompute=False) is the oracle without recomputation: the same
+    answer as solve_exact(recompute=False), no group recomputes, and on this slot (ResNet-50
+    on 3 devices of 0.7 x its whole-model need) recomputation would have been faster."""
+    from solver.io.data import models_dir
+    from solver.io.workloads import read_workload_csv
+    from solver.solve import SolveOptions
+    wl = read_workload_csv(models_dir() / "resnet50.csv", 64, 4)
+    inst = random_instance(7, n=3, L=4, slots=1, p_leave=0.0)
+    whole = wl.opt_factor * float(np.sum(wl.param_bytes)) + wl.micro_batch * float(np.sum(wl.stash_bytes))
+    state = replace(inst, workload=wl, devices=tuple(replace(d, memory_bytes=0.7 * whole) for d in inst.devices)).state(0)
+    Q = (0.0,) * len(state.budgets)
+    got = solve_slot(state, Q, 1.0, options=SolveOptions(exact=True, recompute=False))
+    assert got.objective == solve_exact(state, Q, 1.0, recompute=False).objective
+    assert not any(g.recompute for g in got.plan.groups)
+    assert solve_exact(state, Q, 1.0).objective < got.objective

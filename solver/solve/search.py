@@ -52,7 +52,7 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
     if opt.exact:
         return solve_exact(state, queues, V, previous_plan=previous_plan if opt.replan else None,
                            iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
-                           cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees)
+                           cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees, recompute=opt.recompute)
     check_degrees(opt.tp_degrees)
     if not tp_applies(state, opt.tp_degrees):
         return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
