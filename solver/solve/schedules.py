@@ -14,7 +14,7 @@ is a valid dominance rule, so the oracle stays exact for the model.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -116,37 +116,41 @@ def binding_wants(sc: Scorer, s: tuple) -> np.ndarray | None:
     return sc.wanted_shares(s)
 
 
-def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
-    """For each group whose memory cap is below the share it would get without caps: the
-    fastest (smallest alpha) variant entry that holds that share, else the one with the largest
-    cap, over the group's cuts for one micro-batch and for the 1F1B peak of that share
-    (u min(k, share / u) samples); None when no cap binds or nothing changes."""
+def relieve_each(sc: Scorer, s: tuple, fix: Callable[[tuple, int], tuple | None], min_stages: int = 1
+                 ) -> tuple | None:
+    """The loop of every memory relief: for each group of at least `min_stages` stages whose
+    memory cap is below the share w it would get without caps (binding_wants), fix(entry, w)
+    gives its replacement entry, or None to keep it; None when no cap binds or nothing changes."""
     want = binding_wants(sc, s)
     if want is None:
         return None
     out, changed = [], False
     for e, w in zip(s, want):
-        gc = sc.coeffs(*e)
+        new = fix(e, int(w)) if sc.coeffs(*e).cap < w and len(e[0]) >= min_stages else None
+        out.append(e if new is None else new)
+        changed = changed or new is not None
+    return tuple(out) if changed else None
+
+
+def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
+    """For each group whose memory cap is below the share it would get without caps: the
+    fastest (smallest alpha) variant entry that holds that share, else the one with the largest
+    cap, over the group's cuts for one micro-batch and for the 1F1B peak of that share
+    (u min(k, share / u) samples); None when no cap binds or nothing changes."""
+    def fix(e: tuple, w: int) -> tuple | None:
         d, k = e[0], len(e[0])
-        if gc.cap >= w or k < 2:
-            out.append(e)
-            continue
         mb, u = entry_micro_batch(e), sc.u_of(e)
-        peak = u * min(k, int(w) // u)
+        peak = u * min(k, w // u)
         cut_sets = dict.fromkeys(c for c in (sc.cuts(d, None, mb), sc.cuts(d, None if peak <= u else peak, mb))
                                  if c is not None)
         options = []
         for c in cut_sets:
             for v in variant_entries(sc, d, c, mb):
                 g = sc.coeffs(*v)
-                options.append((g.cap < w, -min(g.cap, int(w)), g.alpha, v))
+                options.append((g.cap < w, -min(g.cap, w), g.alpha, v))
         best = min(options, key=lambda o: o[:3], default=None)
-        if best is not None and best[1] < -gc.cap:
-            out.append(best[3])
-            changed = True
-        else:
-            out.append(e)
-    return tuple(out) if changed else None
+        return best[3] if best is not None and best[1] < -sc.coeffs(*e).cap else None
+    return relieve_each(sc, s, fix, min_stages=2)
 
 
 def simulated_note(plan: Plan, state: SlotState, closed_form: float) -> tuple[float, str]:

@@ -32,8 +32,8 @@ from .bounds import slot_lower_bound
 from ..subproblems.shares import solve_shares, water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
-from .schedules import (allowed_variants, binding_wants, entry, entry_micro_batch, plain, relieve_by_schedule, simulated_note,
-                        variant_entries)
+from .schedules import (allowed_variants, entry, entry_micro_batch, plain, relieve_by_schedule, relieve_each,
+                        simulated_note, variant_entries)
 
 Structure = tuple[tuple, ...]
 """((devices, cuts), ...), an entry (devices, cuts, schedule, recompute) where a group is not
@@ -350,16 +350,9 @@ class Scorer:
         the VARIANT_FRONTIERS best of those;
         the entry holding that share in the least time (alpha share + beta), else the largest
         cap. None when no cap binds or nothing changes."""
-        want = binding_wants(self, s)
-        if want is None:
-            return None
-        out, changed = [], False
-        for e, w in zip(s, want):
+        def fix(e: tuple, w: int) -> tuple | None:
             gc = self.coeffs(*e)
             d = e[0]
-            if gc.cap >= w or len(d) < 2:
-                out.append(e)
-                continue
             mb = entry_micro_batch(e)
             orders = group_orders(self.state, d, self.all_orders_up_to)
             orders += [tuple(reversed(speed_order(self.state, d))), tuple(reversed(memory_order(self.state, d)))]
@@ -368,12 +361,12 @@ class Scorer:
             def add(o: Ordered, c: tuple[int, ...], v: tuple[str, bool]) -> None:
                 g = self.coeffs(o, c, *v, mb)
                 if g.cap >= self.u_of(e):
-                    options.append((g.cap < w, -min(g.cap, int(w)), g.time(min(g.cap, int(w))),
+                    options.append((g.cap < w, -min(g.cap, w), g.time(min(g.cap, w)),
                                     entry(o, c, *v, micro_batch=mb)))
 
             for o in dict.fromkeys(orders):
                 for v in self.variants:
-                    c = self.cuts(o, int(w), mb, v)
+                    c = self.cuts(o, w, mb, v)
                     if c is not None:
                         add(o, c, v)
                 if self.exhausted():
@@ -383,15 +376,13 @@ class Scorer:
                 # few micro-batches a cut of larger alpha and smaller fill-and-drain is faster
                 for x in sorted(options, key=lambda x: x[:3])[:VARIANT_FRONTIERS]:
                     o, v = x[3][0], (x[3][2], x[3][3])
-                    for c in self.frontier(o, int(w), mb, v):
+                    for c in self.frontier(o, w, mb, v):
                         add(o, c, v)
             best = min(options, key=lambda x: x[:3], default=None)
-            if best is not None and (-best[1] > min(gc.cap, int(w)) or (not best[0] and best[2] < gc.time(int(w)))):
-                out.append(best[3])
-                changed = True
-            else:
-                out.append(e)
-        return tuple(out) if changed else None
+            if best is not None and (-best[1] > min(gc.cap, w) or (not best[0] and best[2] < gc.time(w))):
+                return best[3]
+            return None
+        return relieve_each(self, s, fix, min_stages=2)
 
     def micro_batch_entries(self, e: tuple, share: int | None = None) -> list[tuple]:
         """The group of entry e at every other allowed micro-batch size: its devices with
@@ -445,27 +436,15 @@ class Scorer:
         """When a group's memory cap is below the share it would get without caps: re-cut it
         (trying the current, memory-rich-first and speed orders) to hold that share; None when
         no cap binds or nothing changes."""
-        want = binding_wants(self, s)
-        if want is None:
-            return None
-        out, changed = [], False
-        for e, w in zip(s, want):
-            d = e[0]
-            if self.coeffs(*e).cap >= w:
-                out.append(e)
-                continue
+        def fix(e: tuple, w: int) -> tuple | None:
             mb = entry_micro_batch(e)
             options = []
-            for o in group_orders(self.state, d, self.all_orders_up_to):
-                c2 = self.cuts(o, int(w), mb)
+            for o in group_orders(self.state, e[0], self.all_orders_up_to):
+                c2 = self.cuts(o, w, mb)
                 if c2 is not None:
                     options.append((self.coeffs(o, c2, "gpipe", False, mb).alpha, o, c2))
-            if options:
-                out.append(entry(*min(options)[1:], micro_batch=mb))
-                changed = True
-            else:
-                out.append(e)
-        return tuple(out) if changed else None
+            return entry(*min(options)[1:], micro_batch=mb) if options else None
+        return relieve_each(self, s, fix)
 
 
 def param_room(state: SlotState) -> tuple[float, np.ndarray]:
