@@ -119,7 +119,7 @@ class Speeds:
                 self.kappa[d] = float(phi)
                 self.sigma = {key: v for key, v in self.sigma.items() if key[0] != d}
                 continue
-            s, k = min(float(s), 1.0), int(k_of[d])
+            s, k = min(float(s), 1.0), int(k_of[d])     # one compute thread: above 1 core is timer noise
             self.sigma[(d, k)] = s
             self.seen[(d, k)] = float(phi) / s
             self.kappa[d] = float(phi) / (s * self.rho(k))
