@@ -36,8 +36,10 @@ def _name(step: int) -> str:
 
 
 def save(folder: str | os.PathLike, step: int, rank: int, held: dict[int, LayerState],
-         holders: Sequence[tuple[int, ...]], meta: dict[str, Any] | None) -> None:
-    """Collective: every rank writes the blocks it is first holder of; rank 0 (`meta` given
+         holders: Sequence[tuple[int, ...]], meta: dict[str, Any] | None,
+         packs: dict[int, dict] | None = None) -> None:
+    """Collective: every rank writes the blocks it is first holder of (packs[i] where given:
+    a tensor-parallel layer gathered whole, else held[i].pack()); rank 0 (`meta` given
     there) writes meta.json and publishes the checkpoint."""
     root = Path(folder)
     tmp = root / (_name(step) + ".tmp")
@@ -48,7 +50,7 @@ def save(folder: str | os.PathLike, step: int, rank: int, held: dict[int, LayerS
     dist.barrier()
     for i, s in held.items():
         if holders[i] and holders[i][0] == rank:
-            torch.save(s.pack(), tmp / f"block-{i:04d}.pt")
+            torch.save(packs[i] if packs and i in packs else s.pack(), tmp / f"block-{i:04d}.pt")
     dist.barrier()
     if rank == 0:
         if meta is None:

@@ -60,6 +60,7 @@ import numpy as np
 from ..cost import evaluate
 from ..cost.sync import sync_time
 from ..model import Plan, SlotState
+from ..model.plan import to_units
 
 DELTA_MAX = 1.0  # seconds per message
 BETA_MIN, BETA_MAX = 1e-3, 1e5
@@ -68,8 +69,16 @@ ROUNDS = 100  # most alternations of the two fits when a plan has both (they sto
 
 def predicted_compute(plan: Plan, state: SlotState) -> dict[int, float]:
     """Device index -> predicted forward + backward compute seconds of its stage per iteration
-    (at the group's micro-batch)."""
+    (at the group's micro-batch); every device of a tensor-parallel stage gets the stage's
+    (its unit's time: model.units, TP collectives included)."""
     out: dict[int, float] = {}
+    if plan.uses_tp:
+        ustate, uplan = to_units(plan, state)
+        per_unit = predicted_compute(uplan, ustate)
+        for g, ug in zip(plan.groups, uplan.groups):
+            for unit, u in zip(g.units(), ug.devices):
+                out.update({d: per_unit[u] for d in unit})
+        return out
     for g in plan.groups:
         st = state.at_micro_batch(g.micro_batch) if g.micro_batch is not None else state
         fp, bp = st.fwd_prefix, st.bwd_prefix

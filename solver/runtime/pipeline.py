@@ -14,6 +14,7 @@ from torch import nn
 
 from .layout import StageRole, micro_sizes
 from .placement import synchronizer
+from .tp_sync import counted
 
 CPU = torch.device("cpu")
 from .seeding import micro_batch as holding_rows
@@ -155,11 +156,13 @@ def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequen
     process (coefficient max_norm / (norm + 1e-6), capped at 1). Each layer's squared norm
     is counted once, by the rank in `owned` for it (its first holder); gradients must be
     the all-reduced ones; `device`: where the norm is all-reduced (the process group's:
-    a CUDA device under NCCL). Returns the norm before clipping."""
+    a CUDA device under NCCL); with TP, each rank of the first holder's stage counts its
+    shards and the stage's first rank the parameters kept whole (runtime.tp_sync.counted).
+    Returns the norm before clipping."""
     sq = torch.zeros(1, dtype=torch.float64)
     for i in owned:
-        for p in held[i].module.parameters():
-            if p.grad is not None:
+        for name, p in held[i].module.named_parameters():
+            if p.grad is not None and counted(held[i], name):
                 sq += p.grad.detach().double().pow(2).sum().cpu()
     sq = sq.to(device)
     dist.all_reduce(sq, op=dist.ReduceOp.SUM)
@@ -175,15 +178,19 @@ def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequen
 def sync_and_step(rank: int, held: Mapping[int, object], layers: Sequence[int],
                   bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]],
                   clip_norm: float | None = None, owned: Sequence[int] = (),
-                  device: torch.device = CPU) -> float:
+                  device: torch.device = CPU, reduce: Callable[[], None] | None = None) -> float:
     """The end of one iteration on a stage: all-reduce its gradients with the holders of the same
     layers in other groups, clip them to the global norm `clip_norm` when given (then a
     collective of every rank: clip_global, `owned` the layers this rank counts), step and
     clear each held layer's optimizer, then step its LR scheduler. held[i] has `.module`,
     `.opt` and `.sched` (replan.LayerState). Returns the seconds of the all-reduce (with
-    the norm's when clipping): the sync as this rank sees it, waits for peers included."""
+    the norm's when clipping): the sync as this rank sees it, waits for peers included.
+    reduce: the all-reduce to run instead (runtime.tp_sync, for plans with TP stages)."""
     t0 = time.perf_counter()
-    allreduce_grads(rank, {i: held[i].module for i in layers}, bucket_groups)
+    if reduce is not None:
+        reduce()
+    else:
+        allreduce_grads(rank, {i: held[i].module for i in layers}, bucket_groups)
     if clip_norm is not None:
         clip_global(held, layers, owned, clip_norm, device)
     sync_s = time.perf_counter() - t0

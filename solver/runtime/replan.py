@@ -22,11 +22,13 @@ class LayerState:
     without parameters; sched None without a scheduler). One optimizer per layer equals
     one over all parameters for element-wise optimizers (SGD, momentum, Adam) and makes a
     layer's state movable; so does one scheduler per optimizer for a schedule of the
-    iteration count."""
+    iteration count. split: the layer's shard when a tensor-parallel stage holds it
+    (runtime.tensor_parallel.Split; None: the whole layer)."""
 
     module: nn.Module
     opt: torch.optim.Optimizer | None
     sched: Any = None
+    split: Any = None
 
     def pack(self) -> dict:
         return {"module": self.module.state_dict(),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -32,6 +32,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from .layout import StageRole
 from .placement import synchronizer
 from .seeding import set_micro_batch
+from .tp_stage import END, TPLeader
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -157,7 +158,8 @@ class TorchStage:
     def __init__(self, role: StageRole, layers: Mapping[int, nn.Module], group_ranks: Sequence[int],
                  pg: object, schedule: str, micro_batch: int, batch: int,
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
-                 repeat: int = 1, amp: torch.dtype | None = None) -> None:
+                 repeat: int = 1, amp: torch.dtype | None = None, tp_pg: Any = None) -> None:
+        """tp_pg: the stage's TP process group when role.tp (this rank is its leader: runtime.tp_stage)."""
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {sorted(SCHEDULES)}, got {schedule!r}")
         if role.share % micro_batch:
@@ -170,7 +172,11 @@ class TorchStage:
                              f"got {n_micro}")
         self.role, self.batch, self.amp, self.device = role, batch, amp, device
         self.module = nn.Sequential(*(layers[i] for i in role.layers))
-        run = Repeated(self.module, repeat) if repeat > 1 else self.module
+        if role.tp and repeat > 1:
+            raise ValueError(f"group {role.group}, stage {role.stage}: repeat {repeat} on a tensor-parallel stage "
+                             "(emulated slow devices run without TP)")
+        self.leader = TPLeader(self.module, tp_pg, role.tp[0], device) if role.tp else None
+        run = Repeated(self.module, repeat) if repeat > 1 else (self.leader if self.leader is not None else self.module)
         self.clock = _Clock(run, lambda m: role.offset + m * micro_batch, synchronizer(device))
         self.stage = PipelineStage(run, role.stage, k, device, group=pg)
         order = sorted(group_ranks)  # a process group's ranks are sorted
@@ -188,6 +194,8 @@ class TorchStage:
         # it counts as micro-batch -1 so that the real ones keep their rows
         self.clock.step = step
         self.clock.micro = 0 if getattr(self.schedule, "_stage_forward_initialized", True) else -1
+        if self.leader is not None:
+            self.leader.micro = self.clock.micro
         args = (x,) if first else ()
         cast = torch.autocast(self.device.type, dtype=self.amp) if self.amp is not None else contextlib.nullcontext()
         with cast:
@@ -195,6 +203,8 @@ class TorchStage:
                 self.schedule.step(*args, target=y, losses=[], return_outputs=False)
             else:
                 self.schedule.step(*args, return_outputs=False)
+        if self.leader is not None:
+            self.leader.header(END)
         scale = self.role.share / self.batch
         for p in self.module.parameters():
             if p.grad is not None:

@@ -47,12 +47,16 @@ from ..solve.options import SolveOptions
 from ..online.summary import summarise
 from . import ckpt, cpuquota
 from .estimator import estimate, observed_state, predicted_compute
-from .layout import buckets, layer_holders, roles
+from .layout import buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
-from .placement import place
+from .placement import place, synchronizer
 from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
 from .speeds import Speeds, contexts, shares_of
+from .tensor_parallel import (Split, degrees_for, gather_pack, problems, shard_layer, stage_roles,
+                              unshard_layer)
+from .tp_stage import TPFollower
+from .tp_sync import allreduce_pieces, tp_buckets
 from .tpipe import TorchStage
 
 
@@ -106,13 +110,24 @@ class TrainConfig:
 
 
 RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,), recompute=False)
-"""The controller's search options: plans this runtime can execute (no tensor parallelism, no
-activation recomputation; `unsupported` lists what it refuses)."""
+"""The controller's search options without a model to check (no tensor parallelism, no
+activation recomputation); `runtime_options` gives those of a model."""
 
 
-def unsupported(plan: Plan, engine: str = "torch") -> list[str]:
+def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: "TrainConfig | None" = None) -> SolveOptions:
+    """The controller's search options for a job on `blocks`: the TP degrees at which every
+    block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
+    (`repeat`, whose extra passes would repeat the TP collectives), no recomputation."""
+    if blocks is None or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
+        return RUNTIME_OPTIONS
+    return replace(RUNTIME_OPTIONS, tp_degrees=degrees_for(blocks))
+
+
+def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None) -> list[str]:
     """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
-    1F1B on the hand-written engine, recomputation, tensor parallelism), one line each."""
+    1F1B or a TP stage inside a pipeline on the hand-written engine, recomputation, a TP
+    stage whose layers cannot be split: runtime.tensor_parallel.problems, or any TP stage
+    when `blocks` is not given), one line each."""
     out = []
     for gi, g in enumerate(plan.groups):
         sched = getattr(g, "schedule", "gpipe")
@@ -123,26 +138,38 @@ def unsupported(plan: Plan, engine: str = "torch") -> list[str]:
         if getattr(g, "recompute", False):
             out.append(f"group {gi}: recompute (activation recomputation is not implemented)")
         for j, ((d, a, b), peers) in enumerate(zip(g.stages(), g.tp_peers or ())):
-            if peers:
-                out.append(f"group {gi}, stage {j} (layers {a}..{b - 1}): tensor parallelism of degree "
-                           f"{1 + len(peers)} over devices {[d, *peers]} (the runtime executes one device "
-                           f"per stage)")
+            if not peers:
+                continue
+            where = (f"group {gi}, stage {j} (layers {a}..{b - 1}): tensor parallelism of degree "
+                     f"{1 + len(peers)} over devices {[d, *peers]}")
+            if blocks is None:
+                out.append(f"{where} (no model given to check that its layers split)")
+            elif engine == "hand" and g.num_stages > 1:
+                out.append(f"{where} inside a pipeline needs engine 'torch'")
+            else:
+                out.extend(f"{where}: {p}" for p in problems(blocks[a:b], a, 1 + len(peers)))
     return out
 
 
 def to_ranks(plan: Plan, rank_of: dict[int, int]) -> Plan:
-    """The plan with device indices replaced by the ranks running them."""
-    return Plan(tuple(replace(g, devices=tuple(rank_of[d] for d in g.devices)) for g in plan.groups))
+    """The plan with device indices (TP peers included) replaced by the ranks running them."""
+    return Plan(tuple(replace(g, devices=tuple(rank_of[d] for d in g.devices),
+                              tp_peers=tuple(tuple(rank_of[d] for d in p) for p in g.tp_peers))
+                      for g in plan.groups))
 
 
 class Controller:
     """Rank 0's online controller: queues, previous plan, speed estimates and rows."""
 
     def __init__(self, instance: Instance, cfg: TrainConfig, present: np.ndarray,
-                 saved: dict[str, Any] | None, node_of: dict[int, str] | None = None) -> None:
+                 saved: dict[str, Any] | None, node_of: dict[int, str] | None = None,
+                 blocks: Sequence[torch.nn.Module] | None = None) -> None:
+        """blocks: the model's pipeline blocks (templates suffice), for the TP degrees the
+        search may use (runtime_options); None: no TP."""
         self.inst, self.cfg, self.present = instance, cfg, present
+        self.blocks = blocks
         self.node_of = dict(node_of or {})  # device index -> node name (runtime.speeds contexts)
-        self.policy = make_policy(cfg.policy, options=RUNTIME_OPTIONS, replan=True,
+        self.policy = make_policy(cfg.policy, options=runtime_options(blocks, cfg), replan=True,
                                   iterations_per_slot=cfg.iterations_per_slot)
         self.limits = [b.limit for b in instance.budgets]
         s = saved or {}
@@ -183,7 +210,7 @@ class Controller:
         if d.plan is None:
             raise RuntimeError(f"slot {t}: policy {self.cfg.policy} found no feasible plan on devices "
                                f"{list(state.available_indices)} ({d.message or 'no reason given'})")
-        bad = unsupported(d.plan, self.cfg.engine)
+        bad = unsupported(d.plan, self.cfg.engine, self.blocks)
         if bad:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
         k_of = contexts(d.plan, self.node_of)
@@ -344,13 +371,14 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         raise SpecError(f"checkpoint {found} belongs to another job (checkpoint, this job): {diff}")
     step = int(meta["step"]) if meta else 0
     node_of = {d: where[r].rsplit(":", 1)[0] for r, d in enumerate(devices)} if where else {}
-    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of) if rank == 0 else None
+    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of, templates) if rank == 0 else None
     if cfg.steps > inst.num_slots * cfg.iterations_per_slot:
         raise SpecError(f"--steps: expected <= num_slots * iterations_per_slot = "
                         f"{inst.num_slots * cfg.iterations_per_slot}, got {cfg.steps}")
 
     held: dict[int, LayerState] = {}
     holders: list[tuple[int, ...]] | None = None
+    tp_key: Any = None
     groups: dict[tuple[int, ...], Any] = {}
     fresh = True
     tstage: TorchStage | None = None
@@ -370,7 +398,13 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         dist.broadcast_object_list(box, src=0)
         plan = box[0]
         rplan = to_ranks(plan, rank_of)
-        new = layer_holders(rplan, L)
+        units = layer_units(rplan, L)
+        new = flat_holders(units)
+        new_tp = tuple((g.units(), g.cuts) for g in rplan.groups if any(g.tp_peers))
+        for key in sorted({tuple(sorted(u)) for g in rplan.groups for u in g.units() if len(u) > 1}):
+            if key not in groups:  # the TP stages' groups, before any shard needs one
+                groups[key] = dist.new_group(list(key))
+        splits = _splits(rplan, rank, templates, groups)
         if fresh:
             dist.barrier()  # every rank started: the restore time excludes start-up
         t0 = time.perf_counter()
@@ -380,18 +414,30 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                     if found else
                     {i: new_layer(blocks[i], dev, spec.make_optimizer, None, spec.make_scheduler) for i in mine})
         else:
+            if (new != holders or new_tp != tp_key) and (new_tp or tp_key):  # shards move as whole layers
+                held = {i: unshard_layer(s, templates[i], dev, spec.make_optimizer, spec.make_scheduler)
+                        if s.split is not None else s for i, s in sorted(held.items())}
             held = migrate(rank, held, holders, new, templates, spec.make_optimizer, dev, spec.make_scheduler)
+        for i, sp in splits.items():
+            if held[i].split is None:
+                held[i] = shard_layer(held[i], templates[i], sp, dev, spec.make_optimizer, spec.make_scheduler)
+        tp_key = new_tp
         restored = fresh
         replanned = holders is not None and new != holders
         holders = new
         dist.barrier()
         mig = time.perf_counter() - t0
         bucket_groups = []
-        for key, layers in buckets(rplan, L, has_params).items():
+        pieces = rplan.uses_tp
+        for key, layers in (tp_buckets(rplan, templates, has_params) if pieces else buckets(rplan, L, has_params)).items():
             if key not in groups:  # every rank creates every subgroup, in the same order
                 groups[key] = dist.new_group(list(key))
             bucket_groups.append((key, layers, groups[key]))
+        reduce = ((lambda bg=bucket_groups, h=held: allreduce_pieces(rank, h, templates, bg)) if pieces else None)
         role = roles(rplan).get(rank)
+        if role is not None and role.tp and repeat > 1:
+            raise SpecError(f"--repeat {me}={repeat}: {me} holds a tensor-parallel stage (emulated slow devices "
+                            "run without TP)")
         piped = [g for g in rplan.groups if g.num_stages > 1] if cfg.engine == "torch" else []
         for key in sorted({tuple(sorted(g.devices)) for g in piped}):
             if key not in groups:
@@ -403,12 +449,18 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             g = rplan.groups[role.group]
             tstage = TorchStage(role, {i: held[i].module for i in role.layers}, g.devices,
                                 groups[tuple(sorted(g.devices))], g.schedule, g.micro_batch or wl.micro_batch, B,
-                                spec.loss, dev, repeat, spec.autocast)
+                                spec.loss, dev, repeat, spec.autocast,
+                                groups[tuple(sorted(role.tp))] if role.tp else None)
+        elif role is not None and role.tp and any(rank in g.all_devices for g in piped):
+            g = rplan.groups[role.group]
+            tstage = TPFollower(role, torch.nn.Sequential(*(held[i].module for i in role.layers)),
+                                groups[tuple(sorted(role.tp))], shapes[role.first][0], shapes[role.first][1],
+                                g.micro_batch or wl.micro_batch, B, dev, spec.autocast, synchronizer(dev))
         if replanned or fresh:
-            _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
+            _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
         fresh = False
         mine_layers = list(role.layers) if role is not None else []
-        owned = [i for i in mine_layers if holders[i][0] == rank]
+        owned = [i for i in mine_layers if rank in units[i][0]]
         elapsed, compute, piped_s, sync_s, step_s, cpu, compute_cpu = [], [], [], [], [], [], []
         alone = role is not None and role.prev is None and role.next is None
         while step < slot_end:
@@ -435,7 +487,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             s1 = time.perf_counter()
             if alone:
                 c_cpu = time.thread_time() - th0
-            sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev)
+            sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev, reduce)
             s2 = time.perf_counter()
             elapsed.append(s2 - s0)
             cpu.append((time.process_time() - p0) / max(s2 - s0, 1e-12))
@@ -447,7 +499,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             step_s.append(s2 - s1 - sy)
             step += 1
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan)
+                _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
         report = [None] * dist.get_world_size()
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
                                         {"pipeline": piped_s, "sync": sync_s, "step": step_s,
@@ -464,23 +516,43 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             with cpuquota.outside(quota):
                 print(_log(ctl.finish(measured), inst), flush=True)
                 _write_results(ctl, inst, out)
-    _checkpoint(cfg, step, rank, held, holders, ctl, ident, None)
+    _checkpoint(cfg, step, rank, held, holders, ctl, ident, None, units, templates)
     if rank == 0:
         _write_results(ctl, inst, out)
 
 
+def _splits(rplan: Plan, rank: int, templates: Sequence[torch.nn.Module], groups: dict) -> dict[int, Split]:
+    """Layer -> this rank's shard of it, for the layers of this rank's stage when that
+    stage is tensor-parallel (plan in ranks; `groups`: sorted ranks -> process group)."""
+    for g in rplan.groups:
+        for (_, a, b), unit in zip(g.stages(), g.units()):
+            if rank in unit and len(unit) > 1:
+                roles_ = stage_roles(templates[a:b])
+                pg = groups[tuple(sorted(unit))]
+                return {i: Split(i, unit.index(rank), len(unit), tuple(unit), roles_[i - a], pg) for i in range(a, b)}
+    return {}
+
+
 def _checkpoint(cfg: TrainConfig, step: int, rank: int, held: dict[int, LayerState],
-                holders: list[tuple[int, ...]], ctl: Controller | None, ident: dict, plan: Plan | None) -> None:
+                holders: list[tuple[int, ...]], ctl: Controller | None, ident: dict, plan: Plan | None,
+                units: list[tuple[tuple[int, ...], ...]], templates: Sequence[torch.nn.Module]) -> None:
     """Save at `step`. The controller's state is the one before deciding slot step //
     iterations_per_slot, with the running plan as the previous plan (what a resumed job
-    migrates from)."""
+    migrates from). A layer whose first holder is a TP stage is gathered whole to its
+    leader first (collective over the stage's ranks), so block files hold whole layers."""
+    packs = {}
+    for i, s in sorted(held.items()):
+        if s.split is not None and units[i][0] == s.split.ranks:
+            full = gather_pack(s.pack(), templates[i], s.split)
+            if s.split.r == 0:
+                packs[i] = full
     meta = None
     if ctl is not None:
         state = ctl.state_dict()
         if plan is not None:
             state["previous_plan"] = plan_to_dict(plan)
         meta = {"identity": ident, "controller": state, "seed_state": {"step": step}, "config": asdict(cfg)}
-    ckpt.save(cfg.checkpoint_dir, step, rank, held, holders, meta)
+    ckpt.save(cfg.checkpoint_dir, step, rank, held, holders, meta, packs)
 
 
 def _write_results(ctl: Controller, inst: Instance, out: Path) -> None:

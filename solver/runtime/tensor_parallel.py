@@ -1,0 +1,306 @@
+"""Tensor-parallel (TP) stages: the Megatron-style split of a stage's nn.Linear layers over
+its t ranks, the autograd Functions carrying the TP collectives, and the conversions of a
+layer's state (module, optimizer, scheduler) between full and sharded.
+
+What is split (docs/TRAIN.md, "Tensor-parallel stages"): the stage's leaf modules in
+execution order (a block is an nn.Linear, a module without parameters, or an nn.Sequential
+of those, recursively). An nn.Linear followed, through element-wise activations only
+(`ELEMENTWISE`), by another nn.Linear forms a pair: the first is column-parallel (weight and
+bias rows split: each rank computes out/t features), the activations run on the shards, the
+second is row-parallel (weight columns split, its partial outputs SUM-all-reduced in the
+forward, bias added once after). An nn.Linear without a partner is column-parallel with
+its output all-gathered. The input of every column-parallel layer has its gradient
+SUM-all-reduced in the backward. Every other module (activations outside a pair, dropout,
+any module without parameters) runs on the replicated activation on every rank: exact, as
+each rank computes the same values. A block with parameters elsewhere (LayerNorm,
+Conv2d, a custom module) or an nn.Linear whose out_features t does not divide is refused:
+`problems` names it.
+
+Shard r of t of a split tensor is the r-th of t equal slices along its split dimension.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+ELEMENTWISE = (nn.Tanh, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.Identity,
+               nn.Softplus, nn.Hardtanh, nn.ReLU6, nn.Mish)
+"""Modules that act on each feature alone, so they may run on a column-parallel shard."""
+
+DEGREES = (1, 2, 4, 8)
+_LOCAL = [False]
+
+
+@contextlib.contextmanager
+def local_only() -> Iterator[None]:
+    """TP layers created inside skip their collectives in forward and backward (the
+    pipeline's shape inference on the leader: shapes right, values dropped)."""
+    old = _LOCAL[0]
+    _LOCAL[0] = True
+    try:
+        yield
+    finally:
+        _LOCAL[0] = old
+
+
+def _skip(t: torch.Tensor, local: bool) -> bool:
+    return local or t.is_meta
+
+
+class _CopyToTP(torch.autograd.Function):
+    """Identity forward; SUM all-reduce of the gradient over the TP group in backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, pg: Any) -> torch.Tensor:
+        ctx.pg, ctx.local = pg, _LOCAL[0]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        if _skip(g, ctx.local):
+            return g, None
+        g = g.contiguous().clone()
+        dist.all_reduce(g, op=dist.ReduceOp.SUM, group=ctx.pg)
+        return g, None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """SUM all-reduce over the TP group in forward; identity backward."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor, pg: Any) -> torch.Tensor:
+        y = y.contiguous().clone()
+        if not _skip(y, _LOCAL[0]):
+            dist.all_reduce(y, op=dist.ReduceOp.SUM, group=pg)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        return g, None
+
+
+class _GatherFromTP(torch.autograd.Function):
+    """All-gather along the last dimension in forward (rank order); this rank's slice of
+    the gradient in backward."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor, pg: Any, t: int, r: int) -> torch.Tensor:
+        ctx.r, ctx.n = r, y.shape[-1]
+        y = y.contiguous()
+        if _skip(y, _LOCAL[0]):
+            return torch.cat([y] * t, dim=-1)
+        parts = [torch.empty_like(y) for _ in range(t)]
+        dist.all_gather(parts, y, group=pg)
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        return g.narrow(-1, ctx.r * ctx.n, ctx.n).contiguous(), None, None, None
+
+
+class TPLinear(nn.Module):
+    """Shard r of t of an nn.Linear. kind "col": weight rows and bias split, input gradient
+    all-reduced; "colgather": the same with the output all-gathered; "row": weight columns
+    split, output all-reduced, then the whole bias added. Parameter names are nn.Linear's."""
+
+    def __init__(self, kind: str, weight: torch.Tensor, bias: torch.Tensor | None, r: int, t: int) -> None:
+        super().__init__()
+        self.kind, self.r, self.t = kind, r, t
+        self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(bias) if bias is not None else None
+        self.pg: Any = None  # set by `attach` (a process group does not deep-copy)
+
+    def __deepcopy__(self, memo: dict) -> "TPLinear":
+        pg, self.pg = self.pg, None
+        try:
+            out = copy.copy(self)
+            out.__dict__ = copy.deepcopy(self.__dict__, memo)
+        finally:
+            self.pg = pg
+        out.pg = pg
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "row":
+            return _ReduceFromTP.apply(F.linear(x, self.weight), self.pg) + (
+                self.bias if self.bias is not None else 0.0)
+        y = F.linear(_CopyToTP.apply(x, self.pg), self.weight, self.bias)
+        return _GatherFromTP.apply(y, self.pg, self.t, self.r) if self.kind == "colgather" else y
+
+    def extra_repr(self) -> str:
+        return f"{self.kind}, shard {self.r} of {self.t}, weight {tuple(self.weight.shape)}"
+
+
+def leaves(block: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
+    """The block's leaf modules in execution order: (dotted path inside the block, module);
+    an nn.Sequential is opened, any other module is one leaf."""
+    if isinstance(block, nn.Sequential):
+        return [x for name, m in block.named_children() for x in leaves(m, f"{prefix}{name}.")]
+    return [(prefix[:-1] if prefix else "", block)]
+
+
+def problems(blocks: Sequence[nn.Module], first: int, t: int) -> list[str]:
+    """Why blocks[k] (layer first + k) cannot be split over t ranks, one line per layer ([] when all can)."""
+    out = []
+    for k, b in enumerate(blocks):
+        for path, m in leaves(b):
+            where = f"layer {first + k}" + (f" ({path})" if path else "")
+            if isinstance(m, nn.Linear):
+                if m.out_features % t:
+                    out.append(f"{where}: Linear({m.in_features}, {m.out_features}): out_features "
+                               f"{m.out_features} is not a multiple of the TP degree {t}")
+            elif any(True for _ in m.parameters()):
+                out.append(f"{where}: {type(m).__name__} holds parameters and TP splits nn.Linear only "
+                           "(inside nn.Sequential blocks)")
+    return out
+
+
+def degrees_for(blocks: Sequence[nn.Module]) -> tuple[int, ...]:
+    """The TP degrees (of DEGREES) at which every block can be split: the runtime's search options."""
+    return tuple(t for t in DEGREES if t == 1 or not problems(blocks, 0, t))
+
+
+def stage_roles(blocks: Sequence[nn.Module]) -> list[dict[str, str]]:
+    """Per block of one stage, its nn.Linear leaves' kinds ("col", "row", "colgather") by path."""
+    flat = [(k, path, m) for k, b in enumerate(blocks) for path, m in leaves(b)]
+    out: list[dict[str, str]] = [{} for _ in blocks]
+    i = 0
+    while i < len(flat):
+        k, path, m = flat[i]
+        if isinstance(m, nn.Linear):
+            j = i + 1
+            while j < len(flat) and isinstance(flat[j][2], ELEMENTWISE):
+                j += 1
+            if j < len(flat) and isinstance(flat[j][2], nn.Linear):
+                out[k][path] = "col"
+                out[flat[j][0]][flat[j][1]] = "row"
+                i = j + 1
+                continue
+            out[k][path] = "colgather"
+        i += 1
+    return out
+
+
+_DIMS = {"col": {"weight": 0, "bias": 0}, "colgather": {"weight": 0, "bias": 0}, "row": {"weight": 1, "bias": None}}
+
+
+@dataclass
+class Split:
+    """How one layer is held by one TP rank: shard r of t over `ranks` (the stage's ranks,
+    leader first; process group `pg`), its Linear leaves' kinds by path (`roles`)."""
+
+    layer: int
+    r: int
+    t: int
+    ranks: tuple[int, ...]
+    roles: dict[str, str]
+    pg: Any = field(default=None, repr=False, compare=False)
+
+    def dims(self, template: nn.Module) -> dict[str, int | None]:
+        """Parameter name -> the dimension it is split along (None: whole on every rank)."""
+        out: dict[str, int | None] = {}
+        for name, _ in template.named_parameters():
+            path, _, leaf = name.rpartition(".")
+            kind = self.roles.get(path)
+            out[name] = _DIMS[kind][leaf] if kind is not None else None
+        return out
+
+
+def shard_template(template: nn.Module, split: Split) -> nn.Module:
+    """The block with each split nn.Linear replaced by its TPLinear (parameters of the
+    shard's shapes, on the template's device, e.g. meta)."""
+    block = copy.deepcopy(template)
+    for path, kind in split.roles.items():
+        lin = block.get_submodule(path) if path else block
+        w, b = lin.weight.detach(), lin.bias.detach() if lin.bias is not None else None
+        d = _DIMS[kind]
+        w = w.chunk(split.t, dim=d["weight"])[split.r]
+        if b is not None and d["bias"] is not None:
+            b = b.chunk(split.t, dim=0)[split.r]
+        new = TPLinear(kind, w.clone(), None if b is None else b.clone(), split.r, split.t)
+        if not path:
+            return new
+        parent, _, name = path.rpartition(".")
+        setattr(block.get_submodule(parent) if parent else block, name, new)
+    return block
+
+
+def attach(module: nn.Module, pg: Any) -> None:
+    """Give every TPLinear of `module` its process group."""
+    for m in module.modules():
+        if isinstance(m, TPLinear):
+            m.pg = pg
+
+
+def _opt_names(template: nn.Module) -> list[str]:
+    return [n for n, _ in template.named_parameters()]
+
+
+def slice_pack(pack: dict, template: nn.Module, split: Split) -> dict:
+    """A full layer's LayerState.pack (runtime.replan) cut to shard split.r: split
+    parameters and their optimizer-state tensors of the parameter's shape sliced."""
+    dims = split.dims(template)
+    shapes = {n: tuple(p.shape) for n, p in template.named_parameters()}
+    names = _opt_names(template)
+
+    def cut(name: str, v: Any) -> Any:
+        d = dims.get(name)
+        if d is None or not isinstance(v, torch.Tensor) or tuple(v.shape) != shapes[name]:
+            return v
+        return v.chunk(split.t, dim=d)[split.r].clone()
+
+    module = {k: cut(k, v) for k, v in pack["module"].items()}
+    opt = pack["opt"]
+    if opt is not None:
+        opt = {**opt, "state": {i: {k: cut(names[int(i)], v) for k, v in st.items()} for i, st in opt["state"].items()}}
+    return {**pack, "module": module, "opt": opt}
+
+
+def gather_pack(pack: dict, template: nn.Module, split: Split) -> dict:
+    """The full layer's pack from this rank's shard pack: collective over split.pg (every
+    rank of the stage calls it for the same layers in the same order); `template`: the full block."""
+    dims = split.dims(template)
+    shapes = {n: tuple(p.shape) for n, p in template.named_parameters()}
+    names = _opt_names(template)
+
+    def join(name: str, v: Any) -> Any:
+        d = dims.get(name)
+        if d is None or not isinstance(v, torch.Tensor) or v.dim() != len(shapes[name]) or \
+                tuple(v.shape) == shapes[name]:
+            return v
+        parts = [torch.empty_like(v) for _ in range(split.t)]
+        dist.all_gather(parts, v.contiguous(), group=split.pg)
+        return torch.cat(parts, dim=d)
+
+    module = {k: join(k, v) for k, v in pack["module"].items()}
+    opt = pack["opt"]
+    if opt is not None:
+        opt = {**opt, "state": {i: {k: join(names[int(i)], v) for k, v in st.items()}
+                                for i, st in sorted(opt["state"].items(), key=lambda kv: int(kv[0]))}}
+    return {**pack, "module": module, "opt": opt}
+
+
+def shard_layer(state: Any, template: nn.Module, split: Split, device: torch.device, make_opt: Any,
+                make_sched: Any = None) -> Any:
+    """The whole layer `state` (replan.LayerState) as shard split.r: module, optimizer and
+    scheduler rebuilt from the sliced pack (local, no communication)."""
+    from .replan import new_layer
+    out = new_layer(shard_template(template, split), device, make_opt, slice_pack(state.pack(), template, split),
+                    make_sched)
+    attach(out.module, split.pg)
+    out.split = split
+    return out
+
+
+def unshard_layer(state: Any, template: nn.Module, device: torch.device, make_opt: Any,
+                  make_sched: Any = None) -> Any:
+    """The whole layer from this rank's shard `state` (collective over its stage's ranks)."""
+    from .replan import new_layer
+    return new_layer(template, device, make_opt, gather_pack(state.pack(), template, state.split), make_sched)

@@ -1,0 +1,139 @@
+"""`dynpar train` with tensor-parallel stages (runtime.tensor_parallel, tp_stage, tp_sync):
+float64 equivalence to single-process full-batch training for TP stages inside pipelines
+(GPipe, 1F1B) and alone, beside degree-1 groups with uneven shares, across a re-plan that
+moves shards and a resume from a checkpoint, with SGD-momentum and with Adam (clipping, LR
+warm-up); a plan the planner chose; what is refused."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from solver.cli import main  # noqa: E402
+from solver.io.instance import load_instance  # noqa: E402
+from solver.model import Group, Plan, plan_to_json  # noqa: E402
+from solver.runtime import examples  # noqa: E402
+from solver.runtime.launch import launch  # noqa: E402
+from solver.runtime.tensor_parallel import degrees_for, stage_roles  # noqa: E402
+from solver.runtime.tp_sync import Piece, tp_buckets  # noqa: E402
+from solver.runtime.trainer import TrainConfig, final_state, runtime_options, unsupported  # noqa: E402
+from tests.test_train import reference, write_instance  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def tp_instance(folder: Path, memory_gb: float | None = None) -> Path:
+    """tests.test_train's 4-process instance with its server declared (a TP stage lies in one
+    server); `memory_gb`: each device's memory instead of 4 GB."""
+    f = write_instance(folder)
+    text = f.read_text()
+    if memory_gb is not None:
+        text = text.replace("memory_gb = 4\n", f"memory_gb = {memory_gb}\n")
+    f.write_text(text + '\n[[servers]]\nname = "s0"\n')
+    return f
+
+
+def assert_matches(folder: Path, steps: int, factory: str) -> None:
+    ref, got = reference(steps, getattr(examples, factory)), final_state(folder, 7)
+    assert set(got) == set(ref)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
+def test_tp_stage_in_pipelines_across_replan_and_resume(tmp_path: Path) -> None:
+    """SGD-momentum. Slot 0: one GPipe group p0 > p1+p2 (stage 1, layers 3..6, TP-2: a
+    column/row pair, then a column-parallel Linear gathered). Slot 1, in a new job resumed
+    from slot 0's checkpoint (whole layers on disk, cut into shards again): a 1F1B group
+    p0 > p1+p2 (layers 2..6 at TP-2) beside p3 alone with an uneven share (24 | 8)."""
+    inst = load_instance(tp_instance(tmp_path))
+    p1 = Plan((Group((0, 1), (3, 7), 32, "gpipe", tp_peers=((), (2,))),))
+    p2 = Plan((Group((0, 1), (2, 7), 24, "1f1b", tp_peers=((), (2,))), Group((3,), (7,), 8)))
+    plans = (plan_to_json(p1), plan_to_json(p2))
+    launch(inst, TrainConfig("solver.runtime.examples:mlp64", 4, str(tmp_path / "ck"), iterations_per_slot=4,
+                             plans=plans))
+    assert_matches(tmp_path / "ck", 4, "mlp64")
+    launch(inst, TrainConfig("solver.runtime.examples:mlp64", 8, str(tmp_path / "ck"), iterations_per_slot=4,
+                             plans=plans))
+    assert_matches(tmp_path / "ck", 8, "mlp64")
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    assert [json.loads(j)["groups"][0]["tp_peers"] for j in rows["plan_json"]] == [[[], [2]], [[], [2]]]
+    assert list(rows["restarts"]) == [0, 1]
+    for js in rows["measured_compute"]:  # the peer p2 measured its own compute
+        assert json.loads(js)["2"] > 0
+
+
+def test_tp_with_adam_alone_and_as_first_stage_across_replan(tmp_path: Path) -> None:
+    """Adam with global-norm clipping and an LR warm-up (examples.mlp64_adam_clip_sched).
+    Slot 0: a one-stage TP-2 group p0+p1 (two column/row pairs) beside a 1F1B pipeline
+    p2 > p3 (shares 16 | 16; the row-parallel biases are reduced whole, the split weights
+    by shard). Slot 1 (migrated in the same job): a GPipe group whose first stage p2+p3
+    (layers 0..1) is TP-2 and whose second is p0."""
+    inst = load_instance(tp_instance(tmp_path))
+    p1 = Plan((Group((0,), (7,), 16, tp_peers=((1,),)), Group((2, 3), (4, 7), 16, "1f1b")))
+    p2 = Plan((Group((2, 0), (2, 7), 32, "gpipe", tp_peers=((3,), ())),))
+    factory = "mlp64_adam_clip_sched"
+    launch(inst, TrainConfig(f"solver.runtime.examples:{factory}", 8, str(tmp_path / "ck"), iterations_per_slot=4,
+                             plans=(plan_to_json(p1), plan_to_json(p2))))
+    assert_matches(tmp_path / "ck", 8, factory)
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    assert rows["measured_migration_time"].iloc[1] > 0
+
+
+def test_train_runs_the_tp_plan_the_planner_chooses(tmp_path: Path) -> None:
+    """Devices of 30 kB: no plan without TP holds mlp64 (the controller's search without TP
+    finds none); `dynpar train` plans with the TP degrees the model splits at, runs them and
+    ends where single-process training ends."""
+    inst = tp_instance(tmp_path, memory_gb=3e-5)
+    assert main(["train", str(inst), "--model", "solver.runtime.examples:mlp64", "--steps", "8",
+                 "--checkpoint-dir", str(tmp_path / "ck"), "--iterations-per-slot", "4"]) == 0
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    assert len(rows) == 2
+    for js in rows["plan_json"]:
+        assert any(any(p) for g in json.loads(js)["groups"] for p in g.get("tp_peers", []))
+    assert_matches(tmp_path / "ck", 8, "mlp64")
+
+
+def test_tp_refusals_and_search_degrees() -> None:
+    """What a TP stage refuses, in one line each naming the layer; the degrees the
+    controller's search may use."""
+    mlp = list(examples.mlp64().model)
+    assert degrees_for(mlp) == (1, 2, 4)  # the last Linear has 4 outputs
+    assert runtime_options(mlp).tp_degrees == (1, 2, 4)
+    assert runtime_options(None).tp_degrees == (1,)
+    slow = TrainConfig("m:f", 1, "ck", repeat={"p1": 2})
+    assert runtime_options(mlp, slow).tp_degrees == (1,)
+    ln = [nn.Linear(8, 32), nn.Sequential(nn.LayerNorm(32), nn.Tanh()), nn.Linear(32, 6)]
+    assert degrees_for(ln) == (1,)
+    tp = Plan((Group((0, 1), (1, 3), 32, tp_peers=((), (2, 3, 4))),))
+    assert unsupported(tp, blocks=ln) == [
+        "group 0, stage 1 (layers 1..2): tensor parallelism of degree 4 over devices [1, 2, 3, 4]: "
+        "layer 1 (0): LayerNorm holds parameters and TP splits nn.Linear only (inside nn.Sequential blocks)",
+        "group 0, stage 1 (layers 1..2): tensor parallelism of degree 4 over devices [1, 2, 3, 4]: "
+        "layer 2: Linear(32, 6): out_features 6 is not a multiple of the TP degree 4"]
+    assert unsupported(tp, engine="hand", blocks=mlp)[0].endswith("inside a pipeline needs engine 'torch'")
+    assert unsupported(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), engine="hand", blocks=mlp) == []
+    assert "no model given" in unsupported(tp)[0]
+
+
+def test_tp_roles_and_gradient_pieces() -> None:
+    """Pairs and gathered Linears by position in the stage; the cross-group gradient pieces:
+    by shard where every TP holder splits a parameter alike, whole (zeros outside each shard)
+    where they differ or keep it whole."""
+    mlp = [copy.deepcopy(b).to("meta") for b in examples.mlp64().model]
+    assert stage_roles(mlp[3:7]) == [{}, {"": "col"}, {}, {"": "row"}]
+    assert stage_roles(mlp[0:2]) == [{"": "colgather"}, {}]
+    has = [any(True for _ in b.parameters()) for b in mlp]
+    # group 0: layers 0..6 at TP-2 on ranks 0, 1 (pairs 0-2, 4-6); group 1: layers 0..1 on rank 2
+    # alone, layers 2..6 at TP-2 on ranks 5, 3 (pair 2-4, then 6 gathered)
+    plan = Plan((Group((0,), (7,), 16, tp_peers=((1,),)), Group((2, 5), (2, 7), 16, tp_peers=((), (3,)))))
+    got = tp_buckets(plan, mlp, has)
+    assert got[(0, 2)][:2] == [Piece(0, "weight", 0, 0, 2), Piece(0, "bias", 0, 0, 2)]
+    assert got[(1, 2)][:2] == [Piece(0, "weight", 0, 1, 2), Piece(0, "bias", 0, 1, 2)]
+    assert set(got) == {(0, 2), (1, 2), (0, 1, 3, 5)}
+    assert got[(0, 1, 3, 5)] == [Piece(i, n) for i in (2, 4, 6) for n in ("weight", "bias")]
