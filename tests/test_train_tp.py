@@ -119,6 +119,9 @@ def test_tp_refusals_and_search_degrees() -> None:
     assert unsupported(tp, engine="hand", blocks=mlp)[0].endswith("inside a pipeline needs engine 'torch'")
     assert unsupported(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), engine="hand", blocks=mlp) == []
     assert "no model given" in unsupported(tp)[0]
+    from solver.runtime.checks import PlanMismatchError, check_plan
+    with pytest.raises(PlanMismatchError, match=r"group 0: tensor-parallel stages \(tp_peers \[\[1\]\]\) run under"):
+        check_plan(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), 7, 2, 32)
 
 
 def test_tp_roles_and_gradient_pieces() -> None:

@@ -23,6 +23,9 @@ def check_plan(plan: Plan, num_layers: int, world_size: int, batch: int,
     `batch` samples; with a `state`, also its memory and availability constraints."""
     problems = [v.detail for v in structure_violations(plan, num_layers, world_size, batch)]
     problems += [f"group {gi} share {g.share} < 1 sample" for gi, g in enumerate(plan.groups) if g.share < 1]
+    problems += [f"group {gi}: tensor-parallel stages (tp_peers {[list(p) for p in g.tp_peers]}) run under "
+                 "`dynpar train` only (runtime.trainer); runtime.run executes one device per stage"
+                 for gi, g in enumerate(plan.groups) if any(g.tp_peers)]
     if state is not None:
         if state.workload.num_layers != num_layers:
             problems.append(f"layer count mismatch: the workload has {state.workload.num_layers} "

@@ -379,6 +379,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     held: dict[int, LayerState] = {}
     holders: list[tuple[int, ...]] | None = None
     tp_key: Any = None
+    units: list[tuple[tuple[int, ...], ...]] = []
     groups: dict[tuple[int, ...], Any] = {}
     fresh = True
     tstage: TorchStage | None = None
