@@ -140,3 +140,18 @@ def test_tp_roles_and_gradient_pieces() -> None:
     assert got[(1, 2)][:2] == [Piece(0, "weight", 0, 1, 2), Piece(0, "bias", 0, 1, 2)]
     assert set(got) == {(0, 2), (1, 2), (0, 1, 3, 5)}
     assert got[(0, 1, 3, 5)] == [Piece(i, n) for i in (2, 4, 6) for n in ("weight", "bias")]
+
+
+def test_estimator_prices_tp_stages_on_their_units(tmp_path: Path) -> None:
+    """Every rank of a TP stage is predicted its unit's stage compute (model.units: the
+    split stage, TP collectives included), below the stage's time on one device; a degree-1
+    stage keeps its own; peers of a pipeline stage get the pipeline's (negated) context."""
+    from solver.runtime.estimator import predicted_compute
+    from solver.runtime.speeds import contexts
+    st = load_instance(tp_instance(tmp_path)).state(0)
+    tp = Plan((Group((0, 1), (3, 7), 32, tp_peers=((), (2,))),))
+    one = Plan((Group((0, 1), (3, 7), 32),))
+    got, ref = predicted_compute(tp, st), predicted_compute(one, st)
+    assert set(got) == {0, 1, 2} and got[1] == got[2] and got[0] == pytest.approx(ref[0], rel=1e-12)
+    assert 0 < got[1] < ref[1]
+    assert contexts(tp, {}) == {0: -3, 1: -3, 2: -3}

@@ -195,6 +195,12 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
     new = update_factors(factors, plan, observed_state(raw, present, factors), measured_compute)
     base = observed_state(raw, present, new)
     structure = [(g.devices, g.cuts) for g in plan.groups]
+
+    def sync_s(st: SlotState) -> float:  # a plan with TP stages: its all-reduce on its units (model.units)
+        if not plan.uses_tp:
+            return sync_time(st, structure)
+        ust, uplan = to_units(plan, st)
+        return sync_time(ust, [(g.devices, g.cuts) for g in uplan.groups])
     fit_delta = any(g.num_stages > 1 for g in plan.groups) and measured_batch > 0
     several = len(plan.groups) > 1
     beta_on_sync = several and fit_delta and measured_sync is not None and measured_sync > 0
@@ -215,7 +221,7 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
         before = (delta, beta)
         notes = []
         if beta_on_sync:
-            beta = _fit(lambda b: sync_time(with_links(base, delta, b), structure), BETA_MIN, BETA_MAX,
+            beta = _fit(lambda b: sync_s(with_links(base, delta, b)), BETA_MIN, BETA_MAX,
                         measured_sync, True, "beta (all-reduce)", notes)
         if fit_delta:
             delta = _fit(lambda x: t(x, beta), lo_delta, DELTA_MAX, measured_batch, False, "delta", notes)

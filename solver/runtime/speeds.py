@@ -53,7 +53,7 @@ def contexts(plan: Plan, node_of: Mapping[int, str]) -> dict[int, int]:
     for a stage of a multi-stage group (a stage waits for its neighbours, so it computes
     beside the others for only part of the iteration: a context of its own)."""
     devs = list(plan.devices)
-    staged = {d for g in plan.groups if g.num_stages > 1 for d in g.devices}
+    staged = {d for g in plan.groups if g.num_stages > 1 for d in g.all_devices}
     out = {}
     for d in devs:
         k = sum(1 for e in devs if node_of.get(e, "") == node_of.get(d, ""))
