@@ -13,17 +13,22 @@ import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
+from torch import nn
 
-from solver.cli import main  # noqa: E402
-from solver.io.instance import load_instance  # noqa: E402
-from solver.model import Group, Plan, plan_to_json  # noqa: E402
-from solver.runtime import examples  # noqa: E402
-from solver.runtime.launch import launch  # noqa: E402
-from solver.runtime.tensor_parallel import degrees_for, stage_roles  # noqa: E402
-from solver.runtime.tp_sync import Piece, tp_buckets  # noqa: E402
-from solver.runtime.trainer import TrainConfig, final_state, runtime_options, unsupported  # noqa: E402
-from tests.test_train import reference, write_instance  # noqa: E402
+from solver.cli import main
+from solver.io.instance import load_instance
+from solver.model import Group, Plan, plan_to_json
+from solver.runtime import examples
+from solver.runtime.launch import launch
+from solver.runtime.tensor_parallel import degrees_for, stage_roles
+from solver.runtime.tp_sync import Piece, tp_buckets
+from solver.runtime.trainer import (
+    TrainConfig,
+    final_state,
+    runtime_options,
+    unsupported,
+)
+from tests.test_train import reference, write_instance
 
 pytestmark = pytest.mark.torch
 
@@ -111,11 +116,10 @@ def test_tp_refusals_and_search_degrees() -> None:
     ln = [nn.Linear(8, 32), nn.Sequential(nn.LayerNorm(32), nn.Tanh()), nn.Linear(32, 6)]
     assert degrees_for(ln) == (1,)
     tp = Plan((Group((0, 1), (1, 3), 32, tp_peers=((), (2, 3, 4))),))
+    where = "group 0, stage 1 (layers 1..2): tensor parallelism of degree 4 over devices [1, 2, 3, 4]: "
     assert unsupported(tp, blocks=ln) == [
-        "group 0, stage 1 (layers 1..2): tensor parallelism of degree 4 over devices [1, 2, 3, 4]: "
-        "layer 1 (0): LayerNorm holds parameters and TP splits nn.Linear only (inside nn.Sequential blocks)",
-        "group 0, stage 1 (layers 1..2): tensor parallelism of degree 4 over devices [1, 2, 3, 4]: "
-        "layer 2: Linear(32, 6): out_features 6 is not a multiple of the TP degree 4"]
+        where + "layer 1 (0): LayerNorm holds parameters and TP splits nn.Linear only (inside nn.Sequential blocks)",
+        where + "layer 2: Linear(32, 6): out_features 6 is not a multiple of the TP degree 4"]
     assert unsupported(tp, engine="hand", blocks=mlp)[0].endswith("inside a pipeline needs engine 'torch'")
     assert unsupported(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), engine="hand", blocks=mlp) == []
     assert "no model given" in unsupported(tp)[0]

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -117,7 +118,7 @@ class TPLinear(nn.Module):
         self.bias = nn.Parameter(bias) if bias is not None else None
         self.pg: Any = None  # set by `attach` (a process group does not deep-copy)
 
-    def __deepcopy__(self, memo: dict) -> "TPLinear":
+    def __deepcopy__(self, memo: dict) -> TPLinear:
         pg, self.pg = self.pg, None
         try:
             out = copy.copy(self)

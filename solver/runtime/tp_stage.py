@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -37,7 +38,7 @@ class _Announce(torch.autograd.Function):
     """Identity; its backward first broadcasts (BWD, micro) and the gradient to the peers."""
 
     @staticmethod
-    def forward(ctx, out: torch.Tensor, leader: "TPLeader", micro: int) -> torch.Tensor:
+    def forward(ctx, out: torch.Tensor, leader: TPLeader, micro: int) -> torch.Tensor:
         ctx.leader, ctx.micro = leader, micro
         return out.view_as(out)
 

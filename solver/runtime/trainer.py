@@ -28,9 +28,10 @@ import os
 import signal
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,13 +39,13 @@ import torch.distributed as dist
 
 from ..cost import cost_coeffs, group_coeffs
 from ..model import Instance, Plan, plan_from_dict, plan_from_json, plan_to_dict
-from ..online.charge import charge_plan
 from ..model.plan import plan_to_json
+from ..online.charge import charge_plan
 from ..online.controller import rows_frame
 from ..online.policies import Decision, make_policy
 from ..online.queues import initial_queues, update_queues
-from ..solve.options import SolveOptions
 from ..online.summary import summarise
+from ..solve.options import SolveOptions
 from . import ckpt, cpuquota
 from .estimator import estimate, observed_state, predicted_compute
 from .layout import buckets, flat_holders, layer_units, roles
@@ -53,8 +54,15 @@ from .placement import place, synchronizer
 from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
 from .speeds import Speeds, contexts, shares_of
-from .tensor_parallel import (Split, degrees_for, gather_pack, problems, shard_layer, stage_roles,
-                              unshard_layer)
+from .tensor_parallel import (
+    Split,
+    degrees_for,
+    gather_pack,
+    problems,
+    shard_layer,
+    stage_roles,
+    unshard_layer,
+)
 from .tp_stage import TPFollower
 from .tp_sync import allreduce_pieces, tp_buckets
 from .tpipe import TorchStage
@@ -114,7 +122,7 @@ RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,), recompute=False)
 activation recomputation); `runtime_options` gives those of a model."""
 
 
-def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: "TrainConfig | None" = None) -> SolveOptions:
+def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig | None = None) -> SolveOptions:
     """The controller's search options for a job on `blocks`: the TP degrees at which every
     block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
     (`repeat`, whose extra passes would repeat the TP collectives), no recomputation."""
