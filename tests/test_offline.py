@@ -9,12 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solver.online.offline import Candidate, offline_reference, pareto_prune, plans_from_frame, solve_offline
-from solver.online import run_online, summarise
-from solver.model import Group, Plan
 from solver.io.synthetic import random_instance
-
-from solver.online.offline import calibrate_budgets
+from solver.model import Group, Plan
+from solver.online import run_online, summarise
+from solver.online.offline import (
+    Candidate,
+    calibrate_budgets,
+    offline_reference,
+    online_lower_bound,
+    pareto_prune,
+    plans_from_frame,
+    solve_offline,
+)
 
 DUMMY = Plan((Group((0,), (1,), 4),))
 
@@ -165,3 +171,67 @@ def test_prefix_rows_match_brute_force(seed, H, P, allow):
         assert res.ok and res.avg_batch_time == pytest.approx(best, rel=1e-7)
         free = solve_offline([limit], cands)
         assert free.avg_batch_time <= res.avg_batch_time * (1 + 1e-9)
+
+
+def _brute_bound(traces, shared, limit, tol, prefix):
+    """online_lower_bound by enumeration: every shared choice, each trace's best completion."""
+    H = len(traces[0])
+
+    def kept(ch):
+        run = np.cumsum([c[2][0] / limit - 1.0 for c in ch])
+        return (run.max() if prefix else run[-1]) <= tol * H + 1e-9
+
+    def best(tr, head, ok):
+        vals = [float(np.mean([c[1] for c in head + [tr[t][p] for t, p in zip(range(len(head), H), tail)]]))
+                for tail in itertools.product(*[range(len(tr[t])) for t in range(len(head), H)])
+                if ok(head + [tr[t][p] for t, p in zip(range(len(head), H), tail)])]
+        return min(vals, default=None)
+
+    opt = [best(tr, [], lambda ch: np.mean([c[2][0] for c in ch]) <= limit * (1 + tol) * (1 + 1e-12))
+           for tr in traces]
+    if any(o is None for o in opt):
+        return None
+    z = None
+    for pick in itertools.product(*[range(len(traces[0][t])) for t in range(shared)]):
+        head = [traces[0][t][p] for t, p in enumerate(pick)]
+        per = [best(tr, head, kept) for tr in traces]
+        if any(b is None for b in per):
+            continue
+        v = max(b / o for b, o in zip(per, opt))
+        z = v if z is None else min(z, v)
+    return z
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 3), st.integers(1, 2), st.integers(0, 3), st.booleans())
+def test_online_lower_bound_matches_brute_force(seed, H, P, shared, prefix):
+    """z* of online_lower_bound is the least over the shared slots' choices of the worst trace's
+    ratio to its offline optimum (each trace completed at its best within the tolerance)."""
+    rng = np.random.default_rng(seed)
+    shared = min(shared, H)
+    base = [[(DUMMY, float(rng.uniform(0.5, 3)), (float(rng.uniform(0.3, 1.6)),)) for _ in range(P)]
+            for _ in range(H)]
+    other = base[:shared] + [[(DUMMY, float(rng.uniform(0.5, 3)), (float(rng.uniform(0.3, 1.6)),))
+                              for _ in range(P)] for _ in range(H - shared)]
+    ref = _brute_bound([base, other], shared, 1.0, 0.1, prefix)
+    res = online_lower_bound([base, other], shared, [1.0], 0.1, prefix=prefix)
+    if ref is None:
+        assert not res.ok
+    else:
+        assert res.ok, res.message
+        assert res.ratio == pytest.approx(ref, rel=1e-6)
+        assert res.ratio >= 1.0 - 1e-9   # no online rule beats the offline optimum of every trace
+
+
+def test_online_lower_bound_one_trace_is_the_guarantee_s_price():
+    """With one trace the bound is the offline optimum under the tracker's rule over the plain
+    offline optimum: the plain optimum borrows in slot 0 and repays in slot 1, which the rule
+    (running excess <= 0 after every slot at tolerance 0) forbids."""
+    cands = [[(DUMMY, 1.0, (1.5,)), (DUMMY, 3.0, (0.5,))], [(DUMMY, 1.0, (0.5,)), (DUMMY, 0.6, (1.5,))]]
+    free = online_lower_bound([cands], 2, [1.0], 0.0, prefix=False)
+    rule = online_lower_bound([cands], 2, [1.0], 0.0, prefix=True)
+    assert free.ok and free.ratio == pytest.approx(1.0) and free.offline == pytest.approx((1.0,))
+    assert rule.ok and rule.ratio == pytest.approx(1.8) and rule.bound_s == pytest.approx((1.8,))
+    other = [[(DUMMY, 1.0, (1.5,)), (DUMMY, 2.0, (0.5,))], cands[1]]
+    with pytest.raises(ValueError, match="differs from trace 0 in shared slot 0"):
+        online_lower_bound([cands, other], 1, [1.0], 0.0)

@@ -18,8 +18,9 @@ iteration, budget units (USD, J) per iteration.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _solver():
             s = pyo.SolverFactory(name)
             if s.available(exception_flag=False):
                 return s
-        except Exception:   # noqa: BLE001 - an unavailable plugin raises on construction
+        except Exception:   # noqa: BLE001, S112 - an unavailable plugin raises on construction
             continue
     raise RuntimeError("no HiGHS solver available to Pyomo (tried appsi_highs and highs)")
 
@@ -320,3 +321,112 @@ def calibrate_budgets(instance: Instance, frac: float = 0.5, slots: Sequence[int
     lim = lo + frac * (hi - lo)
     budgets = tuple(dc_replace(b, limit=float(x)) for b, x in zip(instance.budgets, lim))
     return dc_replace(instance, budgets=budgets)
+
+
+# ---------------------------------------------------------------- what no online rule can beat
+
+
+@dataclass(frozen=True)
+class OnlineBound:
+    """The result of `online_lower_bound`. status: Status.OPTIMAL | INFEASIBLE | ERROR; ratio:
+    z*, the least, over every choice of plans in the shared slots, of the largest over the
+    traces of (that trace's best average batch time given the shared choice) / (that trace's
+    offline optimum); offline: each trace's offline optimum, seconds per iteration; shared:
+    the shared slots (0 .. shared - 1); prefix: whether each trace's choice kept the tracker's
+    rule after every slot (else only at the end); bound_s: each trace's average batch time at
+    the minimising choice (seconds)."""
+
+    status: Status
+    message: str
+    ratio: float
+    offline: tuple[float, ...]
+    bound_s: tuple[float, ...]
+    shared: int
+    prefix: bool
+    solve_time: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OPTIMAL
+
+
+def online_lower_bound(traces: Sequence[Sequence[Iterable[Any]]], shared: int, limits: Sequence[float],
+                       tolerance: float, *, prefix: bool = True, time_limit_s: float | None = 300.0) -> OnlineBound:
+    """A lower bound on what any online rule can guarantee (docs/BUDGETS.md, "What no online rule
+    can do").
+
+    traces: per trace, per slot, the candidates (Candidate or (Plan, batch_time, costs)); every
+    trace has the same number of slots H and the same candidates in slots 0 .. shared - 1 (a
+    ValueError says where they differ). An online rule sees nothing of a trace before it comes,
+    so on traces that agree up to slot shared - 1 it makes the same choices in those slots.
+    Each trace must end with every budget k within the tolerance, sum_t (c_k(t) / Cbar_k - 1)
+    <= tolerance * H, and with prefix=True after every slot too (the budget tracker's rule, the
+    weakest rule that keeps that promise on every trace whose cheapest plans meet the budgets).
+    Each trace's offline optimum is the MILP of solve_offline at limits (1 + tolerance) Cbar
+    (the same budgets and tolerance, the whole trace known). The MILP here minimises z subject
+    to (1/H) sum_t T_j(t) <= z OPT_j for every trace j, the choices of the shared slots common:
+    z* is then a lower bound, over these traces, on max_j (online rule's average batch time /
+    OPT_j) for every online rule that keeps the tolerance and picks among these candidates."""
+    import pyomo.environ as pyo
+
+    t0 = time.perf_counter()
+    lims = np.asarray(limits, dtype=float)
+    K = len(lims)
+    if not traces:
+        raise ValueError("online_lower_bound: expected at least one trace, got none")
+    if not (tolerance >= 0 and np.isfinite(tolerance)):
+        raise ValueError(f"online_lower_bound: tolerance must be a finite fraction >= 0, got {tolerance}")
+    if np.any(~(lims > 0)):
+        raise ValueError(f"online_lower_bound: every limit must be > 0, got {list(lims)}")
+    cands = [[pareto_prune([_as_candidate(c) for c in slot]) for slot in tr] for tr in traces]
+    H = len(cands[0])
+    if any(len(tr) != H for tr in cands):
+        raise ValueError(f"online_lower_bound: every trace needs {H} slots, got {[len(tr) for tr in cands]}")
+    if not (0 <= shared <= H):
+        raise ValueError(f"online_lower_bound: shared must be in 0..{H}, got {shared}")
+    for j, tr in enumerate(cands[1:], start=1):
+        for t in range(shared):
+            if [(c.batch_time, c.costs) for c in tr[t]] != [(c.batch_time, c.costs) for c in cands[0][t]]:
+                raise ValueError(f"online_lower_bound: trace {j} differs from trace 0 in shared slot {t}")
+    if any(len(c.costs) != K for tr in cands for s in tr for c in s):
+        raise ValueError(f"online_lower_bound: every candidate needs {K} costs")
+    nan = float("nan")
+
+    def fail(status: Status, msg: str, opt: Sequence[float] = ()) -> OnlineBound:
+        return OnlineBound(status, msg, nan, tuple(opt), (), shared, prefix, time.perf_counter() - t0)
+
+    opt = []
+    for j, tr in enumerate(cands):
+        r = solve_offline(list(lims * (1 + tolerance)), tr, lp_bound=False, time_limit_s=time_limit_s)
+        if not r.ok:
+            return fail(r.status, f"trace {j}: the offline optimum is {r.status}: {r.message}", opt)
+        opt.append(r.avg_batch_time)
+    m = pyo.ConcreteModel()
+    idx = [(-1, t, p) for t in range(shared) for p in range(len(cands[0][t]))]
+    idx += [(j, t, p) for j, tr in enumerate(cands) for t in range(shared, H) for p in range(len(tr[t]))]
+    m.x = pyo.Var(idx, domain=pyo.Binary)
+    m.z = pyo.Var()
+    m.obj = pyo.Objective(expr=m.z)
+    m.rows = pyo.ConstraintList()
+    for t in range(shared):
+        m.rows.add(sum(m.x[-1, t, p] for p in range(len(cands[0][t]))) == 1)
+    times = []
+    for j, tr in enumerate(cands):
+        def x(t: int, p: int, j: int = j):
+            return m.x[-1, t, p] if t < shared else m.x[j, t, p]
+        for t in range(shared, H):
+            m.rows.add(sum(x(t, p) for p in range(len(tr[t]))) == 1)
+        T = sum(tr[t][p].batch_time * x(t, p) for t in range(H) for p in range(len(tr[t]))) / H
+        times.append(T)
+        m.rows.add(T <= m.z * opt[j])
+        for k in range(K):
+            run = 0
+            for t in range(H):
+                run = run + sum((tr[t][p].costs[k] / lims[k] - 1.0) * x(t, p) for p in range(len(tr[t])))
+                if prefix or t == H - 1:
+                    m.rows.add(run <= tolerance * H)
+    st, msg = _solve(m, time_limit_s)
+    if st != Status.OPTIMAL:
+        return fail(st, msg, opt)
+    return OnlineBound(Status.OPTIMAL, msg, float(pyo.value(m.z)), tuple(opt),
+                       tuple(float(pyo.value(T)) for T in times), shared, prefix, time.perf_counter() - t0)
