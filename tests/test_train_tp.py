@@ -77,11 +77,11 @@ def test_tp_with_adam_alone_and_as_first_stage_across_replan(tmp_path: Path) -> 
     """Adam with global-norm clipping and an LR warm-up (examples.mlp64_adam_clip_sched).
     Slot 0: a one-stage TP-2 group p0+p1 (two column/row pairs) beside a 1F1B pipeline
     p2 > p3 (shares 16 | 16; the row-parallel biases are reduced whole, the split weights
-    by shard). Slot 1 (migrated in the same job): a GPipe group whose first stage p2+p3
-    (layers 0..1) is TP-2 and whose second is p0."""
+    by shard). Slot 1 (migrated in the same job): a GPipe group whose first stage p3+p2
+    (layers 0..1, the leader's rank above its peer's) is TP-2 and whose second is p0."""
     inst = load_instance(tp_instance(tmp_path))
     p1 = Plan((Group((0,), (7,), 16, tp_peers=((1,),)), Group((2, 3), (4, 7), 16, "1f1b")))
-    p2 = Plan((Group((2, 0), (2, 7), 32, "gpipe", tp_peers=((3,), ())),))
+    p2 = Plan((Group((3, 0), (2, 7), 32, "gpipe", tp_peers=((2,), ())),))
     factory = "mlp64_adam_clip_sched"
     launch(inst, TrainConfig(f"solver.runtime.examples:{factory}", 8, str(tmp_path / "ck"), iterations_per_slot=4,
                              plans=(plan_to_json(p1), plan_to_json(p2))))

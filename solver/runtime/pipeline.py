@@ -157,7 +157,7 @@ def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequen
     is counted once, by the rank in `owned` for it (its first holder); gradients must be
     the all-reduced ones; `device`: where the norm is all-reduced (the process group's:
     a CUDA device under NCCL); with TP, each rank of the first holder's stage counts its
-    shards and the stage's first rank the parameters kept whole (runtime.tp_sync.counted).
+    shards and the stage's shard-0 rank the parameters kept whole (runtime.tp_sync.counted).
     Returns the norm before clipping."""
     sq = torch.zeros(1, dtype=torch.float64)
     for i in owned:

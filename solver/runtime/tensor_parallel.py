@@ -195,7 +195,8 @@ _DIMS = {"col": {"weight": 0, "bias": 0}, "colgather": {"weight": 0, "bias": 0},
 @dataclass
 class Split:
     """How one layer is held by one TP rank: shard r of t over `ranks` (the stage's ranks,
-    leader first; process group `pg`), its Linear leaves' kinds by path (`roles`)."""
+    leader first; process group `pg`), its Linear leaves' kinds by path (`roles`). r is the
+    rank's position among `ranks` sorted (its rank in `pg`, the order all_gather returns)."""
 
     layer: int
     r: int

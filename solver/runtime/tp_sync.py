@@ -3,12 +3,12 @@
 Each parameter of a layer held by several groups is reduced in pieces:
 - where every TP holder splits it along the same dimension d, in T chunks along d (T the
   least common multiple of the TP holders' degrees): chunk c is SUM-all-reduced among the
-  one rank per group that holds it (shard c // (T / t) of a degree-t stage; the whole tensor
-  of a degree-1 holder), so each shard is summed among the holders of the same slice;
+  one rank per group that holds it (shard c // (T / t) of a degree-t stage, runtime.tensor_parallel.Split;
+  the whole tensor of a degree-1 holder), so each shard is summed among the holders of the same slice;
 - otherwise (TP holders split it differently, or keep it whole: a bias of a row-parallel
   layer, a parameter outside any split Linear) the whole tensor among every holding rank,
   each rank contributing its shard in place and zeros elsewhere, and a TP stage's whole
-  copy from its first rank only (the others: zeros). Adding zeros is exact, so the sum is
+  copy from its shard-0 rank only (the others: zeros). Adding zeros is exact, so the sum is
   the groups' sum either way.
 Pieces with the same rank set form one bucket (one flat all-reduce), visited in sorted
 order by every rank, as runtime.layout.buckets does without TP.
@@ -69,7 +69,7 @@ def tp_buckets(plan: Plan, templates: Sequence[nn.Module], has_params: Sequence[
             if split and len(ds) == 1 and None not in ds and p.shape[next(iter(ds))] % T == 0:
                 d = next(iter(ds))
                 for c in range(T):
-                    key = tuple(sorted(u[c // (T // len(u))] if len(u) > 1 else u[0] for u in us))
+                    key = tuple(sorted(sorted(u)[c // (T // len(u))] for u in us))
                     out.setdefault(key, []).append(Piece(layer, name, d, c, T))
             else:
                 key = tuple(sorted(r for u in us for r in u))
@@ -132,6 +132,6 @@ def allreduce_pieces(rank: int, held: Mapping[int, Any], templates: Sequence[nn.
 def counted(state: Any, name: str) -> bool:
     """Whether this rank counts parameter `name` of a layer it owns in the global gradient
     norm: always without TP; a split parameter's shard on every TP rank, a whole one on the
-    stage's first rank only."""
+    stage's shard-0 rank only."""
     split: Split | None = getattr(state, "split", None)
     return split is None or split.r == 0 or split.dims(state.module)[name] is not None

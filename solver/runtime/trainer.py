@@ -538,7 +538,8 @@ def _splits(rplan: Plan, rank: int, templates: Sequence[torch.nn.Module], groups
             if rank in unit and len(unit) > 1:
                 roles_ = stage_roles(templates[a:b])
                 pg = groups[tuple(sorted(unit))]
-                return {i: Split(i, unit.index(rank), len(unit), tuple(unit), roles_[i - a], pg) for i in range(a, b)}
+                return {i: Split(i, sorted(unit).index(rank), len(unit), tuple(unit), roles_[i - a], pg)
+                        for i in range(a, b)}
     return {}
 
 
@@ -553,7 +554,7 @@ def _checkpoint(cfg: TrainConfig, step: int, rank: int, held: dict[int, LayerSta
     for i, s in sorted(held.items()):
         if s.split is not None and units[i][0] == s.split.ranks:
             full = gather_pack(s.pack(), templates[i], s.split)
-            if s.split.r == 0:
+            if rank == s.split.ranks[0]:  # the leader writes
                 packs[i] = full
     meta = None
     if ctl is not None:
