@@ -159,3 +159,19 @@ def test_estimator_prices_tp_stages_on_their_units(tmp_path: Path) -> None:
     assert set(got) == {0, 1, 2} and got[1] == got[2] and got[0] == pytest.approx(ref[0], rel=1e-12)
     assert 0 < got[1] < ref[1]
     assert contexts(tp, {}) == {0: -3, 1: -3, 2: -3}
+
+
+def test_tp_dropout_masks_replicated_on_the_stage(tmp_path: Path) -> None:
+    """mlp64_dropout (nn.Dropout after the first two Tanh): a dropout between two Linears
+    breaks the pair (the first is gathered), and runs whole on every TP rank with the same
+    per-sample masks; a 1F1B pipeline of two TP-2 stages, then a one-stage TP-2 group beside a
+    pipeline (shares 8 | 24)."""
+    f = write_instance(tmp_path, examples.mlp64_dropout)
+    f.write_text(f.read_text() + '\n[[servers]]\nname = "s0"\n')
+    p1 = Plan((Group((0, 1), (4, 9), 32, "1f1b", tp_peers=((2,), (3,))),))
+    p2 = Plan((Group((2,), (9,), 8, tp_peers=((0,),)), Group((3, 1), (5, 9), 24)))
+    launch(load_instance(f), TrainConfig("solver.runtime.examples:mlp64_dropout", 6, str(tmp_path / "ck"),
+                                         iterations_per_slot=3, plans=(plan_to_json(p1), plan_to_json(p2))))
+    ref, got = reference(6, examples.mlp64_dropout), final_state(tmp_path / "ck", 9)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
