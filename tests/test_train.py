@@ -534,7 +534,8 @@ def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> N
 
 def test_controller_plans_only_what_the_runtime_executes(tmp_path: Path) -> None:
     """Four same-kind devices in two servers, where the planner alone picks tensor parallelism
-    (tests/test_tp.py): the training controller's plan has none, and fits."""
+    (tests/test_tp.py): the training controller given no model blocks to check
+    (runtime_options(None)) plans none, and its plan fits."""
     import numpy as np
     from solver.runtime.trainer import Controller, TrainConfig, unsupported
     from tests.test_tp import FOUR, instance
