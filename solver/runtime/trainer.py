@@ -6,7 +6,10 @@ the link estimates (extra latency, bandwidth scale) the estimator drew from the 
 the previous plan (migration charged, solver.online.charge_plan), and broadcasts the plan;
 every rank migrates blocks and optimizer state to the new holders (runtime.replan) and
 trains the slot's iterations (GPipe per group over isend/recv, gradients all-reduced across
-groups: every iteration equals single-process full-batch training). At the slot's end the
+groups: every iteration equals single-process full-batch training). A tensor-parallel
+stage's ranks hold shards of its layers (runtime.tensor_parallel; its leader in the pipeline,
+its peers following: runtime.tp_stage; gradients across groups by shard: runtime.tp_sync);
+shards are gathered whole to migrate and to checkpoint. At the slot's end the
 ranks report their measured stage compute and iteration seconds to rank 0, whose queues
 advance by the measured costs (the cost model's linear costs at the measured batch time plus
 the slot's measured migration or checkpoint-restore seconds over its iterations:
