@@ -22,6 +22,14 @@ V x TRADEOFF_V_FACTORS, and every baseline: average batch time against budget us
 the report's trade-off plot. Writes budgets_instances.csv, budgets_long.csv and
 budgets_tradeoff.csv into --out and prints a table. --quick: the first 5 slots, no instance
 with LARGE_N or more devices.
+
+--bound NAME:T0,... (docs/BUDGETS.md, "What no online rule can do"): per pair, the candidates
+of the MILP comparison (above), then offline.online_lower_bound at the instance's limits and
+TOL over the instance's trace and the H traces that agree with it up to slot T0 - 1 and then
+repeat one of its own slots s (s = 0 .. H - 1): with the tracker's rule after every slot and
+with the tolerance only at the end; also the instance alone under the rule (what the guarantee
+costs with the whole trace known) and "ours" (re-planning off) against the offline optimum at
+the limits. Writes budgets_bound.csv.
 """
 from __future__ import annotations
 
@@ -29,8 +37,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -39,13 +47,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver import load_instance  # noqa: E402
-from solver.io.synthetic import random_instance  # noqa: E402
-from solver.model import Instance  # noqa: E402
-from solver.online import run_online  # noqa: E402
-from solver.online.offline import (calibrate_budgets, plans_from_frame, reference_candidates,  # noqa: E402
-                                   solve_offline)
-from solver.online.policies import BASELINE_NAMES  # noqa: E402
+from solver import load_instance
+from solver.io.synthetic import random_instance
+from solver.model import Instance
+from solver.online import run_online
+from solver.online.offline import (
+    calibrate_budgets,
+    online_lower_bound,
+    plans_from_frame,
+    reference_candidates,
+    solve_offline,
+)
+from solver.online.policies import BASELINE_NAMES
 
 TOL = 0.01
 MILP_SLOTS = 30
@@ -116,6 +129,35 @@ def bench_instance(inst: Instance, milp: bool) -> dict:
     return row
 
 
+def bound(inst: Instance, t0: int) -> list[dict]:
+    """The lower bounds of --bound for `inst` shared up to slot t0 - 1 (module docstring)."""
+    if not (1 <= t0 < inst.num_slots):
+        raise ValueError(f"--bound {inst.name}:{t0}: T0 must be in 1..{inst.num_slots - 1}, got {t0}")
+    t_start = time.perf_counter()
+    on = run_online(inst, replan=False)
+    cands = reference_candidates(inst, extra_plans=plans_from_frame(on.rows, inst.num_slots), settings_scales=(0.3, 3.0))
+    lim = [b.limit for b in inst.budgets]
+    H = inst.num_slots
+    family = [cands] + [cands[:t0] + [cands[s]] * (H - t0) for s in range(H)]
+    alone = online_lower_bound([cands], H, lim, TOL, prefix=True)
+    ours = on.summary["avg_batch_time"]
+    rows = []
+    for prefix in (True, False):
+        t1 = time.perf_counter()
+        b = online_lower_bound(family, t0, lim, TOL, prefix=prefix)
+        rows.append({"instance": inst.name, "slots": H, "shared_slots": t0, "traces": len(family),
+                     "rule": "after every slot" if prefix else "at the end", "status": str(b.status),
+                     "bound_ratio": b.ratio, "offline_at_limits_s": b.offline[0] if b.offline else float("nan"),
+                     "worst_trace": int(np.argmax(np.asarray(b.bound_s) / np.asarray(b.offline))) if b.ok else -1,
+                     "alone_under_rule_ratio": alone.ratio, "ours_noreplan_s": ours,
+                     "ours_over_offline_at_limits": ours / alone.offline[0] if alone.offline else float("nan"),
+                     "bound_wall_s": round(time.perf_counter() - t1, 1)})
+        log(f"  bound {inst.name} shared 0..{t0 - 1}, {len(family)} traces, rule {rows[-1]['rule']}: "
+            f"{b.ratio:.4f} ({b.status}); alone under the rule {alone.ratio:.4f}; ours (no re-planning) / offline at "
+            f"the limits {rows[-1]['ours_over_offline_at_limits']:.4f} [{time.perf_counter() - t_start:.0f} s]")
+    return rows
+
+
 def _point(inst: Instance, label: str, kind: str, s: dict, tolerance: float | None) -> dict:
     use = {f"{b.name}_use_pct": 100 * s[f"avg_cost_{b.name}"] / b.limit for b in inst.budgets}
     return {"instance": inst.name, "policy": label, "kind": kind, "tolerance": tolerance, "V": s["V"],
@@ -161,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--instances", default="", help="comma-separated instance names (default all; '-': none)")
     ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
+    ap.add_argument("--bound", default="", help="comma-separated NAME:T0 pairs: the online lower bound (default: none)")
     ap.add_argument("--tradeoff", default="default", help="comma-separated instances of the trade-off (default: default; '': none)")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -182,6 +225,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         inst = load_instance(ROOT / "instances" / f"{name}.toml")
         points += tradeoff(inst.head(min(5, inst.num_slots)) if args.quick else inst)
         pd.DataFrame(points).to_csv(out / "budgets_tradeoff.csv", index=False)
+    bounds = []
+    for pair in filter(None, args.bound.split(",")):
+        name, _, t0 = pair.partition(":")
+        if not t0.isdigit():
+            raise SystemExit(f"--bound: expected NAME:T0 with T0 a slot number, got {pair!r}")
+        bounds += bound(load_instance(ROOT / "instances" / f"{name}.toml"), int(t0))
+        pd.DataFrame(bounds).to_csv(out / "budgets_bound.csv", index=False)
     long = long_run(args.long_slots or (150 if args.quick else 1000)) if args.long_slots != 0 else pd.DataFrame()
     if len(long):
         long.to_csv(out / "budgets_long.csv", index=False)
@@ -195,12 +245,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if points:
             print()
             print(pd.DataFrame(points).to_string(index=False))
+        if bounds:
+            print()
+            print(pd.DataFrame(bounds).to_string(index=False))
     if table.empty:
         return 0
     att = table[table.attainable]
     print(json.dumps({
         "attainable_instances_within_1pct": int((att.ours_worst_over_pct <= 100 * TOL + 1e-9).sum()),
-        "attainable_instances": int(len(att)),
+        "attainable_instances": len(att),
         "unattainable": [r.notes for r in table[~table.attainable].itertuples()],
         "ours_slower_than_a_meeting_baseline": table.loc[table.ours_vs_best_meeting_pct > 0, "instance"].tolist(),
         "online_over_offline_max": float(np.nanmax(table["online_over_offline"])) if "online_over_offline" in table else None,
