@@ -129,6 +129,11 @@ def bench_instance(inst: Instance, milp: bool) -> dict:
     return row
 
 
+def _trace_name(j: int, t0: int, H: int) -> str:
+    """Trace j of bound()'s family in words."""
+    return "the instance" if j == 0 else f"slots {t0}-{H - 1} repeat slot {j - 1}"
+
+
 def bound(inst: Instance, t0: int) -> list[dict]:
     """The lower bounds of --bound for `inst` shared up to slot t0 - 1 (module docstring)."""
     if not (1 <= t0 < inst.num_slots):
@@ -148,7 +153,8 @@ def bound(inst: Instance, t0: int) -> list[dict]:
         rows.append({"instance": inst.name, "slots": H, "shared_slots": t0, "traces": len(family),
                      "rule": "after every slot" if prefix else "at the end", "status": str(b.status),
                      "bound_ratio": b.ratio, "offline_at_limits_s": b.offline[0] if b.offline else float("nan"),
-                     "worst_trace": int(np.argmax(np.asarray(b.bound_s) / np.asarray(b.offline))) if b.ok else -1,
+                     "worst_trace": _trace_name(int(np.argmax(np.asarray(b.bound_s) / np.asarray(b.offline))), t0, H)
+                     if b.ok else "",
                      "alone_under_rule_ratio": alone.ratio, "ours_noreplan_s": ours,
                      "ours_over_offline_at_limits": ours / alone.offline[0] if alone.offline else float("nan"),
                      "bound_wall_s": round(time.perf_counter() - t1, 1)})
