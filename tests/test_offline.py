@@ -235,3 +235,20 @@ def test_online_lower_bound_one_trace_is_the_guarantee_s_price():
     other = [[(DUMMY, 1.0, (1.5,)), (DUMMY, 2.0, (0.5,))], cands[1]]
     with pytest.raises(ValueError, match="differs from trace 0 in shared slot 0"):
         online_lower_bound([cands, other], 1, [1.0], 0.0)
+
+
+def test_bench_budgets_bound_rows():
+    """bench_budgets --bound on a small random instance: both rules solved, the family's bound at
+    least the instance's own (the family contains it) and at least 1, the rule at the end only
+    never above the rule after every slot; a shared slot count outside 1..H-1 is an error."""
+    from benchmarks.bench_budgets import bound
+    inst = calibrate_budgets(random_instance(7, n=3, L=4, slots=3), 0.4)
+    rows = bound(inst, 2)
+    assert [r["rule"] for r in rows] == ["after every slot", "at the end"]
+    for r in rows:
+        assert r["status"] == "optimal" and r["traces"] == 4
+        assert r["bound_ratio"] >= r["alone_under_rule_ratio"] - 1e-9 >= 1.0 - 2e-9
+        assert r["worst_trace"] == "the instance" or r["worst_trace"].startswith("slots 2-2 repeat slot ")
+    assert rows[1]["bound_ratio"] <= rows[0]["bound_ratio"] + 1e-9
+    with pytest.raises(ValueError, match="T0 must be in 1..2"):
+        bound(inst, 3)
