@@ -24,7 +24,7 @@ from ..subproblems.cache import SlotCache, slot_cache
 from .bounds import slot_lower_bound
 from .incumbents import score_incumbents
 from .local import polish
-from .options import SlotResult, SolveOptions
+from .options import SlotResult, SolveOptions, screening
 from .schedules import group_entry
 from .scoring import Scorer, slot_result
 
@@ -70,14 +70,12 @@ def _at_size(plan: Plan | None, u: int | None) -> Plan | None:
 def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np.ndarray, V: float,
                          solve: Solve, *, previous_plan: Plan | None, options: SolveOptions,
                          cache: SlotCache | None = None, known: Mapping[int, SlotResult] | None = None,
-                         screened: Mapping[int, SlotResult] | None = None, only: Sequence[int] | None = None,
-                         report: dict | None = None) -> SlotResult:
+                         screened: Mapping[int, SlotResult] | None = None) -> SlotResult:
     """The search over groups' micro-batch sizes (module doc). queues: as given to solve_slot;
     Q: their checked cost weights; V: checked; solve: solve_slot (passed in, so that this module
     does not import the search); known / screened: {size: the result of `solve` on
     single_size(state, size)} on the full work budget / on the screening budget, already run by
-    the caller; only: the sizes to search (default: every allowed size); report: when given,
-    report["objectives"] = {size: the best objective its searches found (inf: none)}.
+    the caller.
 
     Every other size is screened: searched on SearchTuning.size_explore of the work budget,
     unless its lower bound (solve.bounds.slot_lower_bound at that size) is no better than the
@@ -87,7 +85,7 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     is not given the full budget). A time limit (options.time_limit_s) is split evenly between
     the sizes."""
     t0 = time.perf_counter()
-    sizes = tuple(u for u in micro_batch_sizes(state) if only is None or u in only)
+    sizes = micro_batch_sizes(state)
     u0 = state.workload.micro_batch
     tune = options.tuning
     cache = slot_cache(state, cache)
@@ -97,7 +95,7 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         else tune.work_budget(len(state.available_indices))
     per_size = options if options.time_limit_s is None else \
         replace(options, time_limit_s=options.time_limit_s / len(sizes))
-    screen_opt = per_size if tune.size_explore >= 1 else replace(per_size, max_structures=tune.size_explore * full)
+    screen_opt = per_size if tune.size_explore >= 1 else screening(per_size, tune.size_explore * full)
     found: dict[int, SlotResult] = dict(known or {})
     screens: dict[int, SlotResult] = {u: r for u, r in (screened or {}).items() if u not in found}
     skipped: list[int] = []
@@ -129,14 +127,12 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         if res.plan is not None and res.objective <= (1 + tune.size_recheck) * sc.best.objective:
             del screens[u]
             found[u] = search(u, per_size)
-    if report is not None:
-        report["objectives"] = {u: r.objective for u, r in {**screens, **found}.items()}
     if sc.best is None:
         why = "; ".join(f"u={u}: {r.message}" for u, r in {**found, **screens}.items())
         return SlotResult.infeasible(f"slot {state.t}: no plan at any micro-batch size ({why})",
                                      time.perf_counter() - t0, sc.count)
     if options.local_search:
-        sc.tries, sc.budget = 0, POLISH_SHARE * full
+        sc.restart_budget(POLISH_SHARE * full)
         small = tune.small(len(state.available_indices), sc.L)
         polish(state, sc, sc.best, math.inf, tune.all_orders_small if small else tune.all_orders_polish,
                tune.polish_rounds)

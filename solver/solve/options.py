@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..cost.evaluate import Evaluation
 from ..model.plan import Plan
@@ -26,9 +26,10 @@ class SearchTuning:
     work_small: int = 5000
     """Work units (one unit ~ scoring one structure) of a small slot: more than the whole search
     needs there (a few hundred units), so small slots are never cut short."""
-    work_medium: int = 400
+    work_medium: int = 800
     """Work units up to `medium_devices` devices: 7-8 devices have few groupings; the budget
-    bounds the local search, which grows fastest with the devices."""
+    bounds the local search, which grows fastest with the devices (at 400, 81% of bench_budget's
+    n = 8 slots came within 1% of the best plan known; at 800, all 15)."""
     medium_devices: int = 8
     """Devices up to which `work_medium` applies."""
     work_large: int = 1500
@@ -37,11 +38,28 @@ class SearchTuning:
     """Devices up to which `work_large` applies."""
     work_huge: int = 4000
     """Work units beyond `large_devices` devices (large pools: bounded solve time)."""
-    cut_work_per_stage: float = 0.8
-    """Work units per stage of one cut DP call (its fixed numpy overhead per stage)."""
-    cut_work_pairs: float = 4000.0
-    """(start, end) pairs per stage worth one work unit in a cut DP ((L - k + 1)^2 pairs per
-    stage): deep models spend the budget faster."""
+    cut_work_call: float = 0.35
+    """Work units of one cut DP call of a group of two or more devices, besides its pairs
+    (below). Measured on bench_budget's slots (seeds 52000+ and 53000+, n = 8-64, L = 16-177,
+    12447 calls in the searches): a call takes 63 us + 1.9 us per stage + 2.9 ns per (stage,
+    start, end) triple, and scoring a structure (the unit) 131 us median, 295 us mean, so a
+    call of a few stages over L <= 60 costs a third of a unit."""
+    cut_work_pairs: float = 70_000.0
+    """(stage, start, end) triples of a cut DP worth one work unit (k (L - k + 1)^2 of a
+    k-device group; from the same fit: 70000 x 2.9 ns = 0.2 ms, one mean score): deep models
+    spend the budget faster."""
+    patience: float = 2.0
+    """A search past its work budget goes on while its tries are below `patience` times the
+    tries at its last improvement (Scorer.exhausted; 1: stop at the budget). On bench_budget's
+    slots (seeds 52000+ and 53000+, 61 feasible) the share within 1% of the best plan known
+    went from 79% to 90% at the same budgets and median time; slots that stopped improving
+    early stop at the budget as before."""
+    extend_cap: float = 4.0
+    """Most work of a search still improving, in budgets (so its solve time is bounded; 4 and
+    8 gave the same plans on those slots). Screening searches (TP trials, micro-batch sizes:
+    `screening`) do not extend."""
+    improve_rel: float = 1e-3
+    """Relative objective improvement that counts for `patience`."""
     all_orders_small: int = 4
     """Small slots: every order of groups of up to this many devices is tried (4! = 24 orders)
     when re-cutting for memory and in the polish."""
@@ -91,11 +109,13 @@ class SearchTuning:
     oracle_all_cuts_limit: int = 20_000
     """Ordered-group cut sets in all up to which the oracle enumerates every cut set (exact for
     the model); above it, the frontier cut sets."""
-    tp_explore: float = 0.5
+    tp_explore: float = 0.1
     """Fraction of the work budget of each trial TP configuration (solve.tp; at the workload's own
     micro-batch size); the winning one is then searched again on the full budget with every
-    size. On Sailor's 32-GPU cases (benchmarks/bench_sailor_cluster.py) 0.5 chose the same
-    configurations and plans as 1.0; 0.25 ranked LLAMA-3-8's V100 tp2 above tp4 (16% lost)."""
+    size. On Sailor's 32-GPU cases (benchmarks/bench_sailor_cluster.py) 0.1 chooses the same
+    configurations and plans as 0.25 and 0.5 in half the time of 0.25 (under the cut DP charges
+    before cut_work_call, which made a unit 3-40 times less work where memory binds, 0.25
+    ranked LLAMA-3-8's V100 tp2 above tp4, 16% lost)."""
     tp_recheck: float = 0.05
     """After the TP descent, degree 1 everywhere is also searched on the full budget at every
     size unless the chosen configuration beats degree 1's screening objective by more than
@@ -104,9 +124,10 @@ class SearchTuning:
     """Slots with at most this many (kind, server) pools of two or more devices also try each
     pool at each degree of its own after the per-kind descent (solve.tp), so that stages of
     one kind may differ in degree: (|degrees| - 1) more trials per pool, each on a small slot."""
-    size_explore: float = 0.5
+    size_explore: float = 0.1
     """Fraction of the work budget of the screening search at each micro-batch size
-    (solve.micro_batch); the best screened size is then searched on the full budget."""
+    (solve.micro_batch); the best screened size is then searched on the full budget (on
+    Sailor's cases 0.1 ranks the sizes as 0.5 does, see tp_explore)."""
     size_recheck: float = 0.05
     """The best screened micro-batch size gets its full-budget search only when its screening
     objective is within this fraction above the best objective found (on Sailor's GPT-Neo-2.7
@@ -215,3 +236,10 @@ def default_work_budget(n: int, L: int, tuning: SearchTuning | None = None) -> i
     cutting a k-device group costs Scorer.cut_work(k) units (so deep models spend the budget
     faster)."""
     return (tuning or SearchTuning()).work_budget(n)
+
+
+def screening(options: SolveOptions, budget: float) -> SolveOptions:
+    """The options of a screening search (a TP configuration's trial, a micro-batch size's
+    screen): `budget` work units and no extension past them (SearchTuning.extend_cap 1), so a
+    screen costs what its fraction says; the full search that follows may extend."""
+    return replace(options, max_structures=budget, tuning=replace(options.tuning, extend_cap=1.0))

@@ -74,6 +74,7 @@ class Scorer:
         self.prev = previous_plan if options.replan else None
         self.prev_held = holder_mask(self.prev, state.base or state) if self.prev is not None else None
         self._cuts: dict[tuple, tuple | None] = {}
+        self._levels: dict[tuple, list[tuple[int, tuple | None]]] = {}  # (devices, mb, variant) -> (w, cuts)
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
@@ -83,6 +84,7 @@ class Scorer:
         self.deadline = math.inf
         self.budget = math.inf          # structures the search may still try (work budget)
         self.tries = 0
+        self.improved_at = 0.0         # tries when the best last improved by more than improve_rel
         idx = np.asarray(state.available_indices, dtype=int)
         self._inv_fwd = np.zeros(state.n)
         self._inv_bwd = np.zeros(state.n)
@@ -139,11 +141,27 @@ class Scorer:
         if key not in self._cuts and float(self._param_room[list(devices)].sum()) < self._params:
             self._cuts[key] = None          # the group cannot hold the model at one micro-batch
         if key not in self._cuts:
-            self.tries += self.cut_work(len(devices))
-            st, cache = self.at(micro_batch)
-            self._cuts[key] = min_bottleneck_cuts(st, devices, min_share, cache=cache, schedule=variant[0],
-                                                  recompute=variant[1])
+            self._cuts[key] = self._cuts_at_level(devices, min_share, micro_batch, variant)
         return self._cuts[key]
+
+    def _cuts_at_level(self, devices: Ordered, min_share: int | None, micro_batch: int | None,
+                       variant: tuple[str, bool]) -> tuple[int, ...] | None:
+        """cuts() for a key not seen yet. The DP's feasible cut sets for w samples shrink as w
+        grows, so the cut set c0 it chose for a smaller w0 (None: one micro-batch) is also its
+        choice for w whenever c0 holds w (its cap under the variant >= w): the least of a set
+        is the least of any subset that holds it. Likewise no cut set for w0 means none for w.
+        Such a reuse costs no DP and no work; otherwise the DP runs and is charged cut_work."""
+        u = self.u if micro_batch is None else int(micro_batch)
+        w = u if min_share is None else int(min_share)
+        levels = self._levels.setdefault((devices, micro_batch, variant), [])
+        for w0, c0 in levels:
+            if w0 <= w and (c0 is None or self.coeffs(devices, c0, *variant, micro_batch).cap >= w):
+                return c0
+        self.tries += self.cut_work(len(devices))
+        st, cache = self.at(micro_batch)
+        c = min_bottleneck_cuts(st, devices, min_share, cache=cache, schedule=variant[0], recompute=variant[1])
+        levels.append((w, c))
+        return c
 
     def frontier(self, devices: Ordered, min_share: int | None = None,
                  micro_batch: int | None = None, variant: tuple[str, bool] = ("gpipe", False)) -> list[tuple[int, ...]]:
@@ -175,11 +193,11 @@ class Scorer:
         return o
 
     def cut_work(self, k: int) -> float:
-        """Work units (one unit ~ scoring one structure) of the cut DPs of a k-device group:
-        a few DPs of k stages over (L - k + 1)^2 (start, end) pairs (SearchTuning.cut_work_*)."""
+        """Work units (one unit ~ scoring one structure) of one cut DP call of a k-device
+        group: a fixed part and k (L - k + 1)^2 (stage, start, end) triples (SearchTuning.cut_work_*)."""
         if k <= 1:
             return 0.0
-        return k * (self.tuning.cut_work_per_stage + (self.L - k + 1) ** 2 / self.tuning.cut_work_pairs)
+        return self.tuning.cut_work_call + k * (self.L - k + 1) ** 2 / self.tuning.cut_work_pairs
 
     def sync(self, s: Structure) -> float:
         v = self._sync.get(s)
@@ -188,8 +206,20 @@ class Scorer:
         return v
 
     def exhausted(self) -> bool:
-        """True when the work budget (or the opt-in wall-clock limit) is spent."""
-        return self.tries >= self.budget or (self.deadline < math.inf and time.perf_counter() > self.deadline)
+        """True when the work budget (or the opt-in wall-clock limit) is spent. A search still
+        improving runs on past its budget: it stops once its tries reach SearchTuning.patience
+        times those at its last improvement by more than improve_rel (so the last half of
+        its work, at patience 2, found nothing better), or extend_cap times the budget."""
+        if self.deadline < math.inf and time.perf_counter() > self.deadline:
+            return True
+        if self.tries < self.budget:
+            return False
+        t = self.tuning
+        return self.tries >= min(t.extend_cap * self.budget, t.patience * self.improved_at)
+
+    def restart_budget(self, budget: float) -> None:
+        """Count tries from 0 against a new work budget (a later phase of its own)."""
+        self.tries, self.budget, self.improved_at = 0, budget, 0.0
 
     def device_bound(self, groups: Sequence[Ordered]) -> float:
         """A lower bound on the objective of any cuts and shares of these device groups:
@@ -293,6 +323,8 @@ class Scorer:
         if self.opt.keep_candidates:
             self.pool.append(sc)
         if self.best is None or better(sc, self.best):
+            if self.best is None or obj < self.best.objective * (1 - self.tuning.improve_rel):
+                self.improved_at = self.tries
             self.best = sc
         return sc
 
