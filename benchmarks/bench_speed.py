@@ -9,8 +9,9 @@ half positive ones. Each case runs in two worker processes, one importing this t
 (or --new COMMIT's) and one importing --against COMMIT's (a `git worktree` of it in a
 temporary folder; default: the commit before the compiled cut DP), on the same seeded slots, one after the other, so both see the
 same machine load. Wall seconds per solve_slot call (after one untimed warm-up solve per
-worker: imports, HiGHS, numba's compiled kernels). Prints per case the medians, their ratio
-and how many answers (plan and objective to 12 digits) are identical; writes
+worker: imports, HiGHS, numba's compiled kernels). Prints per case the medians, their ratio,
+how many answers (plan and objective to 12 digits) are identical and the least and largest
+new / old objective ratio over the slots (below 1: the new plan is better); writes
 OUTDIR/speed.csv (default benchmarks/results/). --rounds R runs the two workers R times in
 turn (old, new, old, new, ...) and keeps each slot's least time, so that a machine whose load
 changes during the run biases neither side.
@@ -133,11 +134,14 @@ def main(argv: list[str] | None = None) -> int:
                     new = _least(new, _run_worker(new_tree, [case])[case[0]])
                 same = sum(a[1] == b[1] for a, b in zip(old, new))
                 for who, res in (("old", old), ("new", new)):
-                    for r, (sec, _) in enumerate(res):
-                        rows.append(dict(case=case[0], n=case[1], L=case[2] or 354, rep=r, solver=who, seconds=sec))
+                    for r, (sec, answer) in enumerate(res):
+                        rows.append(dict(case=case[0], n=case[1], L=case[2] or 354, rep=r, solver=who, seconds=sec,
+                                         objective=float(json.loads(answer)[1])))
                 mo, mn = float(np.median([x[0] for x in old])), float(np.median([x[0] for x in new]))
+                ratio = [float(json.loads(b[1])[1]) / float(json.loads(a[1])[1]) for a, b in zip(old, new)]
                 table.append(dict(case=case[0], slots=len(new), old_ms=1e3 * mo, new_ms=1e3 * mn,
-                                  speedup=mo / mn, target_ms=TARGET_MS[case[0]], same_answers=f"{same}/{len(new)}"))
+                                  speedup=mo / mn, target_ms=TARGET_MS[case[0]], same_answers=f"{same}/{len(new)}",
+                                  objective_new_old_min=min(ratio), objective_new_old_max=max(ratio)))
                 print(f"{case[0]}: old {1e3 * mo:.1f} ms, new {1e3 * mn:.1f} ms", flush=True)
         finally:
             for tree in {old_tree, new_tree} - {ROOT}:

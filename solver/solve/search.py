@@ -196,6 +196,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         top = sorted({s.structure: s for s in sc.scored()}.values(),
                      key=lambda s: (s.objective, s.batch_time))[:tune.polish_top_small if small else tune.polish_top]
         orders = tune.all_orders_small if small else tune.all_orders_polish
+        sc.budget = max(sc.budget, sc.tries + tune.polish_floor * budget)
         for s in top:
             polish(state, sc, s, deadline, orders, tune.polish_rounds)
         local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter)
