@@ -134,7 +134,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         # group at u = 8, 13% faster than the TP plan)
         res = finish(state, cache)
         if res is not None and better(res, best):
-            best = res
+            return tp_result(res, found, time.perf_counter() - t0, state, degree_one=True)
     return tp_result(best, found, time.perf_counter() - t0, state)
 
 

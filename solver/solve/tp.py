@@ -232,14 +232,19 @@ def check_degrees(degrees: Sequence[int]) -> None:
         raise ValueError(f"tp_degrees: expected a non-empty sequence of integers >= 1, got {degrees!r}")
 
 
-def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotState) -> SlotResult:
+def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotState,
+              degree_one: bool = False) -> SlotResult:
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
     of the configurations visited (a bound over those, not over every way of forming units)
-    and the configuration in the message."""
+    and the configuration in the message; degree_one: the result is degree 1 everywhere's full
+    search, which beat the descent's choice."""
     finite = [b for b in found.bounds if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
     skipped = f", {found.pruned} skipped by their lower bound" if found.pruned else ""
     how = "each kind's degree, then each server's" if found.pool_steps else "each kind's degree"
+    chosen = describe_configuration(found.config, state)
+    if degree_one:
+        chosen = f"tp1 (its full search beat the descent's {chosen})"
     msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped} (coordinate descent over {how}), " \
-          f"chosen: {describe_configuration(found.config, state)}; lower bound over the configurations visited"
+          f"chosen: {chosen}; lower bound over the configurations visited"
     return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)
