@@ -85,6 +85,7 @@ class Scorer:
         self.budget = math.inf          # structures the search may still try (work budget)
         self.tries = 0
         self.improved_at = 0.0         # tries when the best last improved by more than improve_rel
+        self.extended = False          # whether the search went on past its budget (exhausted)
         idx = np.asarray(state.available_indices, dtype=int)
         self._inv_fwd = np.zeros(state.n)
         self._inv_bwd = np.zeros(state.n)
@@ -215,11 +216,15 @@ class Scorer:
         if self.tries < self.budget:
             return False
         t = self.tuning
-        return self.tries >= min(t.extend_cap * self.budget, t.patience * self.improved_at)
+        if self.tries >= min(t.extend_cap * self.budget, t.patience * self.improved_at):
+            return True
+        self.extended = True
+        return False
 
     def restart_budget(self, budget: float) -> None:
         """Count tries from 0 against a new work budget (a later phase of its own)."""
         self.tries, self.budget, self.improved_at = 0, budget, 0.0
+        self.extended = False
 
     def device_bound(self, groups: Sequence[Ordered]) -> float:
         """A lower bound on the objective of any cuts and shares of these device groups:

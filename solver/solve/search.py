@@ -204,8 +204,14 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
     if report is not None:      # tries only grow and the budget only rises: below the first budget, never stopped
         report["ran_out"] = sc.tries >= budget or (deadline < math.inf and time.perf_counter() > deadline)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
-                       f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units); "
-                       f"best: {describe(sc.best.source)}", t0)
+                       f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units"
+                       f"{past_budget(sc)}); best: {describe(sc.best.source)}", t0)
+
+
+def past_budget(sc: Scorer) -> str:
+    """The message part saying that a search went on past its work budget while it was still
+    improving (Scorer.exhausted), or ""."""
+    return ", past its work budget while still improving" if sc.extended else ""
 
 
 def _without_tp(state: SlotState, queues: Sequence[float] | None, V: float, *, options: SolveOptions,
