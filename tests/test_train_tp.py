@@ -180,3 +180,31 @@ def test_tp_dropout_masks_replicated_on_the_stage(tmp_path: Path) -> None:
     ref, got = reference(6, examples.mlp64_dropout), final_state(tmp_path / "ck", 9)
     for k, v in ref.items():
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
+def test_local_only_is_scoped_to_its_context() -> None:
+    """`local_only` turns the TP collectives off inside the block only, in this thread only
+    (a context variable, no module-level flag): a TPLinear without a process group runs
+    inside (a gathered column shard repeats its slice, as the shape inference needs), its
+    backward built inside skips the gradient all-reduce too; outside, and in another
+    thread while the block is open, the collectives are on."""
+    import threading
+
+    from solver.runtime.tensor_parallel import COLLECTIVES_OFF, TPLinear, local_only
+    torch.manual_seed(0)
+    lin = TPLinear("colgather", torch.randn(2, 3), torch.randn(2), 0, 2)
+    x = torch.randn(4, 3, requires_grad=True)
+    seen: list[bool] = []
+    with local_only():
+        assert COLLECTIVES_OFF.get() is True
+        th = threading.Thread(target=lambda: seen.append(COLLECTIVES_OFF.get()))
+        th.start()
+        th.join()
+        y = lin(x)
+    assert seen == [False] and COLLECTIVES_OFF.get() is False
+    part = x @ lin.weight.T + lin.bias
+    torch.testing.assert_close(y, torch.cat([part, part], dim=-1), rtol=0, atol=0)
+    y.sum().backward()  # the graph was built with the collectives off: no all-reduce, no group needed
+    torch.testing.assert_close(x.grad, lin.weight.sum(0).expand(4, 3), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="process group has not been initialized"):  # outside: the collective runs
+        lin(x)

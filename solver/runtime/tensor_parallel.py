@@ -21,6 +21,7 @@ Shard r of t of a split tensor is the r-th of t equal slices along its split dim
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,19 +37,22 @@ ELEMENTWISE = (nn.Tanh, nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.LeakyReLU, nn.
 """Modules that act on each feature alone, so they may run on a column-parallel shard."""
 
 DEGREES = (1, 2, 4, 8)
-_LOCAL = [False]
+COLLECTIVES_OFF: contextvars.ContextVar[bool] = contextvars.ContextVar("dynpar_tp_collectives_off", default=False)
+"""True inside `local_only`: TP layers run without their collectives. A context variable, so
+it is scoped to the current thread / task and restored on exit, not process-wide state."""
 
 
 @contextlib.contextmanager
 def local_only() -> Iterator[None]:
-    """TP layers created inside skip their collectives in forward and backward (the
-    pipeline's shape inference on the leader: shapes right, values dropped)."""
-    old = _LOCAL[0]
-    _LOCAL[0] = True
+    """TP layers run inside skip their collectives in forward, and in the backward of the
+    graph built inside (the pipeline's shape inference on the leader: shapes right, values
+    dropped). Scoped by `COLLECTIVES_OFF` (a contextvars.ContextVar): other threads and
+    the code after the block see the collectives on."""
+    token = COLLECTIVES_OFF.set(True)
     try:
         yield
     finally:
-        _LOCAL[0] = old
+        COLLECTIVES_OFF.reset(token)
 
 
 def _skip(t: torch.Tensor, local: bool) -> bool:
@@ -60,7 +64,7 @@ class _CopyToTP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, pg: Any) -> torch.Tensor:
-        ctx.pg, ctx.local = pg, _LOCAL[0]
+        ctx.pg, ctx.local = pg, COLLECTIVES_OFF.get()
         return x.view_as(x)
 
     @staticmethod
@@ -78,7 +82,7 @@ class _ReduceFromTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y: torch.Tensor, pg: Any) -> torch.Tensor:
         y = y.contiguous().clone()
-        if not _skip(y, _LOCAL[0]):
+        if not _skip(y, COLLECTIVES_OFF.get()):
             dist.all_reduce(y, op=dist.ReduceOp.SUM, group=pg)
         return y
 
@@ -95,7 +99,7 @@ class _GatherFromTP(torch.autograd.Function):
     def forward(ctx, y: torch.Tensor, pg: Any, t: int, r: int) -> torch.Tensor:
         ctx.r, ctx.n = r, y.shape[-1]
         y = y.contiguous()
-        if _skip(y, _LOCAL[0]):
+        if _skip(y, COLLECTIVES_OFF.get()):
             return torch.cat([y] * t, dim=-1)
         parts = [torch.empty_like(y) for _ in range(t)]
         dist.all_gather(parts, y, group=pg)
