@@ -68,6 +68,77 @@ def _nondecreasing(S: np.ndarray) -> bool:
 
 
 @njit(cache=True)
+def _suffix_rows(j: int, w: int, S: np.ndarray, maxend: np.ndarray, CS: np.ndarray) -> bool:
+    """True when, for every end c, the starts a of stage j that fit (memory: c <= maxend[j, a];
+    side constraints on CS[m, j, c] - CS[m, j, a]) form a suffix of j..c-1: maxend[j, .]
+    non-decreasing over the starts and every CS row non-decreasing."""
+    for a in range(j + 1, j + w):
+        if maxend[j, a] < maxend[j, a - 1]:
+            return False
+    for m in range(CS.shape[0]):
+        for c in range(1, CS.shape[2]):
+            if not CS[m, j, c] >= CS[m, j, c - 1]:
+                return False
+    return True
+
+
+@njit(cache=True)
+def _window_stage(j: int, w: int, S: np.ndarray, prev: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
+                  lims: np.ndarray, strict: np.ndarray, D: np.ndarray, arg: np.ndarray,
+                  queue: np.ndarray) -> None:
+    """D[j, c], arg[j, c] for every end c of a middle stage j of the min-max recurrence with
+    non-decreasing S, when the starts that fit form a window [lo(c), hi(c)] whose ends only
+    grow with c (`_suffix_rows`). Over the window, f(a) = max(prev[a], S[j, c] - S[j, a]):
+    the stage term falls with a, so only the starts whose prev is at most every later prev
+    (kept in `queue`, a monotone deque: prev non-decreasing front to back) can be the minimum,
+    and over them f first falls and then rises, so the least f is found by bisection. The
+    smallest start attaining it (the scan's tie rule) is then the first a >= the least start
+    whose stage term is within it with prev[a] within it. Same values and cuts as the scan:
+    amortised O(log L) per end instead of O(stage length)."""
+    head, tail = 0, 0                        # queue[head:tail]
+    lo = j
+    for c in range(j + 1, j + w + 1):
+        a_new = c - 1                        # the start that joins the window
+        if prev[a_new] < INF:
+            while tail > head and prev[queue[tail - 1]] > prev[a_new]:
+                tail -= 1
+            queue[tail] = a_new
+            tail += 1
+        while lo <= a_new and (c > maxend[j, lo] or not _stage_ok(j, lo, c, CS, lims, strict)):
+            lo += 1
+        while tail > head and queue[head] < lo:
+            head += 1
+        if tail == head:
+            D[j, c], arg[j, c] = INF, -1
+            continue
+        Sc = S[j, c]
+        i_lo, i_hi = head, tail - 1         # first record whose prev reaches its stage term
+        if prev[queue[i_hi]] < Sc - S[j, queue[i_hi]]:
+            best = Sc - S[j, queue[i_hi]]
+        else:
+            while i_lo < i_hi:
+                mid = (i_lo + i_hi) // 2
+                if prev[queue[mid]] >= Sc - S[j, queue[mid]]:
+                    i_hi = mid
+                else:
+                    i_lo = mid + 1
+            best = prev[queue[i_lo]]
+            if i_lo > head:
+                best = min(best, Sc - S[j, queue[i_lo - 1]])
+        t_lo, t_hi = lo, a_new              # least start whose stage term is within best
+        while t_lo < t_hi:
+            mid = (t_lo + t_hi) // 2
+            if Sc - S[j, mid] <= best:
+                t_hi = mid
+            else:
+                t_lo = mid + 1
+        a = t_lo
+        while prev[a] > best:
+            a += 1
+        D[j, c], arg[j, c] = best, a
+
+
+@njit(cache=True)
 def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
            CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, minsum: bool
            ) -> tuple[float, np.ndarray]:
@@ -92,6 +163,7 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
         if c <= maxend[0, 0] and _stage_ok(0, 0, c, CS, lims, strict):
             D[0, c] = S[0, c] - S[0, 0]
     prev = np.full(L1, INF)
+    queue = np.empty(L1, dtype=np.int64)
     for j in range(1, k):
         for a in range(j, j + w):                 # stage j starts at a = end of stage j-1
             p = INF
@@ -99,6 +171,9 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
                 p = _combine(D[j - 1, a], B[j - 1, a], minsum)
             prev[a] = p
         c_lo, c_hi = (L, L) if j == k - 1 else (j + 1, j + w)
+        if prune and j < k - 1 and _suffix_rows(j, w, S, maxend, CS):
+            _window_stage(j, w, S, prev, maxend, CS, lims, strict, D, arg, queue)
+            continue
         for c in range(c_lo, c_hi + 1):
             best, besta = INF, -1
             if prune:       # starts from c-1 down: the stage only grows, stop once it exceeds best
