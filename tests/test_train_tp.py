@@ -9,6 +9,7 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -102,6 +103,10 @@ def test_train_runs_the_tp_plan_the_planner_chooses(tmp_path: Path) -> None:
     assert len(rows) == 2
     for js in rows["plan_json"]:
         assert any(any(p) for g in json.loads(js)["groups"] for p in g.get("tp_peers", []))
+    # the TP ranks timed their collectives; lambda (s per collective) fitted on slot 0 is slot 1's
+    for parts in rows["measured_parts"]:
+        assert any(v.get("tp_comm", 0.0) > 0 for v in json.loads(parts).values())
+    assert rows["tp_collective_latency_used"].tolist() == [0.0, rows["tp_collective_latency"][0]]
     assert_matches(tmp_path / "ck", 8, "mlp64")
 
 
@@ -208,3 +213,84 @@ def test_local_only_is_scoped_to_its_context() -> None:
     torch.testing.assert_close(x.grad, lin.weight.sum(0).expand(4, 3), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="process group has not been initialized"):  # outside: the collective runs
         lin(x)
+
+
+def test_collective_counts_follow_the_split() -> None:
+    """Per block, the TP collectives the runtime's split runs per micro-batch and pass: a
+    row-parallel Linear one forward all-reduce; a column-parallel one the backward all-reduce
+    of its input's gradient (none for the model's first block: its input is the data); a
+    gathered one an all-gather forward and that all-reduce backward."""
+    from solver.runtime.tensor_parallel import collective_counts
+    assert collective_counts(list(examples.mlp64().model)) == ((0, 0, 1, 0, 0, 0, 1), (0, 0, 0, 0, 1, 0, 0))
+    wide = list(examples.wide().model)  # 6 x Sequential(Linear, Tanh), then Linear(W, 10): pairs across blocks
+    assert collective_counts(wide) == ((0, 1, 0, 1, 0, 1, 1), (0, 0, 1, 0, 1, 0, 1))
+
+
+def test_estimator_fits_the_tp_collective_latency(tmp_path: Path) -> None:
+    """The per-collective TP latency lambda (runtime.estimator, step 4) from the collective
+    seconds the TP ranks measured, the TP ranks' factors from their compute alone: from a
+    start that knows neither, one slot's measurements give back the "machine"'s lambda and
+    factors, the refit equals the measured batch time, and the factors price a plan without
+    TP as the machine does. lambda enters no plan without TP; a ring already above the
+    measurement clips lambda at 0, said."""
+    from dataclasses import replace
+
+    from solver.cost import evaluate
+    from solver.runtime.estimator import (
+        estimate,
+        observed_state,
+        predicted_compute,
+        predicted_tp_collectives,
+    )
+    from solver.runtime.tensor_parallel import collective_counts
+    st = load_instance(tp_instance(tmp_path, recorded=True)).state(0)
+    st = replace(st, workload=replace(st.workload, tp_collectives=collective_counts(list(examples.mlp64().model))))
+    present = np.ones(4, dtype=bool)
+    tp = Plan((Group((0,), (7,), 32, tp_peers=((1,),)),))
+    truth = observed_state(st, present, {0: 0.5, 1: 0.4, 2: 0.8, 3: 1.0}, tp_latency=1.2e-3)
+    comm = predicted_tp_collectives(tp, truth)
+    # the stage's 3 collectives per micro-batch (2 forward, 1 backward), 8 micro-batches, each 1.2 ms + its ring
+    assert comm[0] == comm[1] and 24 * 1.2e-3 < comm[0] < 24 * 1.3e-3
+    compute = {d: v for d, v in predicted_compute(tp, truth).items()}
+    # rank 1 computes longer (factor 0.4): it waits least in the collectives, rank 0 waits for it
+    wait = compute[1] - compute[0]
+    measured_tp = {0: comm[0] + wait, 1: comm[1]}
+    measured = {0: compute[0] + wait, 1: compute[1]}
+    batch = evaluate(tp, truth).batch_time
+    est = estimate({}, 0.0, 1.0, tp, st, present, measured, batch, None, measured_tp)
+    assert est.tp_latency == pytest.approx(1.2e-3, rel=1e-9) and est.note == ""
+    assert est.factors[1] == pytest.approx(0.4, rel=1e-9)  # the unit's speed: its slowest rank
+    assert est.refit_batch_time == pytest.approx(batch, rel=1e-9)
+    one = Plan((Group((1,), (7,), 32),))
+    fitted = observed_state(st, present, est.factors, tp_latency=est.tp_latency)
+    assert evaluate(one, fitted).batch_time == pytest.approx(evaluate(one, truth).batch_time, rel=1e-9)
+    assert evaluate(one, replace(fitted, tp_collective_latency=0.5)).batch_time == evaluate(one, fitted).batch_time
+    # the old way (the collectives' seconds left in the compute): rank 1's factor 2x too slow here
+    plain = estimate({}, 0.0, 1.0, tp, st, present, measured, batch)
+    assert plain.factors[1] < 0.5 * 0.4 and plain.tp_latency == 0.0
+    low = estimate({}, 0.0, 1.0, tp, st, present, measured, batch, None, {0: 1e-9, 1: 1e-9})
+    assert low.tp_latency == 0.0 and "tp_collective_latency clipped at 0" in low.note
+
+
+def test_instance_declares_the_tp_collective_latency(tmp_path: Path) -> None:
+    """[network] tp_collective_latency_ms: the slot states' per-collective TP latency (s),
+    0 when absent, kept by save_instance, a negative value refused naming the field; a TP
+    stage's predicted compute grows by it, once per collective."""
+    from dataclasses import replace
+
+    from solver.io.instance import save_instance
+    from solver.runtime.estimator import predicted_tp_collectives
+    f = tp_instance(tmp_path, recorded=True)
+    assert load_instance(f).state(0).tp_collective_latency == 0.0
+    f.write_text(f.read_text() + "\n[network]\ntp_collective_latency_ms = 1.5\n")
+    inst = load_instance(f)
+    assert inst.state(0).tp_collective_latency == pytest.approx(1.5e-3)
+    assert load_instance(save_instance(inst, tmp_path / "saved" / "x.toml")).tp_collective_latency == pytest.approx(1.5e-3)
+    tp = Plan((Group((0,), (7,), 32, tp_peers=((1,),)),))
+    without = predicted_tp_collectives(tp, replace(inst.state(0), tp_collective_latency=0.0))
+    # Megatron's rule without the runtime's counts: 2 collectives per layer and pass, 7 layers, 8 micro-batches
+    assert predicted_tp_collectives(tp, inst.state(0))[0] - without[0] == pytest.approx(2 * 2 * 7 * 8 * 1.5e-3)
+    f.write_text(f.read_text().replace("tp_collective_latency_ms = 1.5", "tp_collective_latency_ms = -1"))
+    from solver.errors import InstanceError
+    with pytest.raises(InstanceError, match=r"network\.tp_collective_latency_ms: must be >= 0.*\(got -1\)"):
+        load_instance(f)

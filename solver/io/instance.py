@@ -36,6 +36,8 @@ Format (units in the key names; paths are relative to the instance file):
     inter_server_gbps = 10.0       # Gbit/s between servers
     intra_server_latency_ms = 0.005
     inter_server_latency_ms = 0.1
+    tp_collective_latency_ms = 0.0 # per tensor-parallel collective, beyond its ring (a library's
+                                   # per-call overhead: about 1 ms for gloo between CPU processes)
 
     [[links]]                      # optional per-pair overrides (symmetric)
     a = "v100-0"
@@ -262,9 +264,15 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
     return tuple(devices), np.array(eff, dtype=float), servers
 
 
+def _tp_collective_latency(f: _File, doc: dict) -> float:
+    """[network] tp_collective_latency_ms in seconds (0 when absent)."""
+    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | {"tp_collective_latency_ms"})
+    return f.number(net, "tp_collective_latency_ms", "network.tp_collective_latency_ms", 0.0, rng=R.LATENCY_MS) / 1000.0
+
+
 def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]]."""
-    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS))
+    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | {"tp_collective_latency_ms"})
     v = {k: f.number(net, k, f"network.{k}", dflt, rng=R.GBPS if k.endswith("gbps") else R.LATENCY_MS)
          for k, dflt in NETWORK_DEFAULTS.items()}
     same = np.array([[a == b for b in servers] for a in servers])
@@ -461,7 +469,7 @@ def load_instance(path: str | Path) -> Instance:
     per_slot = int(f.number(train, "iterations_per_slot", "train.iterations_per_slot", integer=True,
                             rng=R.ITERATIONS)) if "iterations_per_slot" in train else None
     return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network,
-                    per_slot)
+                    per_slot, _tp_collective_latency(f, doc))
 
 
 def _toml_value(v: Any) -> str:
@@ -493,6 +501,8 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
              f"links = {_toml_value(stem + '_links.csv')}", ""]
     if instance.iterations_per_slot is not None:
         lines += ["[train]", f"iterations_per_slot = {instance.iterations_per_slot}", ""]
+    if instance.tp_collective_latency:
+        lines += ["[network]", f"tp_collective_latency_ms = {_toml_value(instance.tp_collective_latency * 1000)}", ""]
     net = instance.network
     lines += cluster_lines(instance.devices, net, load_hardware())
     for i, (d, e) in enumerate(zip(instance.devices, instance.efficiency)):

@@ -32,14 +32,19 @@ Shoeybi et al. 2019), applied to every layer of an estimated table."""
 
 
 def tp_collective_seconds(out_bytes: np.ndarray, t: int, bandwidth: float, latency: float,
-                          micro_batch: int) -> np.ndarray:
-    """(L,) seconds per sample of one pass's TP all-reduces per layer among t devices: each is a
-    ring all-reduce of the micro-batch's output, 2 (t-1)/t * u o / bw + 2 (t-1) * latency, per
-    sample (divided by u); TP_ALLREDUCES of them per layer."""
+                          micro_batch: int, count: np.ndarray | None = None, overhead: float = 0.0) -> np.ndarray:
+    """(L,) seconds per sample of one pass's TP collectives per layer among t devices: each is
+    priced as a ring all-reduce of the micro-batch's output plus a fixed per-call overhead,
+    2 (t-1)/t * u o / bw + 2 (t-1) * latency + overhead (seconds), per sample (divided by u);
+    `count` per layer of them (Workload.tp_collectives), else TP_ALLREDUCES per layer.
+    `overhead`: SlotState.tp_collective_latency (0 unless the instance declares it or the
+    training loop's estimator fits it)."""
     if t <= 1:
         return np.zeros(len(out_bytes))
-    ring = 2.0 * (t - 1) / t * np.asarray(out_bytes, dtype=float) / bandwidth + 2.0 * (t - 1) * latency / micro_batch
-    return TP_ALLREDUCES * ring
+    ring = (2.0 * (t - 1) / t * np.asarray(out_bytes, dtype=float) / bandwidth
+            + (2.0 * (t - 1) * latency + overhead) / micro_batch)
+    n = TP_ALLREDUCES if count is None else np.asarray(count, dtype=float)
+    return n * ring
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +60,9 @@ class SlotState:
     Tensor parallelism (model.tp builds such states): tp[i] is how many physical devices
     device i stands for (a stage of tp[i] same-kind devices of one server; None: 1 each),
     members[i] their indices in `base`, the physical state, and tp_link[i] = (bytes/s,
-    seconds) of the slowest link and the largest latency among them (the TP collectives' ring).
+    seconds) of the slowest link and the largest latency among them (the TP collectives' ring);
+    tp_collective_latency: seconds each TP collective costs beyond its ring (a library's
+    per-call overhead, e.g. about 1 ms for gloo on CPU processes; 0: none, the default).
     """
 
     t: int
@@ -73,6 +80,7 @@ class SlotState:
     members: tuple[tuple[int, ...], ...] | None = None
     base: "SlotState | None" = None
     tp_link: np.ndarray | None = None
+    tp_collective_latency: float = 0.0
 
     @property
     def n(self) -> int:
@@ -170,8 +178,19 @@ class SlotState:
             else:               # a unit's speed is already its t devices' FLOP/s
                 out[i] = flops / max(self.speed[i], 1e-300)
             if t > 1:
-                out[i] += tp_collective_seconds(wl.out_bytes, t, *self.tp_link[i], wl.micro_batch)
+                out[i] += self.tp_collectives_per_sample(i, which)
         return out
+
+    def tp_collectives_per_sample(self, i: int, which: int) -> np.ndarray:
+        """(L,) seconds per sample of the TP collectives of each layer in pass `which` (0:
+        forward, 1: backward) on device i (a unit of degree t; zeros for t = 1); part of
+        layer_fwd_seconds / layer_bwd_seconds unless the table has times measured at t."""
+        t, wl = self.degree(i), self.workload
+        if t <= 1 or self.workload_at(t).measured.get(self.devices[i].kind) is not None:
+            return np.zeros(wl.num_layers)
+        count = wl.tp_collectives[which] if wl.tp_collectives is not None else None
+        return tp_collective_seconds(wl.out_bytes, t, *self.tp_link[i], wl.micro_batch, count,
+                                     self.tp_collective_latency)
 
     @cached_property
     def fwd_prefix(self) -> np.ndarray:
@@ -203,7 +222,9 @@ class Instance:
     sustained fraction of peak FLOP/s. source: the file it was loaded from, if any; network:
     servers, shared NICs, bandwidth fits and egress prices (model.network), None when the file
     declares none; iterations_per_slot: training iterations per slot ([train] table: how often
-    `dynpar train` asks the controller), None when the file gives none.
+    `dynpar train` asks the controller), None when the file gives none; tp_collective_latency:
+    seconds each tensor-parallel collective costs beyond its ring ([network]
+    tp_collective_latency_ms; 0 by default), SlotState's.
     """
 
     name: str
@@ -219,6 +240,7 @@ class Instance:
     source: str | None = None
     network: Network | None = None
     iterations_per_slot: int | None = None
+    tp_collective_latency: float = 0.0
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -246,7 +268,8 @@ class Instance:
                          np.asarray(self.available[t], dtype=bool),
                          peak * self.efficiency * self.speed_factor[t],
                          np.asarray(self.speed_factor[t], dtype=float),
-                         np.asarray(self.price[t], dtype=float), bw, lat, self.network)
+                         np.asarray(self.price[t], dtype=float), bw, lat, self.network,
+                         tp_collective_latency=float(self.tp_collective_latency))
 
     def states(self):
         return (self.state(t) for t in range(self.num_slots))

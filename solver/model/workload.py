@@ -94,6 +94,10 @@ class Workload:
     dropout masks and the block's input; io.transformer fills it), or None when unknown: then
     `at_tp` keeps all of them whole on every device (an upper bound, and a note in the plan).
     tp_degree: the degree this table is at (1 for a plain table; `at_tp` sets it).
+    tp_collectives: optional (forward, backward) per layer, how many TP collectives the layer
+    runs per micro-batch and pass in a tensor-parallel stage (the training runtime's split,
+    runtime.tensor_parallel.collective_counts); None: model.state.TP_ALLREDUCES per layer and
+    pass (Megatron's transformer block).
     """
 
     name: str
@@ -111,6 +115,14 @@ class Workload:
     tp_variants: Mapping[int, TPVariant] = field(default_factory=dict)
     tp_unsplit_stash: tuple[float, ...] | None = None
     tp_degree: int = 1
+    tp_collectives: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+
+    def __post_init__(self) -> None:
+        c = self.tp_collectives
+        if c is not None and (len(c) != 2 or any(len(x) != len(self.layers) for x in c)
+                              or any(not v >= 0 for x in c for v in x)):
+            raise ValueError(f"tp_collectives: expected (forward, backward) counts >= 0 for each of the "
+                             f"{len(self.layers)} layers, got {c!r}")
 
     def micro_batch_options(self) -> tuple[int, ...]:
         """Micro-batch sizes a group may choose: those with measured times, else the workload's u."""

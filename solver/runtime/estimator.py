@@ -49,6 +49,23 @@ step's (-2..-4% in the recorded runs: the step measured 2-3 ms against the profi
 
 3. The optimizer step is not estimated here: the layer table's measured opt_s:<kind>
 seconds (dynpar profile) are charged with the instance's optimizer_step = "measured".
+
+4. Tensor-parallel collectives. A TP stage's predicted compute (model.units) is its split
+layers' seconds over the unit's factor plus its TP collectives, which are not divided by any
+speed factor: per layer and pass, Workload.tp_collectives of them (the runtime's split:
+runtime.tensor_parallel.collective_counts), each priced at the ring of the unit's links plus
+lambda = SlotState.tp_collective_latency seconds (the library's per-call overhead: about 1 ms
+for gloo between CPU processes, which the link latency, microseconds, does not hold; the
+instance may declare it, [network] tp_collective_latency_ms). The runtime times every TP
+collective on each rank (tensor_parallel.CollectiveClock; waits for the stage's other ranks
+included), C_d seconds per iteration. Per TP stage, the rank that waits least in them is
+the one that computes longest, so the stage's collectives cost C_U = min over its ranks of
+C_d; lambda is fitted so that the model's collective seconds summed over the plan's TP stages
+equal the sum of their C_U (linear in lambda; clipped at 0 with a note where the ring alone
+exceeds it), and a TP rank's factor from its compute alone: phi_d' = phi_d * (P_d - Q_d) /
+(M_d - C_d), Q_d the model's collectives under the slot's prediction. Without it the
+collectives' misprice went into the factors (a TP-2 stage of mlp64 on gloo: predicted 7x
+low, its ranks' factors then 7x too slow for any plan without TP).
 """
 from __future__ import annotations
 
@@ -87,15 +104,62 @@ def predicted_compute(plan: Plan, state: SlotState) -> dict[int, float]:
     return out
 
 
+def predicted_tp_collectives(plan: Plan, state: SlotState) -> dict[int, float]:
+    """Device index -> the model's seconds per iteration of its TP stage's collectives (the
+    part of predicted_compute no speed factor divides; model.state.tp_collective_seconds),
+    for every device of a stage with TP peers."""
+    if not plan.uses_tp:
+        return {}
+    ustate, uplan = to_units(plan, state)
+    out: dict[int, float] = {}
+    for g, ug in zip(plan.groups, uplan.groups):
+        st = ustate.at_micro_batch(g.micro_batch) if g.micro_batch is not None else ustate
+        for unit, (u, a, b) in zip(g.units(), ug.stages()):
+            if len(unit) > 1:
+                per = st.tp_collectives_per_sample(u, 0)[a:b].sum() + st.tp_collectives_per_sample(u, 1)[a:b].sum()
+                out.update({d: g.share * float(per) for d in unit})
+    return out
+
+
+def fit_tp_latency(plan: Plan, state: SlotState, measured_tp: Mapping[int, float]) -> tuple[float, str]:
+    """(lambda seconds per TP collective, note) for `plan` run in `state` (its other estimates
+    in place) from `measured_tp` (device -> seconds per iteration in its TP collectives):
+    step 4 of the module docstring. A plan without a measured TP stage keeps the state's
+    lambda (note '')."""
+    units = [u for g in plan.groups for u in g.units() if len(u) > 1 and all(d in measured_tp for d in u)]
+    if not units:
+        return float(state.tp_collective_latency), ""
+    target = sum(min(float(measured_tp[d]) for d in u) for u in units)
+    at0 = predicted_tp_collectives(plan, replace(state, tp_collective_latency=0.0))
+    at1 = predicted_tp_collectives(plan, replace(state, tp_collective_latency=1.0))
+    c0, slope = sum(at0[u[0]] for u in units), sum(at1[u[0]] - at0[u[0]] for u in units)
+    if slope <= 0:
+        return float(state.tp_collective_latency), ""
+    lam = (target - c0) / slope
+    if lam < 0:
+        return 0.0, (f"tp_collective_latency clipped at 0: the ring alone prices the TP collectives "
+                     f"{c0:.4g} s per iteration, measured {target:.4g} s")
+    if lam > DELTA_MAX:
+        return DELTA_MAX, (f"tp_collective_latency clipped at {DELTA_MAX:g} s: measured {target:.4g} s of TP "
+                           "collectives per iteration")
+    return float(lam), ""
+
+
 def update_factors(factors: Mapping[int, float], plan: Plan, state: SlotState,
-                   measured: Mapping[int, float]) -> dict[int, float]:
+                   measured: Mapping[int, float], measured_tp: Mapping[int, float] | None = None) -> dict[int, float]:
     """The estimates after one slot: `factors` (device index -> phi) updated from `measured`
-    (device index -> compute seconds per iteration) of `plan` run in `state`."""
+    (device index -> compute seconds per iteration) of `plan` run in `state`; `measured_tp`
+    (device -> seconds of its TP collectives per iteration, part of `measured`): a TP rank's
+    factor from its compute alone (step 4 of the module docstring)."""
     pred = predicted_compute(plan, state)
+    coll = predicted_tp_collectives(plan, state) if measured_tp else {}
     out = dict(factors)
     for d, m in measured.items():
-        if d in pred and m > 0 and pred[d] > 0:
-            out[d] = float(state.speed_factor[d]) * pred[d] / m
+        p = pred.get(d, 0.0)
+        if d in coll and d in measured_tp:
+            p, m = p - coll[d], m - float(measured_tp[d])
+        if d in pred and m > 0 and p > 0:
+            out[d] = float(state.speed_factor[d]) * p / m
     return out
 
 
@@ -112,16 +176,19 @@ def with_links(state: SlotState, delta: float = 0.0, beta: float = 1.0) -> SlotS
 
 
 def observed_state(state: SlotState, present: np.ndarray, factors: Mapping[int, float],
-                   delta: float = 0.0, beta: float = 1.0) -> SlotState:
+                   delta: float = 0.0, beta: float = 1.0, tp_latency: float | None = None) -> SlotState:
     """`state` with availability limited to the `present` devices (bool per device), the
-    estimated speed factors in place of the trace's, the extra latency `delta` (s) and the
-    bandwidth scale `beta`."""
+    estimated speed factors in place of the trace's, the extra latency `delta` (s), the
+    bandwidth scale `beta` and the per-collective TP latency `tp_latency` (s; None: the
+    state's own, the instance's)."""
     phi = np.array(state.speed_factor, dtype=float)
     for d, f in factors.items():
         phi[d] = f
     base = np.where(state.speed_factor > 0, state.speed / np.maximum(state.speed_factor, 1e-300), 0.0)
     out = replace(state, available=np.asarray(state.available, dtype=bool) & np.asarray(present, dtype=bool),
                   speed=base * phi, speed_factor=phi)
+    if tp_latency is not None:
+        out = replace(out, tp_collective_latency=float(tp_latency))
     return with_links(out, delta, beta)
 
 
@@ -129,13 +196,15 @@ def observed_state(state: SlotState, present: np.ndarray, factors: Mapping[int, 
 class Estimate:
     """After one slot: the speed factors, the extra latency delta (s), the bandwidth scale
     beta, the cost model's batch time of the slot's plan under them (seconds; the measured
-    one when the fit is exact) and notes ('' when nothing was clipped)."""
+    one when the fit is exact), notes ('' when nothing was clipped) and the per-collective TP
+    latency lambda (s; step 4)."""
 
     factors: dict[int, float]
     delta: float
     beta: float
     refit_batch_time: float
     note: str = ""
+    tp_latency: float = 0.0
 
 
 def _bisect(f, lo: float, hi: float, target: float, log: bool, iterations: int = 60) -> float:
@@ -185,15 +254,23 @@ def delta_floor(state: SlotState) -> float:
 
 def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan, raw: SlotState,
              present: np.ndarray, measured_compute: Mapping[int, float], measured_batch: float,
-             measured_sync: float | None = None) -> Estimate:
-    """Steps 1 and 2 of the module docstring for `plan` run in slot state `raw` (the
-    instance's, before any estimate): new factors from `measured_compute` (device ->
-    seconds per iteration), beta from `measured_batch` (seconds per iteration; data-parallel
-    plans) or from `measured_sync` (seconds of the all-reduce per iteration; plans with a
-    pipeline too), delta from `measured_batch`."""
+             measured_sync: float | None = None, measured_tp: Mapping[int, float] | None = None,
+             tp_latency: float | None = None) -> Estimate:
+    """Steps 1, 2 and 4 of the module docstring for `plan` run in slot state `raw` (the
+    instance's, before any estimate): lambda from `measured_tp` (device -> seconds of its TP
+    collectives per iteration; `tp_latency`: lambda before the slot, None: the instance's), new
+    factors from `measured_compute` (device -> seconds per iteration), beta from
+    `measured_batch` (seconds per iteration; data-parallel plans) or from `measured_sync`
+    (seconds of the all-reduce per iteration; plans with a pipeline too), delta from
+    `measured_batch`."""
     notes: list[str] = []
-    new = update_factors(factors, plan, observed_state(raw, present, factors), measured_compute)
-    base = observed_state(raw, present, new)
+    before = observed_state(raw, present, factors, delta, beta, tp_latency)
+    lam, why = fit_tp_latency(plan, before, measured_tp or {})
+    if why:
+        notes.append(why)
+    new = update_factors(factors, plan, before, measured_compute, measured_tp)
+    base = observed_state(raw, present, new, tp_latency=lam)
+    tp_notes = list(notes)
     structure = [(g.devices, g.cuts) for g in plan.groups]
 
     def sync_s(st: SlotState) -> float:  # a plan with TP stages: its all-reduce on its units (model.units)
@@ -213,21 +290,21 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
     if beta_on_sync:
         joint = _newton(plan, base, measured_sync, measured_batch, lo_delta)
         if joint is not None:
-            return Estimate(new, joint[0], joint[1], t(*joint), "")
+            return Estimate(new, joint[0], joint[1], t(*joint), "; ".join(tp_notes), lam)
     if beta_on_batch:
         beta = _fit(lambda b: t(delta, b), BETA_MIN, BETA_MAX, measured_batch, True, "beta", notes)
-        return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes))
+        return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes), lam)
     for _ in range(ROUNDS if beta_on_sync else 1):  # delta also enters the all-reduce
-        before = (delta, beta)
-        notes = []
+        before_fit = (delta, beta)
+        notes = list(tp_notes)
         if beta_on_sync:
             beta = _fit(lambda b: sync_s(with_links(base, delta, b)), BETA_MIN, BETA_MAX,
                         measured_sync, True, "beta (all-reduce)", notes)
         if fit_delta:
             delta = _fit(lambda x: t(x, beta), lo_delta, DELTA_MAX, measured_batch, False, "delta", notes)
-        if abs(delta - before[0]) <= 1e-6 * max(abs(delta), 1e-12) and abs(beta - before[1]) <= 1e-6 * beta:
+        if abs(delta - before_fit[0]) <= 1e-6 * max(abs(delta), 1e-12) and abs(beta - before_fit[1]) <= 1e-6 * beta:
             break
-    return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes))
+    return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes), lam)
 
 
 def _fit(f, lo: float, hi: float, target: float, log: bool, name: str, notes: list[str]) -> float:

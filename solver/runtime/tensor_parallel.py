@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,36 +60,69 @@ def _skip(t: torch.Tensor, local: bool) -> bool:
     return local or t.is_meta
 
 
+@dataclass
+class CollectiveClock:
+    """What this rank's TP layers spent in their collectives since the last `take`: how many
+    (all-reduces and all-gathers) and their wall seconds, waits for the stage's other ranks
+    included (what a TP collective costs the iteration). One per process, given to the layers
+    by `attach` (Split.clock); the training loop takes it once per iteration."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+    def add(self, t0: float) -> None:
+        """One collective that started at perf_counter `t0` has just ended."""
+        self.count += 1
+        self.seconds += time.perf_counter() - t0
+
+    def take(self) -> tuple[int, float]:
+        """(count, seconds) since the last take; resets both."""
+        out = (self.count, self.seconds)
+        self.count, self.seconds = 0, 0.0
+        return out
+
+
+def _timed(clock: CollectiveClock | None):
+    """perf_counter now, for clock.add after the collective (None: not timed)."""
+    return time.perf_counter() if clock is not None else 0.0
+
+
 class _CopyToTP(torch.autograd.Function):
     """Identity forward; SUM all-reduce of the gradient over the TP group in backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, pg: Any) -> torch.Tensor:
-        ctx.pg, ctx.local = pg, COLLECTIVES_OFF.get()
+    def forward(ctx, x: torch.Tensor, pg: Any, clock: CollectiveClock | None) -> torch.Tensor:
+        ctx.pg, ctx.clock, ctx.local = pg, clock, COLLECTIVES_OFF.get()
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         if _skip(g, ctx.local):
-            return g, None
+            return g, None, None
         g = g.contiguous().clone()
+        t0 = _timed(ctx.clock)
         dist.all_reduce(g, op=dist.ReduceOp.SUM, group=ctx.pg)
-        return g, None
+        if ctx.clock is not None:
+            ctx.clock.add(t0)
+        return g, None, None
 
 
 class _ReduceFromTP(torch.autograd.Function):
     """SUM all-reduce over the TP group in forward; identity backward."""
 
     @staticmethod
-    def forward(ctx, y: torch.Tensor, pg: Any) -> torch.Tensor:
+    def forward(ctx, y: torch.Tensor, pg: Any, clock: CollectiveClock | None) -> torch.Tensor:
         y = y.contiguous().clone()
         if not _skip(y, COLLECTIVES_OFF.get()):
+            t0 = _timed(clock)
             dist.all_reduce(y, op=dist.ReduceOp.SUM, group=pg)
+            if clock is not None:
+                clock.add(t0)
         return y
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        return g, None
+        return g, None, None
 
 
 class _GatherFromTP(torch.autograd.Function):
@@ -96,18 +130,21 @@ class _GatherFromTP(torch.autograd.Function):
     the gradient in backward."""
 
     @staticmethod
-    def forward(ctx, y: torch.Tensor, pg: Any, t: int, r: int) -> torch.Tensor:
+    def forward(ctx, y: torch.Tensor, pg: Any, t: int, r: int, clock: CollectiveClock | None) -> torch.Tensor:
         ctx.r, ctx.n = r, y.shape[-1]
         y = y.contiguous()
         if _skip(y, COLLECTIVES_OFF.get()):
             return torch.cat([y] * t, dim=-1)
         parts = [torch.empty_like(y) for _ in range(t)]
+        t0 = _timed(clock)
         dist.all_gather(parts, y, group=pg)
+        if clock is not None:
+            clock.add(t0)
         return torch.cat(parts, dim=-1)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        return g.narrow(-1, ctx.r * ctx.n, ctx.n).contiguous(), None, None, None
+        return g.narrow(-1, ctx.r * ctx.n, ctx.n).contiguous(), None, None, None, None
 
 
 class TPLinear(nn.Module):
@@ -121,23 +158,24 @@ class TPLinear(nn.Module):
         self.weight = nn.Parameter(weight)
         self.bias = nn.Parameter(bias) if bias is not None else None
         self.pg: Any = None  # set by `attach` (a process group does not deep-copy)
+        self.clock: CollectiveClock | None = None  # set by `attach`: the rank's, shared by its layers
 
     def __deepcopy__(self, memo: dict) -> TPLinear:
-        pg, self.pg = self.pg, None
+        pg, clock, self.pg, self.clock = self.pg, self.clock, None, None
         try:
             out = copy.copy(self)
             out.__dict__ = copy.deepcopy(self.__dict__, memo)
         finally:
-            self.pg = pg
-        out.pg = pg
+            self.pg, self.clock = pg, clock
+        out.pg, out.clock = pg, clock
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "row":
-            return _ReduceFromTP.apply(F.linear(x, self.weight), self.pg) + (
+            return _ReduceFromTP.apply(F.linear(x, self.weight), self.pg, self.clock) + (
                 self.bias if self.bias is not None else 0.0)
-        y = F.linear(_CopyToTP.apply(x, self.pg), self.weight, self.bias)
-        return _GatherFromTP.apply(y, self.pg, self.t, self.r) if self.kind == "colgather" else y
+        y = F.linear(_CopyToTP.apply(x, self.pg, self.clock), self.weight, self.bias)
+        return _GatherFromTP.apply(y, self.pg, self.t, self.r, self.clock) if self.kind == "colgather" else y
 
     def extra_repr(self) -> str:
         return f"{self.kind}, shard {self.r} of {self.t}, weight {tuple(self.weight.shape)}"
@@ -200,7 +238,8 @@ _DIMS = {"col": {"weight": 0, "bias": 0}, "colgather": {"weight": 0, "bias": 0},
 class Split:
     """How one layer is held by one TP rank: shard r of t over `ranks` (the stage's ranks,
     leader first; process group `pg`), its Linear leaves' kinds by path (`roles`). r is the
-    rank's position among `ranks` sorted (its rank in `pg`, the order all_gather returns)."""
+    rank's position among `ranks` sorted (its rank in `pg`, the order all_gather returns);
+    `clock`: the rank's CollectiveClock (None: not timed)."""
 
     layer: int
     r: int
@@ -208,6 +247,7 @@ class Split:
     ranks: tuple[int, ...]
     roles: dict[str, str]
     pg: Any = field(default=None, repr=False, compare=False)
+    clock: CollectiveClock | None = field(default=None, repr=False, compare=False)
 
     def dims(self, template: nn.Module) -> dict[str, int | None]:
         """Parameter name -> the dimension it is split along (None: whole on every rank)."""
@@ -238,11 +278,30 @@ def shard_template(template: nn.Module, split: Split) -> nn.Module:
     return block
 
 
-def attach(module: nn.Module, pg: Any) -> None:
-    """Give every TPLinear of `module` its process group."""
+def attach(module: nn.Module, pg: Any, clock: CollectiveClock | None = None) -> None:
+    """Give every TPLinear of `module` its process group and the rank's collective clock
+    (None: its collectives are not timed)."""
     for m in module.modules():
         if isinstance(m, TPLinear):
-            m.pg = pg
+            m.pg, m.clock = pg, clock
+
+
+def collective_counts(blocks: Sequence[nn.Module]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(forward, backward) per block of the whole model: how many TP collectives it runs per
+    micro-batch and pass when split (stage_roles over all the blocks, as one stage): a
+    row-parallel Linear one all-reduce forward; a column-parallel one the all-reduce of its
+    input's gradient backward, none for the model's first block (its input, the data, needs
+    no gradient); a gathered one an all-gather forward and that all-reduce backward.
+    Per block, so a stage cut inside a pair is priced as if the pair were whole (there the
+    runtime gathers the first Linear's output: one collective more)."""
+    fwd, bwd = [0.0] * len(blocks), [0.0] * len(blocks)
+    for k, roles in enumerate(stage_roles(blocks)):
+        for kind in roles.values():
+            if kind in ("row", "colgather"):
+                fwd[k] += 1.0
+            if kind in ("col", "colgather") and k > 0:
+                bwd[k] += 1.0
+    return tuple(fwd), tuple(bwd)
 
 
 def _opt_names(template: nn.Module) -> list[str]:
@@ -300,7 +359,7 @@ def shard_layer(state: Any, template: nn.Module, split: Split, device: torch.dev
     from .replan import new_layer
     out = new_layer(shard_template(template, split), device, make_opt, slice_pack(state.pack(), template, split),
                     make_sched)
-    attach(out.module, split.pg)
+    attach(out.module, split.pg, split.clock)
     out.split = split
     return out
 

@@ -58,7 +58,9 @@ from .replan import LayerState, migrate, new_layer
 from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
 from .speeds import Speeds, contexts, shares_of
 from .tensor_parallel import (
+    CollectiveClock,
     Split,
+    collective_counts,
     degrees_for,
     gather_pack,
     problems,
@@ -178,6 +180,10 @@ class Controller:
         """blocks: the model's pipeline blocks (templates suffice), for the TP degrees the
         search may use (runtime_options); None: no TP."""
         self.inst, self.cfg, self.present = instance, cfg, present
+        if blocks is not None and len(runtime_options(blocks, cfg).tp_degrees) > 1:
+            # the model's TP stages run the runtime's split: price its collectives, not Megatron's rule
+            wl = instance.workload
+            self.inst = replace(instance, workload=replace(wl, tp_collectives=collective_counts(blocks)))
         self.blocks = blocks
         self.node_of = dict(node_of or {})  # device index -> node name (runtime.speeds contexts)
         self.policy = make_policy(cfg.policy, options=runtime_options(blocks, cfg), replan=True,
@@ -190,6 +196,7 @@ class Controller:
         self.speeds = Speeds.from_state(s.get("speeds"), s.get("factors"), cfg.contention)
         self.delta = float(s.get("delta", 0.0))
         self.beta = float(s.get("beta", 1.0))
+        self.tp_latency = float(s.get("tp_latency", instance.tp_collective_latency))
         self.rows: list[dict] = list(s.get("rows", []))
         self.restarts = int(s.get("restarts", 0)) + (1 if saved else 0)
         if s.get("policy_state"):
@@ -198,7 +205,7 @@ class Controller:
 
     def state_dict(self) -> dict[str, Any]:
         return {"queues": list(self.queues), "speeds": self.speeds.state_dict(),
-                "delta": self.delta, "beta": self.beta,
+                "delta": self.delta, "beta": self.beta, "tp_latency": self.tp_latency,
                 "previous_plan": plan_to_dict(self.previous) if self.previous else None,
                 "rows": self.rows, "restarts": self.restarts, "policy_state": self.policy.state_dict()}
 
@@ -210,7 +217,8 @@ class Controller:
         raw = self.inst.state(t)
         everyone = {d: sum(1 for e in np.flatnonzero(self.present) if self.node_of.get(int(e), "") ==
                            self.node_of.get(int(d), "")) for d in map(int, np.flatnonzero(self.present))}
-        state = observed_state(raw, self.present, self.speeds.factors(everyone)[0], self.delta, self.beta)
+        state = observed_state(raw, self.present, self.speeds.factors(everyone)[0], self.delta, self.beta,
+                               self.tp_latency)
         if self.cfg.plans:
             d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
             bad = d.plan.validate(state)
@@ -226,7 +234,7 @@ class Controller:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
         k_of = contexts(d.plan, self.node_of)
         used, notes = self.speeds.factors(k_of)
-        state = observed_state(raw, self.present, used, self.delta, self.beta)
+        state = observed_state(raw, self.present, used, self.delta, self.beta, self.tp_latency)
         ch = charge_plan(d.plan, state, self.previous, replan=True,
                          iterations_per_slot=self.cfg.iterations_per_slot)
         self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan, "k_of": k_of,
@@ -263,17 +271,20 @@ class Controller:
         row.update({"measured_batch_time": t_meas, "measured_migration_time": measured["migration_s"],
                     "measured_restore_time": measured["restore_s"],
                     "measured_iterations": measured["iterations"], "restarts": self.restarts,
+                    "iteration_times": json.dumps([round(v, 6) for v in measured.get("iteration_s", [])]),
                     "predicted_compute": json.dumps({str(d): v for d, v in pred.items()}),
                     "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
                     "measured_parts": json.dumps({str(d): v for d, v in measured.get("parts", {}).items()}),
                     "devices_present": int(self.present.sum()), "extra_latency_used": self.delta,
-                    "bandwidth_scale_used": self.beta})
+                    "bandwidth_scale_used": self.beta, "tp_collective_latency_used": self.tp_latency})
         syncs = [v["sync"] for v in measured.get("parts", {}).values()]
+        tp_comm = {d: v["tp_comm"] for d, v in measured.get("parts", {}).items() if "tp_comm" in v}
         est = estimate(p["factors"], self.delta, self.beta, plan, self.inst.state(p["t"]), self.present,
-                       measured["compute"], t_meas, min(syncs) if syncs else None)
+                       measured["compute"], t_meas, min(syncs) if syncs else None, tp_comm, self.tp_latency)
         shares = shares_of(measured["compute"], measured.get("compute_cpu", {}))
         self.speeds.update({d: est.factors[d] for d in measured["compute"] if d in est.factors}, shares, p["k_of"])
-        row.update({"extra_latency": est.delta, "bandwidth_scale": est.beta, "refit_batch_time": est.refit_batch_time,
+        row.update({"extra_latency": est.delta, "bandwidth_scale": est.beta, "tp_collective_latency": est.tp_latency,
+                    "refit_batch_time": est.refit_batch_time,
                     "speed_factors": json.dumps({str(d): v for d, v in sorted(est.factors.items())}),
                     "speed_factors_used": json.dumps({str(d): p["factors"][d] for d in sorted(plan.devices)
                                                       if d in p["factors"]}),
@@ -282,7 +293,7 @@ class Controller:
                     "cpu_factors": json.dumps({str(d): v for d, v in sorted(self.speeds.kappa.items())}),
                     "node_rates": json.dumps({str(k): self.speeds.rho(k) for k in sorted(set(p["k_of"].values()))}),
                     "estimator_note": "; ".join([*p["notes"], *([est.note] if est.note else [])])})
-        self.delta, self.beta = est.delta, est.beta
+        self.delta, self.beta, self.tp_latency = est.delta, est.beta, est.tp_latency
         self.queues, self.previous = Qn, plan
         self.rows.append(row)
         self.pending = None
@@ -394,6 +405,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     groups: dict[tuple[int, ...], Any] = {}
     fresh = True
     tstage: TorchStage | None = None
+    tp_clock = CollectiveClock()  # this rank's TP collectives, taken once per iteration
     out = Path(cfg.out or cfg.checkpoint_dir)
     pids: list[Any] = [None] * len(devices)
     dist.all_gather_object(pids, os.getpid())
@@ -416,7 +428,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         for key in sorted({tuple(sorted(u)) for g in rplan.groups for u in g.units() if len(u) > 1}):
             if key not in groups:  # the TP stages' groups, before any shard needs one
                 groups[key] = dist.new_group(list(key))
-        splits = _splits(rplan, rank, templates, groups)
+        splits = _splits(rplan, rank, templates, groups, tp_clock)
         if fresh:
             dist.barrier()  # every rank started: the restore time excludes start-up
         t0 = time.perf_counter()
@@ -473,12 +485,13 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         fresh = False
         mine_layers = list(role.layers) if role is not None else []
         owned = [i for i in mine_layers if rank in units[i][0]]
-        elapsed, compute, piped_s, sync_s, step_s, cpu, compute_cpu = [], [], [], [], [], [], []
+        elapsed, compute, piped_s, sync_s, step_s, cpu, compute_cpu, tp_s = [], [], [], [], [], [], [], []
         alone = role is not None and role.prev is None and role.next is None
         while step < slot_end:
             if cfg.kill and cfg.kill == (me, step):
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
+            tp_clock.take()
             s0, p0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
             c = 0.0
             c_cpu: float | None = None
@@ -497,6 +510,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                                          spec.autocast)
                 c = f + b
             s1 = time.perf_counter()
+            tp_s.append(tp_clock.take()[1])
             if alone:
                 c_cpu = time.thread_time() - th0
             sy = sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev, reduce)
@@ -515,11 +529,13 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         report = [None] * dist.get_world_size()
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
                                         {"pipeline": piped_s, "sync": sync_s, "step": step_s,
-                                         "cpu_share": cpu}, compute_cpu))
+                                         "cpu_share": cpu, **({"tp_comm": tp_s} if role is not None and role.tp
+                                                              else {})}, compute_cpu))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
             moved = max(r[4] for r in report)
-            measured = {"batch_time": _median(list(it)), "migration_s": 0.0 if restored else moved,
+            measured = {"batch_time": _median(list(it)), "iteration_s": [float(v) for v in it],
+                        "migration_s": 0.0 if restored else moved,
                         "restore_s": moved if restored else 0.0,
                         "iterations": len(it),
                         "compute": {r[0]: _median(r[3]) for r in report if r[1]},
@@ -533,15 +549,17 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         _write_results(ctl, inst, out)
 
 
-def _splits(rplan: Plan, rank: int, templates: Sequence[torch.nn.Module], groups: dict) -> dict[int, Split]:
+def _splits(rplan: Plan, rank: int, templates: Sequence[torch.nn.Module], groups: dict,
+            clock: CollectiveClock | None = None) -> dict[int, Split]:
     """Layer -> this rank's shard of it, for the layers of this rank's stage when that
-    stage is tensor-parallel (plan in ranks; `groups`: sorted ranks -> process group)."""
+    stage is tensor-parallel (plan in ranks; `groups`: sorted ranks -> process group;
+    `clock`: the rank's CollectiveClock, timing the shards' collectives)."""
     for g in rplan.groups:
         for (_, a, b), unit in zip(g.stages(), g.units()):
             if rank in unit and len(unit) > 1:
                 roles_ = stage_roles(templates[a:b])
                 pg = groups[tuple(sorted(unit))]
-                return {i: Split(i, sorted(unit).index(rank), len(unit), tuple(unit), roles_[i - a], pg)
+                return {i: Split(i, sorted(unit).index(rank), len(unit), tuple(unit), roles_[i - a], pg, clock)
                         for i in range(a, b)}
     return {}
 
