@@ -7,7 +7,7 @@ whether a cache was passed (only the time does).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -110,6 +110,10 @@ class SlotCache:
         self._scratches: dict[tuple, dict] = {}
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
+        self._twin_coeffs: dict[tuple, GroupCoeffs] = {}
+        self._signatures: dict[tuple[int, ...], tuple] = {}
+        self._device_class: np.ndarray | None = None
+        self._link_class: dict[tuple, int] = {}
         self._sync: dict[tuple, float] = {}
         self._times: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
@@ -330,12 +334,61 @@ class SlotCache:
             self._single[d] = (L,) if share_cap(self.state, (d,), (L,)) >= self.state.workload.micro_batch else None
         return self._single[d]
 
+    def signature(self, devices: Sequence[int]) -> tuple:
+        """A key that two ordered groups share only when every input of their cut DPs and group
+        coefficients is the same number: per position the device's class (the same forward and
+        backward prefix seconds, memory, busy power, TP degree and server NIC), per boundary the
+        link's class (bandwidth, latency, bandwidth fit, whether it stays in one server), and
+        which positions share a server (NIC contention). Groups of like devices on like servers
+        (a cluster's symmetry) share it, so their cuts and coefficients are computed once.
+        Kept per device order."""
+        dev = tuple(int(x) for x in devices)
+        got = self._signatures.get(dev)
+        if got is None:
+            if self._device_class is None:
+                self._device_class = self._classes()
+            net = self.state.network
+            links = tuple(self._link(a, b) for a, b in zip(dev[:-1], dev[1:]))
+            srv = None if net is None else [int(net.server[d]) for d in dev]
+            servers = None if srv is None else tuple(srv.index(x) for x in srv)
+            got = (tuple(int(self._device_class[d]) for d in dev), links, servers)
+            if len(self._signatures) >= MAX_STAGE_TIMES:
+                self._signatures.pop(next(iter(self._signatures)))
+            self._signatures[dev] = got
+        return got
+
+    def _classes(self) -> np.ndarray:
+        """(n,) a class per device: equal for devices whose per-device inputs are equal (signature)."""
+        st, net = self.state, self.state.network
+        ids: dict[tuple, int] = {}
+        out = np.empty(st.n, dtype=np.int64)
+        for d in range(st.n):
+            key = (st.fwd_prefix[d].tobytes(), st.bwd_prefix[d].tobytes(), float(st.memory_bytes[d]),
+                   float(st.extra_power_w[d]), st.degree(d),
+                   None if st.members is None else len(st.members[d]),
+                   None if net is None else float(net.nic[net.server[d]]))
+            out[d] = ids.setdefault(key, len(ids))
+        return out
+
+    def _link(self, a: int, b: int) -> int:
+        st, net = self.state, self.state.network
+        key = (float(st.bandwidth[a, b]), float(st.latency[a, b]),
+               None if net is None or net.fit is None else net.fit[a, b].tobytes(),
+               None if net is None else bool(net.server[a] == net.server[b]))
+        return self._link_class.setdefault(key, len(self._link_class))
+
     def group_coeffs(self, devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe",
                      recompute: bool = False) -> GroupCoeffs:
-        """`cost.pipeline.group_coeffs` of an ordered, cut group."""
+        """`cost.pipeline.group_coeffs` of an ordered, cut group (those of a group with the same
+        signature and cuts, relabelled, when one was computed)."""
         key = (tuple(devices), tuple(cuts), schedule, bool(recompute))
         gc = self._coeffs.get(key)
         if gc is None:
+            twin_key = (self.signature(key[0]),) + key[1:]
+            twin = self._twin_coeffs.get(twin_key)
+            if twin is not None:
+                gc = self._coeffs[key] = replace(twin, devices=key[0])
+                return gc
             st = self.state
             times = None
             if st.network is not None or st.tp is not None:     # no compiled path: share the stage times
@@ -345,6 +398,9 @@ class SlotCache:
                         self._times.pop(next(iter(self._times)))
                     times = self._times[key[:2]] = stage_times(st, devices, cuts)
             gc = self._coeffs[key] = group_coeffs(st, devices, cuts, schedule, recompute, times)
+            if len(self._twin_coeffs) >= MAX_STAGE_TIMES:
+                self._twin_coeffs.pop(next(iter(self._twin_coeffs)))
+            self._twin_coeffs[twin_key] = gc
         return gc
 
     def sync_time(self, structure: tuple) -> float:
