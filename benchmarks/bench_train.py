@@ -46,7 +46,17 @@ Failure drill: ours with the device of `--kill` killed (SIGKILL) in the middle o
 (whose plan, made before any measurement, uses every device), then the same command again: iterations lost (done after the last checkpoint), restart seconds (second
 launch until it exits, its own training included, and its restore time), and the re-plan.
 
-Usage: python benchmarks/bench_train.py [--quick] [--rounds 2] [--setup cores] [--out benchmarks/results]
+Repeated measurement: the rounds are independent runs of every policy, so each (policy, slot)
+has one error per round; besides every run's slots, the benchmark reports per (policy, slot)
+the median of its errors over the rounds (`median_over_rounds`). Why: a plan kept unchanged
+moves by more than 15% from one 16-iteration window to the next in about one window of eight
+on this shared machine (benchmarks/bench_train_noise.py: the busy rank at a whole core, its
+CPU seconds per iteration moving with the other jobs; 48-iteration windows move as often, the
+drift being slower than a slot), which no estimator can predict from the slot before; the
+median over independent rounds keeps a slot's error where the model is wrong in most runs and
+drops a move that happened in one.
+
+Usage: python benchmarks/bench_train.py [--quick] [--rounds 3] [--setup cores] [--out benchmarks/results]
 Writes OUT/train_bench.json and prints a table. Targets (issue 14): |err| <= 15 % and ours
 faster than even DP and than the best baseline.
 """
@@ -246,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="benchmarks/results", help="folder of train_bench.json")
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--per-slot", type=int, default=16, help="iterations per slot (16)")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of all policies, one after the other (2)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of all policies, one after the other (3)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--micro-batch", type=int, default=32)
     ap.add_argument("--setup", choices=tuple(SETUPS), default="cores",
@@ -324,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     for pol in policies:
         rs = [r["runs"][pol] for r in out["rounds_data"]]
         errs = [abs(e) for r in rs for e in r["err_after_slot0"]]
-        summary[pol] = {"measured_s_per_round": [r["mean_measured_after_slot0_s"] for r in rs],
+        per_slot = [statistics.median(r["err_after_slot0"][j] for r in rs) for j in range(len(rs[0]["err_after_slot0"]))]
+        summary[pol] = {"median_over_rounds_err": [round(e, 4) for e in per_slot],
+                        "median_over_rounds_within_15pct": f"{sum(abs(e) <= 0.15 for e in per_slot)}/{len(per_slot)}",
+                        "measured_s_per_round": [r["mean_measured_after_slot0_s"] for r in rs],
                         "median_measured_s": round(statistics.median(r["mean_measured_after_slot0_s"] for r in rs), 5),
                         "max_abs_err": round(max(errs), 4) if errs else None,
                         "median_abs_err": round(statistics.median(errs), 4) if errs else None,
@@ -336,6 +349,14 @@ def main(argv: list[str] | None = None) -> int:
                       "cause": ("same plan, measured moved " + f"{c:+.1%}") if c is not None else "re-plan"}
                      for k, pol, j, e, c in misses]
     out["summary"] = summary
+    cells = [e for v in summary.values() for e in v["median_over_rounds_err"]]
+    out["median_over_rounds"] = {"within_15pct": f"{sum(abs(e) <= 0.15 for e in cells)}/{len(cells)}",
+                                 "median_abs_err": round(statistics.median(abs(e) for e in cells), 4) if cells else None,
+                                 "max_abs_err": round(max(abs(e) for e in cells), 4) if cells else None}
+    every = [abs(e) for rd in out["rounds_data"] for r in rd["runs"].values() for e in r["err_after_slot0"]]
+    out["every_slot"] = {"within_15pct": f"{sum(e <= 0.15 for e in every)}/{len(every)}",
+                         "median_abs_err": round(statistics.median(every), 4) if every else None,
+                         "max_abs_err": round(max(every), 4) if every else None}
     if "ours" in summary:
         o = summary["ours"]["median_measured_s"]
         out["ours_vs"] = {k: round(v["median_measured_s"] / o, 3) for k, v in summary.items() if k != "ours"}
@@ -360,7 +381,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"({x['err_after_slot0'][j - 1]:+.1%}; {moved}) | cpu share {share} | {x['load_1min']}")
     for pol, v in summary.items():
         print(f"{pol:8s} measured {v['median_measured_s']:.4f} s/iter (median of rounds {v['measured_s_per_round']}), "
-              f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}, within 15%: {v['slots_within_15pct']} slots")
+              f"|err| median {v['median_abs_err']}, max {v['max_abs_err']}, within 15%: {v['slots_within_15pct']} slots; "
+              f"per slot, median over rounds: {v['median_over_rounds_err']} ({v['median_over_rounds_within_15pct']})")
+    print(f"every run's slots: {out['every_slot']}; per (policy, slot), the median over the rounds: "
+          f"{out['median_over_rounds']}")
     if "ours_vs" in out:
         print("baseline time / ours:", out["ours_vs"], "| best baseline:", out["best_baseline"])
     print(f"slots over 15%: {len(out['misses'])}" + "".join(
