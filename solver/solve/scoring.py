@@ -106,7 +106,8 @@ class Scorer:
         self.variants = allowed_variants(options.recompute)
         """The (schedule, recompute) variants this search may choose besides GPipe."""
         t = self.tuning = options.tuning
-        self.all_orders_up_to = t.all_orders_small if t.small(len(state.available_indices), self.L) \
+        self.n_avail = len(state.available_indices)
+        self.all_orders_up_to = t.all_orders_small if t.small(self.n_avail, self.L) \
             else t.all_orders_memory
         self.best: Scored | None = None
         self.pool: list[Scored] = []
@@ -382,7 +383,7 @@ class Scorer:
                     sc = cand
             # the variant cuts pay up to large_devices; above, their DPs (orders x variants per
             # group) spent the budget before the dp x pp shapes (Sailor's 32 GPUs: 65.4 s -> 72-86 s)
-            s4 = None if self.exhausted() or len(self.state.available_indices) > self.tuning.large_devices \
+            s4 = None if self.exhausted() or self.n_avail > self.tuning.large_devices \
                 else self.relieve_by_variant_cuts(base)
             if s4 is not None and s4 != s3:
                 cand = self.score(s4, source=source + "+schedule-cuts", prune=prune)
@@ -422,7 +423,7 @@ class Scorer:
                         add(o, c, v)
                 if self.exhausted():
                     break
-            if len(self.state.available_indices) <= self.tuning.small_devices:
+            if self.n_avail <= self.tuning.small_devices:
                 # the variant's alpha-beta frontier of the best few (order, variant) pairs: with
                 # few micro-batches a cut of larger alpha and smaller fill-and-drain is faster
                 for x in sorted(options, key=lambda x: x[:3])[:VARIANT_FRONTIERS]:

@@ -112,8 +112,10 @@ class SlotCache:
         self._coeffs: dict[tuple, GroupCoeffs] = {}
         self._twin_coeffs: dict[tuple, GroupCoeffs] = {}
         self._signatures: dict[tuple[int, ...], tuple] = {}
-        self._device_class: np.ndarray | None = None
+        self._device_class: list[int] | None = None
+        self._alike = False
         self._link_class: dict[tuple, int] = {}
+        self._pair_class: dict[tuple[int, int], int] = {}
         self._sync: dict[tuple, float] = {}
         self._times: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
@@ -342,40 +344,47 @@ class SlotCache:
         which positions share a server (NIC contention). Groups of like devices on like servers
         (a cluster's symmetry) share it, so their cuts and coefficients are computed once.
         Kept per device order."""
-        dev = tuple(int(x) for x in devices)
+        dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
+        if self._device_class is None:
+            self._device_class = self._classes()
+            self._alike = len(set(self._device_class)) < len(self._device_class)
+        if not self._alike:
+            return dev                          # no two devices alike: every group is its own class
         got = self._signatures.get(dev)
         if got is None:
-            if self._device_class is None:
-                self._device_class = self._classes()
-            net = self.state.network
+            cls, net = self._device_class, self.state.network
             links = tuple(self._link(a, b) for a, b in zip(dev[:-1], dev[1:]))
             srv = None if net is None else [int(net.server[d]) for d in dev]
             servers = None if srv is None else tuple(srv.index(x) for x in srv)
-            got = (tuple(int(self._device_class[d]) for d in dev), links, servers)
+            got = (tuple(cls[d] for d in dev), links, servers)
             if len(self._signatures) >= MAX_STAGE_TIMES:
                 self._signatures.pop(next(iter(self._signatures)))
             self._signatures[dev] = got
         return got
 
-    def _classes(self) -> np.ndarray:
-        """(n,) a class per device: equal for devices whose per-device inputs are equal (signature)."""
+    def _classes(self) -> list[int]:
+        """A class per device: equal for devices whose per-device inputs are equal (signature)."""
         st, net = self.state, self.state.network
         ids: dict[tuple, int] = {}
-        out = np.empty(st.n, dtype=np.int64)
+        out = []
         for d in range(st.n):
             key = (st.fwd_prefix[d].tobytes(), st.bwd_prefix[d].tobytes(), float(st.memory_bytes[d]),
                    float(st.extra_power_w[d]), st.degree(d),
                    None if st.members is None else len(st.members[d]),
                    None if net is None else float(net.nic[net.server[d]]))
-            out[d] = ids.setdefault(key, len(ids))
+            out.append(ids.setdefault(key, len(ids)))
         return out
 
     def _link(self, a: int, b: int) -> int:
-        st, net = self.state, self.state.network
-        key = (float(st.bandwidth[a, b]), float(st.latency[a, b]),
-               None if net is None or net.fit is None else net.fit[a, b].tobytes(),
-               None if net is None else bool(net.server[a] == net.server[b]))
-        return self._link_class.setdefault(key, len(self._link_class))
+        """The class of the link a -> b (kept per pair)."""
+        got = self._pair_class.get((a, b))
+        if got is None:
+            st, net = self.state, self.state.network
+            key = (float(st.bandwidth[a, b]), float(st.latency[a, b]),
+                   None if net is None or net.fit is None else net.fit[a, b].tobytes(),
+                   None if net is None else bool(net.server[a] == net.server[b]))
+            got = self._pair_class[(a, b)] = self._link_class.setdefault(key, len(self._link_class))
+        return got
 
     def group_coeffs(self, devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe",
                      recompute: bool = False) -> GroupCoeffs:

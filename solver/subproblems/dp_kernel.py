@@ -16,7 +16,10 @@ k_opt * P + s_j * H <= M_j). Optional side constraints bound every stage value
 CS[m, j, c] - CS[m, j, a] and every boundary value CB[m, j, a] by lims[m] (strictly when
 strict[m]). Boundaries whose link cost `lam` is not finite are never cuts.
 
-The recurrence costs O(k L^2) scalar steps, with no temporaries; ties go to the first
+The recurrence costs O(k L^2) scalar steps, with no temporaries (where the starts that fit a
+stage form a window [lo(c), c) whose left end only grows with c, as the memory rule and side
+constraints on non-decreasing prefixes give, the starts before lo(c) are skipped unchecked,
+and the middle stages of a min-max DP take `_window_stage`'s O(log L) per end); ties go to the first
 minimising start (the smallest a), as a full argmin over starts would pick, so the cuts equal
 those of the vectorised numpy DP in `subproblems.cuts`, float for float (same operations in
 the same order). Min-max with non-decreasing stage prefixes (non-negative layer costs) scans
@@ -171,9 +174,11 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
                 p = _combine(D[j - 1, a], B[j - 1, a], minsum)
             prev[a] = p
         c_lo, c_hi = (L, L) if j == k - 1 else (j + 1, j + w)
-        if prune and j < k - 1 and _suffix_rows(j, w, S, maxend, CS):
+        window = _suffix_rows(j, w, S, maxend, CS)
+        if prune and j < k - 1 and window:
             _window_stage(j, w, S, prev, maxend, CS, lims, strict, D, arg, queue)
             continue
+        lo = j
         for c in range(c_lo, c_hi + 1):
             best, besta = INF, -1
             if prune:       # starts from c-1 down: the stage only grows, stop once it exceeds best
@@ -187,6 +192,15 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
                         continue
                     v = max(prev[a], sv)
                     if v <= best:       # ties: the smallest start, as the ascending scan
+                        best, besta = v, a
+            elif window:    # the starts that fit are lo..: skip those before lo unchecked
+                while lo < min(c, j + w) and (c > maxend[j, lo] or not _stage_ok(j, lo, c, CS, lims, strict)):
+                    lo += 1
+                for a in range(lo, min(c, j + w)):
+                    if prev[a] == INF:
+                        continue
+                    v = _combine(prev[a], S[j, c] - S[j, a], minsum)
+                    if v < best:
                         best, besta = v, a
             else:
                 for a in range(j, min(c, j + w)):
