@@ -124,7 +124,8 @@ def test_tp_refusals_and_search_degrees() -> None:
     tp = Plan((Group((0, 1), (1, 3), 32, tp_peers=((), (2, 3, 4))),))
     where = "group 0, stage 1 (layers 1..2): tensor parallelism of degree 4 over devices [1, 2, 3, 4]: "
     assert unsupported(tp, blocks=ln) == [
-        where + "layer 1 (0): LayerNorm holds parameters and TP splits nn.Linear only (inside nn.Sequential blocks)",
+        where + "layer 1 (0): LayerNorm holds parameters and TP splits nn.Linear and "
+        "tensor_parallel.SelfAttention only (inside nn.Sequential blocks)",
         where + "layer 2: Linear(32, 6): out_features 6 is not a multiple of the TP degree 4"]
     assert unsupported(tp, engine="hand", blocks=mlp)[0].endswith("inside a pipeline needs engine 'torch'")
     assert unsupported(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), engine="hand", blocks=mlp) == []
@@ -294,3 +295,63 @@ def test_instance_declares_the_tp_collective_latency(tmp_path: Path) -> None:
     from solver.errors import InstanceError
     with pytest.raises(InstanceError, match=r"network\.tp_collective_latency_ms: must be >= 0.*\(got -1\)"):
         load_instance(f)
+
+
+def test_attention_split_by_heads_equals_single_process(tmp_path: Path) -> None:
+    """examples.attn64 (Linear, SelfAttention of 4 heads, a Megatron pair, Linear) with the
+    attention split by heads: a one-stage TP-2 group beside a 2-stage GPipe pipeline (shares
+    20 | 12: the in_proj's query, key and value rows of each shard reduced with the degree-1
+    group's slices), then a GPipe group whose first stage (Linear, attention) is TP-2, then
+    one TP-4 stage (one head a rank), migrating between them: the parameters equal
+    single-process float64 training to 1e-12; every TP rank timed its collectives."""
+    f = write_instance(tmp_path, examples.attn64)
+    f.write_text(f.read_text() + '\n[[servers]]\nname = "s0"\n')
+    p1 = Plan((Group((0,), (6,), 20, tp_peers=((1,),)), Group((2, 3), (2, 6), 12)))
+    p2 = Plan((Group((2, 3), (2, 6), 32, tp_peers=((0,), ())),))
+    p3 = Plan((Group((1,), (6,), 32, tp_peers=((0, 2, 3),)),))
+    launch(load_instance(f), TrainConfig("solver.runtime.examples:attn64", 9, str(tmp_path / "ck"),
+                                         iterations_per_slot=3, plans=tuple(plan_to_json(p) for p in (p1, p2, p3))))
+    ref, got = reference(9, examples.attn64), final_state(tmp_path / "ck", 6)
+    assert set(got) == set(ref) and any("in_proj_weight" in k for k in ref)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    tp_ranks = [{0, 1}, {0, 2}, {0, 1, 2, 3}]
+    for parts, ranks in zip(rows["measured_parts"], tp_ranks):
+        timed = {int(d) for d, v in json.loads(parts).items() if v.get("tp_comm", 0.0) > 0}
+        assert timed == ranks
+
+
+def test_attention_shards_and_layouts() -> None:
+    """A SelfAttention's shard r of t holds its heads' query, key and value rows (layout
+    (0, 3)) and out_proj's columns; cut and join invert each other; the split refuses head
+    counts the degree does not divide and dropout, by name."""
+    from solver.runtime.tensor_parallel import (
+        SelfAttention,
+        Split,
+        TPSelfAttention,
+        cut,
+        join,
+        local_only,
+        problems,
+        shard_template,
+    )
+    torch.manual_seed(0)
+    att = SelfAttention(8, 4).double()
+    sp = Split(1, 1, 2, (0, 1), {"": "attn"})
+    assert sp.layouts(att) == {"in_proj_weight": (0, 3), "in_proj_bias": (0, 3), "out_proj.weight": (1, 1),
+                               "out_proj.bias": None}
+    shard = shard_template(att, sp)
+    assert isinstance(shard, TPSelfAttention) and shard.heads == 2
+    w = att.in_proj_weight.detach()
+    torch.testing.assert_close(shard.in_proj_weight, torch.cat([w[4:8], w[12:16], w[20:24]]), rtol=0, atol=0)
+    torch.testing.assert_close(shard.out_proj.weight, att.out_proj.weight[:, 4:8], rtol=0, atol=0)
+    for t in (2, 4):
+        torch.testing.assert_close(join([cut(w, (0, 3), t, r) for r in range(t)], (0, 3)), w, rtol=0, atol=0)
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    with local_only():  # each shard's partial output without the all-reduce: their sum is the attention's
+        parts = [shard_template(att, Split(1, r, 2, (0, 1), {"": "attn"}))(x) for r in range(2)]
+    torch.testing.assert_close(parts[0] + parts[1] - att.out_proj.bias, att(x), rtol=0, atol=1e-13)
+    assert problems([SelfAttention(12, 3)], 4, 2) == [
+        "layer 4: SelfAttention(12, 3 heads): num_heads 3 is not a multiple of the TP degree 2"]
+    assert problems([SelfAttention(8, 4, dropout=0.1)], 0, 2)[0].startswith("layer 0: SelfAttention: dropout 0.1")

@@ -73,6 +73,22 @@ def mlp64_dropout() -> TrainSpec:
     return TrainSpec(model, spec.loss, spec.make_optimizer, spec.data)
 
 
+def attn64() -> TrainSpec:
+    """A 6-block float64 model over sequences of 6 tokens of 8 features with self-attention:
+    Linear(8, 16) per token, SelfAttention(16 features, 4 heads: runtime.tensor_parallel),
+    Sequential(Linear(16, 32), Tanh), Linear(32, 16), Tanh, Linear(16, 4); SGD with momentum
+    0.9, lr 0.05, mean-squared error on 128 teacher sequences (tanh of a linear map per token)."""
+    from .tensor_parallel import SelfAttention
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), SelfAttention(16, 4), nn.Sequential(nn.Linear(16, 32), nn.Tanh()),
+                          nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 4)).double()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(128, 6, 8, generator=g, dtype=torch.float64)
+    w = torch.randn(8, 4, generator=g, dtype=torch.float64)
+    return TrainSpec(model, nn.MSELoss(), functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+                     TensorDataset(x, torch.tanh(x @ w)))
+
+
 def wide() -> TrainSpec:
     """A float32 MLP with real compute per block: DYNPAR_WIDE_BLOCKS (default 6) blocks of
     Linear(W, W) + Tanh with W = DYNPAR_WIDE_WIDTH (default 256), then Linear(W, 10); SGD."""

@@ -1,8 +1,10 @@
 """The data-parallel gradient all-reduce across groups when some stages are tensor-parallel.
 
 Each parameter of a layer held by several groups is reduced in pieces:
-- where every TP holder splits it along the same dimension d, in T chunks along d (T the
-  least common multiple of the TP holders' degrees): chunk c is SUM-all-reduced among the
+- where every TP holder splits it with the same layout (dimension d and groups g:
+  runtime.tensor_parallel.Layout), in T chunks (T the least common multiple of the TP
+  holders' degrees; chunk c is the c-th of T slices of each of the g blocks along d, so shard
+  r of a degree-t stage holds chunks r T/t .. (r + 1) T/t - 1): chunk c is SUM-all-reduced among the
   one rank per group that holds it (shard c // (T / t) of a degree-t stage, runtime.tensor_parallel.Split;
   the whole tensor of a degree-1 holder), so each shard is summed among the holders of the same slice;
 - otherwise (TP holders split it differently, or keep it whole: a bias of a row-parallel
@@ -26,29 +28,31 @@ from torch import nn
 
 from ..model import Plan
 from .layout import layer_units
-from .tensor_parallel import Split, stage_roles
+from .tensor_parallel import Layout, Split, cut, place, stage_roles
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Parameter `name` of `layer`: chunk `chunk` of `of` along `dim`, or (dim None) the whole tensor."""
+    """Parameter `name` of `layer`: chunk `chunk` of `of` along `dim` in each of its `groups`
+    blocks (module docstring), or (dim None) the whole tensor."""
 
     layer: int
     name: str
     dim: int | None = None
     chunk: int = 0
     of: int = 1
+    groups: int = 1
 
 
-def stage_dims(plan: Plan, templates: Sequence[nn.Module]) -> dict[tuple[int, int], dict[str, int | None]]:
-    """(group index, layer) -> parameter name -> split dimension, for every layer of a TP stage."""
+def stage_dims(plan: Plan, templates: Sequence[nn.Module]) -> dict[tuple[int, int], dict[str, Layout | None]]:
+    """(group index, layer) -> parameter name -> its Layout (None: whole), for every layer of a TP stage."""
     out = {}
     for gi, g in enumerate(plan.groups):
         for (_, a, b), unit in zip(g.stages(), g.units()):
             if len(unit) > 1:
                 roles = stage_roles(templates[a:b])
                 for k, layer in enumerate(range(a, b)):
-                    out[(gi, layer)] = Split(layer, 0, len(unit), tuple(unit), roles[k]).dims(templates[layer])
+                    out[(gi, layer)] = Split(layer, 0, len(unit), tuple(unit), roles[k]).layouts(templates[layer])
     return out
 
 
@@ -66,23 +70,24 @@ def tp_buckets(plan: Plan, templates: Sequence[nn.Module], has_params: Sequence[
             split = {u: dims[(group_of[u], layer)][name] for u in us if len(u) > 1}
             ds = set(split.values())
             T = math.lcm(*(len(u) for u in split)) if split else 1
-            if split and len(ds) == 1 and None not in ds and p.shape[next(iter(ds))] % T == 0:
-                d = next(iter(ds))
+            lay = next(iter(ds)) if len(ds) == 1 else None
+            if split and lay is not None and p.shape[lay[0]] % (lay[1] * T) == 0:
                 for c in range(T):
                     key = tuple(sorted(sorted(u)[c // (T // len(u))] for u in us))
-                    out.setdefault(key, []).append(Piece(layer, name, d, c, T))
+                    out.setdefault(key, []).append(Piece(layer, name, lay[0], c, T, lay[1]))
             else:
                 key = tuple(sorted(r for u in us for r in u))
                 out.setdefault(key, []).append(Piece(layer, name))
     return dict(sorted(out.items()))
 
 
-def _view(grad: torch.Tensor, piece: Piece, split: Split | None) -> torch.Tensor:
-    """This rank's part of a chunk piece inside its (shard) gradient."""
+def _views(grad: torch.Tensor, piece: Piece, split: Split | None) -> list[torch.Tensor]:
+    """This rank's parts of a chunk piece inside its (shard) gradient, one per block."""
     per, idx = (piece.of, piece.chunk) if split is None else (piece.of // split.t,
                                                                piece.chunk - split.r * (piece.of // split.t))
-    size = grad.shape[piece.dim] // per
-    return grad.narrow(piece.dim, idx * size, size)
+    block = grad.shape[piece.dim] // piece.groups
+    size = block // per
+    return [grad.narrow(piece.dim, j * block + idx * size, size) for j in range(piece.groups)]
 
 
 def allreduce_pieces(rank: int, held: Mapping[int, Any], templates: Sequence[nn.Module],
@@ -100,33 +105,35 @@ def allreduce_pieces(rank: int, held: Mapping[int, Any], templates: Sequence[nn.
                 p.grad = torch.zeros_like(p)
             split: Split | None = st.split
             if pc.dim is not None:
-                parts.append(_view(p.grad, pc, split).reshape(-1))
+                parts.append(torch.cat([v.reshape(-1) for v in _views(p.grad, pc, split)]))
                 places.append((p, pc, split, None))
                 continue
-            d = split.dims(templates[pc.layer])[pc.name] if split is not None else None
+            lay = split.layouts(templates[pc.layer])[pc.name] if split is not None else None
             full = torch.zeros(templates[pc.layer].get_parameter(pc.name).shape, dtype=p.dtype, device=p.device)
             if split is None:
                 full = p.grad
-            elif d is None:
+            elif lay is None:
                 full = p.grad if split.r == 0 else full
             else:
-                n = p.shape[d]
-                full.narrow(d, split.r * n, n).copy_(p.grad)
+                place(full, p.grad, lay, split.t, split.r)
             parts.append(full.reshape(-1))
-            places.append((p, pc, split, d))
+            places.append((p, pc, split, lay))
         flat = torch.cat(parts)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
         off = 0
-        for (p, pc, split, d), part in zip(places, parts):
+        for (p, pc, split, lay), part in zip(places, parts):
             res = flat[off:off + part.numel()]
             off += part.numel()
             if pc.dim is not None:
-                _view(p.grad, pc, split).copy_(res.view_as(_view(p.grad, pc, split)))
-            elif split is None or d is None:
+                k = 0
+                for v in _views(p.grad, pc, split):
+                    v.copy_(res[k:k + v.numel()].view_as(v))
+                    k += v.numel()
+            elif split is None or lay is None:
                 p.grad = res.view_as(p).clone()
             else:
-                n = p.shape[d]
-                p.grad = res.view(templates[pc.layer].get_parameter(pc.name).shape).narrow(d, split.r * n, n).clone()
+                whole = res.view(templates[pc.layer].get_parameter(pc.name).shape)
+                p.grad = cut(whole, lay, split.t, split.r).clone()
 
 
 def counted(state: Any, name: str) -> bool:
