@@ -16,7 +16,7 @@ from solver.cost import evaluate
 from solver.io.synthetic import random_instance
 from solver.model import Budget
 from solver.online import run_online
-from solver.online.pricing import MARGIN
+from solver.online.pricing import MARGIN, MARGIN_COST, margin
 from solver.online.tracking import Tracker, cheapest_plan, preflight
 from solver.online.vrule import choose_V, default_v
 from solver.status import Status
@@ -268,16 +268,18 @@ def test_priced_run_rows_and_pricing_argument():
     assert run.summary["pricing"] == "history"
     for b in inst.budgets:
         assert run.rows[f"price_{b.name}"].notna().all() and (run.rows[f"price_{b.name}"] >= 0).all()
-        # the target: 1 - E / R less the margin, none in the first slot, at most MARGIN / sqrt(n)
-        # later (n slots in the history; less only near the history's cheapest use)
+        # the target: 1 - E / R less the margin, none in the first slot nor in the last, at most
+        # MARGIN / sqrt(n) * (R - 1) / (H - 1) between (n slots in the history; less where it
+        # would cost more than MARGIN_COST fastest batch times, or near the history's cheapest use)
         r = run.rows
+        H = len(r)
         over = (r[f"cost_{b.name}"] / b.limit - 1.0).cumsum().shift(fill_value=0.0)
-        left = len(r) - np.arange(len(r))
+        left = H - np.arange(H)
         margin = (1.0 - over / left - r[f"target_{b.name}"]).to_numpy()
-        full = MARGIN / np.sqrt(np.arange(1, len(r) + 1))
-        assert margin[0] == pytest.approx(0.0, abs=1e-12)
+        full = MARGIN / np.sqrt(np.arange(1, H + 1)) * (left - 1) / (H - 1)
+        assert margin[0] == pytest.approx(0.0, abs=1e-12) and margin[-1] == pytest.approx(0.0, abs=1e-12)
         assert np.all(margin[1:] >= -1e-12) and np.all(margin[1:] <= full[1:] + 1e-12)
-        assert np.isclose(margin[1:], full[1:]).any()
+        assert (margin[1:-1] > 1e-6).any()
     plain = run_online(inst, budget_tolerance=None)
     assert plain.summary["pricing"] == "queue" and "price_money" not in plain.rows
     with pytest.raises(ValueError, match="pricing"):
@@ -359,3 +361,32 @@ def test_tracker_takes_an_admissible_plan_of_the_slots_searches():
     assert (with_others.plan, with_others.how) == ("mid", "slot's plans")
     alone = run([])
     assert (alone.plan, alone.how) == ("slack", "slack plan")
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 400), lam=st.floats(0.0, 1e4), t_fast=st.floats(1e-3, 1e2), share=st.floats(0.0, 1.0))
+def test_margin_costs_at_most_its_share_of_a_batch_time(n, lam, t_fast, share):
+    """The target's margin (pricing.margin): none before two slots of history nor where no slot
+    is left to insure; at most MARGIN / sqrt(n) times the share of the run left; its cost at the
+    price, lam * margin seconds per slot, at most MARGIN_COST * MARGIN / sqrt(n) * share fastest
+    batch times; the full MARGIN / sqrt(n) * share where that cost allows it (lam <= MARGIN_COST
+    fastest batch times per budget's worth)."""
+    m = margin(n, lam, t_fast, share)
+    if n < 2:
+        assert m == 0.0
+        return
+    full = MARGIN / np.sqrt(n) * share
+    assert 0.0 <= m <= full + 1e-15
+    assert lam * m <= MARGIN_COST * MARGIN / np.sqrt(n) * t_fast * share * (1 + 1e-12) + 1e-15
+    if lam <= MARGIN_COST * t_fast:
+        assert m == pytest.approx(full, rel=1e-12, abs=1e-15)
+    assert margin(n, lam, t_fast, 0.0) == 0.0
+
+
+def test_margin_errors_name_the_argument():
+    with pytest.raises(ValueError, match="share"):
+        margin(3, 1.0, 0.5, 1.5)
+    with pytest.raises(ValueError, match="t_fast"):
+        margin(3, float("nan"), 0.5, 0.5)
+    with pytest.raises(ValueError, match="t_fast"):
+        margin(3, 1.0, -0.1, 0.5)

@@ -42,7 +42,7 @@ from ..subproblems.cache import SlotCache
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
 from .policies import Decision, Ours, Policy, make_policy, with_lp_shares
-from .pricing import BRACKET, FASTEST_TUNING, MARGIN, RESHARE, TIE, History, Price, lp_weight, points
+from .pricing import BRACKET, FASTEST_TUNING, RESHARE, TIE, History, Price, lp_weight, margin, points
 from .queues import initial_queues, update_queues
 from .result import OnlineRun, run_status
 from .summary import summarise
@@ -322,27 +322,41 @@ def _priced_weights(state: SlotState, V: float, slack: Plan | None, history: His
         pts.append(points([(slack, ev.batch_time, ev.costs)], limits))
     history.add(np.vstack(pts) if pts else np.zeros((0, K + 1)))
     left = max(horizon - executed, 1)
-    pr = _price(history, _target(history, excess, left), state)
+    pr = _price(history, _target(history, excess, left, horizon), state)
     scale = V if V > 0 else 1.0
     return tuple(scale * x for x in pr.lam), pr, [c[0] for pool in pools for c in (pool or ())]
 
 
-def _target(history: History, excess: Sequence[float], left: int) -> list[float]:
+def _target(history: History, excess: Sequence[float], left: int, horizon: int) -> list[float]:
     """The price's target use per budget (budgets' worth per slot): 1 - E_k / R less the margin
-    (online.pricing): MARGIN / sqrt(n) for n >= 2 slots in the history, none for the first
-    (with one slot the LP has no other slot to trade against: its price is the slope of this
-    slot's frontier at the target, and any margin only pushes the slot off its fastest plan), and
-    at most half the distance from 1 - E_k / R down to the least use of budget k the history can
-    reach (the mean over its slots of their cheapest point in k): a margin never makes a
-    reachable target unreachable (the elastic price is for budgets that cannot be met)."""
+    m_k (online.pricing, docs/BUDGETS.md "The margin"), R = `left` the slots left (this one
+    included) of a run of `horizon` slots:
+
+        m_k = MARGIN / sqrt(n) * min(1, MARGIN_COST * T_fast / lambda_k) * (R - 1) / (H - 1)
+
+    for n >= 2 slots in the history (none for the first: with one slot the LP has no other slot
+    to trade against, its price is the slope of this slot's frontier at the target, and any
+    margin only pushes the slot off its fastest plan). T_fast (s) is this slot's fastest
+    recorded batch time and lambda_k (s per budget's worth) the last price: the margin's
+    first-order cost per slot, lambda_k m_k seconds, is at most MARGIN_COST * MARGIN / sqrt(n)
+    fastest batch times. (R - 1) / (H - 1) is the share of the run still to insure after this
+    slot: none in the last slot, whose reserve no later slot could use. And m_k is at most half
+    the distance from 1 - E_k / R down to the least use of budget k the history can reach (the
+    mean over its slots of their cheapest point in k): a margin never makes a reachable target
+    unreachable (the elastic price is for budgets that cannot be met)."""
     K = len(excess)
+    if left < 1 or horizon < left:
+        raise ValueError(f"_target: slots left {left} must be in 1..horizon {horizon}")
     slots = [np.asarray(sl, dtype=float).reshape(-1, K + 1) for sl in history.slots if len(sl)]
     n = len(slots)
     low = np.mean([sl[:, 1:].min(axis=0) for sl in slots], axis=0) if slots else np.zeros(K)
+    t_fast = float(slots[-1][:, 0].min()) if slots else 0.0
+    share = (left - 1) / (horizon - 1) if horizon > 1 else 0.0
+    lam = list(history.lam) if len(history.lam) == K else [0.0] * K
     out = []
     for k, e in enumerate(excess):
         g = 1.0 - e / left
-        m = MARGIN / np.sqrt(n) if n >= 2 else 0.0
+        m = margin(n, lam[k], t_fast, share)
         out.append(g - min(m, max(0.5 * (g - low[k]), 0.0)))
     return out
 

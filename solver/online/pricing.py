@@ -20,9 +20,10 @@ Q_k = V lambda_k: the objective V T + sum_k Q_k c_k / Cbar_k is then V (T + lamb
 
 Feedback. The target steers the rest of the run back to the limit: with E_k the realised
 excess so far (online.tracking) and R the slots left, this one included, g_k = 1 - E_k / R,
-so that R more slots at use g_k end with no excess, less a margin MARGIN / sqrt(n) for n >= 2
-slots in the history (none for the first; at most half the way down to the history's cheapest
-use of the budget: online.controller._target): g_k = 1 - E_k / R - margin. The price learnt
+so that R more slots at use g_k end with no excess, less a margin (`margin`: MARGIN / sqrt(n)
+for n >= 2 slots in the history, less where it would cost more than MARGIN_COST * MARGIN /
+sqrt(n) fastest batch times at the price, fading to none in the last slot; none for the first;
+at most half the way down to the history's cheapest use of the budget: online.controller._target): g_k = 1 - E_k / R - margin. The price learnt
 from n slots is an estimate, and the two ways to miss it do not cost alike under the budget tracker: a slot that
 spends more than the trace's price would have eats the tracker's allowance, which no later
 slot can lend back (on `default` the first five slots priced money at 0.27-0.36 s per budget's
@@ -31,7 +32,10 @@ middle slots' plans by ones twice as slow), while money a slot leaves unspent is
 (the target rises as E_k falls; the last slots run at price 0 when it is left over). The margin,
 like the shrunk budgets of the learning algorithms of online linear programming, asks the
 early slots for a little less than the history says; it decays as the history grows (0.071 at
-n = 2, 0.022 at 20, 0.007 at the WINDOW's 200). A target the history's plans cannot reach
+n = 2, 0.022 at 20, 0.007 at the WINDOW's 200), it costs at most MARGIN_COST * MARGIN / sqrt(n)
+fastest batch times per slot at the price (where the frontier is steep, lambda_k large, it
+shrinks), and it fades with the share of the run left to insure, (R - 1) / (H - 1): none in the
+last slot (`margin`). A target the history's plans cannot reach
 (alone or together with the others) is met elastically: each budget row has a slack column
 costing PRICE_CAP * T_max per budget's worth (T_max the history's slowest batch time), so the
 LP always solves, a budget it cannot reach gets the price PRICE_CAP * T_max (the search then
@@ -56,6 +60,7 @@ PRICE_CAP = 1e4  # the elastic budget rows' price, in slowest batch times per bu
 MAX_POINTS = 64   # per slot, after pruning: the frontier points kept, spread over the batch-time range
 TIE = 1e-6         # relative: slot objectives (and frontier points) this close are tied
 MARGIN = 0.1      # the target's margin with n slots in the history: MARGIN / sqrt(n) budgets' worth per slot
+MARGIN_COST = 3.0  # the margin's first-order cost per slot is at most MARGIN_COST * MARGIN / sqrt(n) fastest batch times
 RESHARE = 8       # structures of the slot's pools given the slot LP's shares at the price (online.controller)
 FASTEST_TUNING = {"local_starts": 1, "local_max_iter": 10, "final_local_max_iter": 2, "polish_top_small": 1,
                    "polish_top": 1, "polish_rounds": 1}
@@ -177,6 +182,25 @@ class History:
     def from_dict(cls, d: dict) -> "History":
         return cls([[list(map(float, r)) for r in s] for s in d.get("slots", [])],
                    [float(x) for x in d.get("lam", [])])
+
+
+def margin(n: int, lam: float, t_fast: float, share: float) -> float:
+    """The target's margin (budgets' worth per slot) with n slots in the history:
+    MARGIN / sqrt(n) * min(1, MARGIN_COST * t_fast / lam) * share, and 0 for n < 2.
+
+    lam: the budget's last price (s per budget's worth; 0 or less: no price yet, the factor is 1);
+    t_fast: this slot's fastest batch time (s); share: the share of the run left to insure after
+    this slot, (R - 1) / (H - 1), in [0, 1]. Its cost at the price, lam * margin seconds per slot,
+    is then at most MARGIN_COST * MARGIN / sqrt(n) * t_fast. Non-finite or out-of-range
+    arguments are an error naming the argument."""
+    if not (0.0 <= share <= 1.0):
+        raise ValueError(f"margin: share must be in [0, 1], got {share}")
+    if not (np.isfinite(lam) and np.isfinite(t_fast) and t_fast >= 0):
+        raise ValueError(f"margin: lam and t_fast must be finite (t_fast >= 0), got lam={lam}, t_fast={t_fast}")
+    if n < 2:
+        return 0.0
+    cost = min(1.0, MARGIN_COST * t_fast / lam) if lam > 0 else 1.0
+    return MARGIN / np.sqrt(n) * cost * share
 
 
 def lp_weight(price: Price, history: History, point: Sequence[float], rel: float = TIE) -> float:
