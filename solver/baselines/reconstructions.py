@@ -219,7 +219,14 @@ def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
         plan = _unchecked_equal_groups(
             state, chunks, lambda ch, b: balanced_cuts(state, ch, min_share=one_f_one_b_peak(len(ch), b, u), cache=sc),
             one_f_one_b=True)
-        if plan is not None and not plan.validate(state):
+        if plan is None:
+            continue
+        # its batch time is its slowest group's time plus sync and optimizer seconds (>= 0), so
+        # a configuration whose slowest group alone is not faster than the best cannot win
+        if max(sc.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute).time(g.share)
+               for g in plan.groups) >= best_t:
+            continue
+        if not plan.validate(state):
             t = sc.evaluation(plan).batch_time
             if t < best_t:
                 best, best_t = plan, t
