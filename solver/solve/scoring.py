@@ -376,11 +376,14 @@ class Scorer:
                 sc = cand
         if self.opt.schedules and not self.exhausted():
             base = s2 if s2 is not None else tuple(s)
-            s3 = relieve_by_schedule(self, base)
-            if s3 is not None:
-                cand = self.score(s3, source=source + "+schedule", prune=prune)
-                if cand is not None and (sc is None or better(cand, sc)):
-                    sc = cand
+            # a schedule on the cuts for one micro-batch may beat re-cutting for GPipe's memory
+            # (whose re-cut groups then hold their share and get no schedule): both are tried
+            for b in (base,) if s2 is None else (base, tuple(s)):
+                s3 = relieve_by_schedule(self, b)
+                if s3 is not None:
+                    cand = self.score(s3, source=source + "+schedule", prune=prune)
+                    if cand is not None and (sc is None or better(cand, sc)):
+                        sc = cand
             # the variant cuts pay up to large_devices; above, their DPs (orders x variants per
             # group) spent the budget before the dp x pp shapes (Sailor's 32 GPUs: 65.4 s -> 72-86 s)
             s4 = None if self.exhausted() or self.n_avail > self.tuning.large_devices \
