@@ -3,6 +3,7 @@ regenerates and shows every policy (the full `dynpar bench --quick` takes minute
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from benchmarks.run_all import main
 
@@ -33,3 +34,29 @@ def test_bench_budget_smoke(tmp_path):
     ref = feasible[["objective", "big_objective"]].min(axis=1)
     assert ((feasible["gap"] - (feasible["objective"] / ref - 1)).abs() < 1e-12).all()
     assert (feasible["big_worse"] == (feasible["big_objective"] > feasible["objective"] * (1 + 1e-12))).all()
+
+
+def test_bench_margin_replay_follows_the_recorded_run(tmp_path):
+    """bench_margin: replaying the margin in force on a run's recorded frontiers picks the run's
+    own plans (the same average batch time, within float rounding); every rule's ratios to the
+    offline LP over the same points are >= 1; an unknown instance is an error naming it."""
+    import numpy as np
+
+    from benchmarks.bench_margin import RULES, record, replay
+    from solver.io.synthetic import random_instance
+    from solver.online import run_online
+    from solver.online.offline import calibrate_budgets
+
+    inst = calibrate_budgets(random_instance(6, n=4, L=6, slots=6, p_leave=0.0), 0.3)
+    run = run_online(inst, replan=False, state_path=tmp_path / "state.json")
+    import json
+    hist = json.loads((tmp_path / "state.json").read_text())["extra"]["history"]
+    F = [np.asarray(s, dtype=float).reshape(-1, len(inst.budgets) + 1) for s in hist["slots"]]
+    r = replay(F, RULES["in force"])
+    assert r["avg_batch_time_s"] == pytest.approx(run.summary["avg_batch_time"], rel=1e-9)
+    for name, rule in RULES.items():
+        x = replay(F, rule)
+        assert x["ratio"] >= 1 - 1e-9 and x["ratio_lim"] >= 1 - 1e-9, name
+    from solver.errors import InstanceError
+    with pytest.raises(InstanceError, match="no_such_instance"):
+        record("no_such_instance", tmp_path)
