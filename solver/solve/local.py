@@ -155,13 +155,32 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
 
 
 
+NUDGES = (1, 2, 4, 8)
+"""Layers by which polish moves one cut point of a group, each way (small slots)."""
+
+
+def nudged_cuts(cuts: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The cut sets with one inner cut point moved by each of NUDGES layers either way, every
+    stage kept non-empty: the DPs minimise GPipe's alpha (within memory), not the group time
+    alpha share + beta that a schedule's fill and drain or 1F1B's 2 max lam per sample add to,
+    so the best cuts can lie a few layers off theirs."""
+    out = []
+    for j in range(len(cuts) - 1):
+        lo, hi = (cuts[j - 1] if j else 0) + 1, cuts[j + 1] - 1
+        for step in NUDGES:
+            for c in (cuts[j] - step, cuts[j] + step):
+                if lo <= c <= hi:
+                    out.append(cuts[:j] + (c,) + cuts[j + 1:])
+    return out
+
+
 def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int, rounds: int) -> Scored:
     """Per group, try other orders (group_orders, every order up to `all_up_to` devices, and in
     slots of up to SearchTuning.small_devices devices every single-device relocation) with
     their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
     recomputation also those for its own per-stage peaks at that share, and every order's
-    frontier cut sets for those peaks), and the frontier cut sets of the current order; one
-    group at a time, keeping improvements (coordinate descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
+    frontier cut sets for those peaks), and the frontier cut sets of the current order (in those
+    small slots also its cuts nudged by a few layers, nudged_cuts); one group at a time, keeping improvements (coordinate descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
     group is also tried at every other size (Scorer.micro_batch_entries)."""
     rich = len(state.available_indices) <= sc.tuning.small_devices
     for _ in range(rounds):
@@ -187,6 +206,8 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
                         yield from ((o, c, *how) for c in sc.frontier(o, share, mb, variant))
                 if len(sc.micro_batches) > 1:
                     yield from sc.micro_batch_entries(cur.structure[gi], share)
+                if rich:
+                    yield from ((d, c, *how) for c in nudged_cuts(cur.structure[gi][1]))
 
             tried = set()
             for e in options():

@@ -377,8 +377,11 @@ class Scorer:
         if self.opt.schedules and not self.exhausted():
             base = s2 if s2 is not None else tuple(s)
             # a schedule on the cuts for one micro-batch may beat re-cutting for GPipe's memory
-            # (whose re-cut groups then hold their share and get no schedule): both are tried
-            for b in (base,) if s2 is None else (base, tuple(s)):
+            # (whose re-cut groups then hold their share and get no schedule): both are tried in
+            # slots of up to small_devices devices (above, the second try spent the budget the
+            # local search needed: bench_budget seeds 57000+, 86.2% within 1% of 16x, from 93.1%)
+            rich = s2 is not None and self.n_avail <= self.tuning.small_devices
+            for b in (base, tuple(s)) if rich else (base,):
                 s3 = relieve_by_schedule(self, b)
                 if s3 is not None:
                     cand = self.score(s3, source=source + "+schedule", prune=prune)
