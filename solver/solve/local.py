@@ -180,8 +180,10 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
     their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
     recomputation also those for its own per-stage peaks at that share, and every order's
     frontier cut sets for those peaks), and the frontier cut sets of the current order (in those
-    small slots also its cuts nudged by a few layers, nudged_cuts); one group at a time, keeping improvements (coordinate descent, at most `rounds` rounds). Where groups may train at several micro-batch sizes, each
-    group is also tried at every other size (Scorer.micro_batch_entries)."""
+    small slots also its cuts nudged by a few layers, nudged_cuts); one group at a time, keeping
+    improvements (coordinate descent, at most `rounds` rounds). Where groups may train at
+    several micro-batch sizes, each group is also tried at every other size
+    (Scorer.micro_batch_entries)."""
     rich = len(state.available_indices) <= sc.tuning.small_devices
     for _ in range(rounds):
         improved = False
