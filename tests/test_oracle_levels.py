@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
 from solver.io.synthetic import random_state
 from solver.model.memory import share_cap
 from solver.solve import solve_exact
-from solver.subproblems.cuts import alpha_beta, frontier_cuts_all_levels, memory_levels, min_bottleneck_cuts
+from solver.subproblems.cuts import alpha_beta, memory_levels, min_bottleneck_cuts
 from solver.subproblems.cache import SlotCache
 
 
