@@ -117,10 +117,9 @@ def _pingpong(rank: int, init: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def measure_link() -> tuple[float, float]:
-    """(latency s, bandwidth bytes/s) of one gloo message between two processes here: the
-    least-squares line time = latency + bytes / bandwidth through the fastest one-way time
-    (ping-pong) of messages of 8 B to 4 MiB."""
+def run_pair(target):
+    """Run target(rank, init_method, out_path) in two spawned processes on a free loopback
+    port and return the JSON that rank 0 wrote to out_path."""
     import socket
 
     import torch.multiprocessing as mp
@@ -128,9 +127,16 @@ def measure_link() -> tuple[float, float]:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "link.json")
-        mp.start_processes(_pingpong, args=(f"tcp://127.0.0.1:{port}", out), nprocs=2, start_method="spawn")
-        res = {int(k): v for k, v in json.loads(Path(out).read_text()).items()}
+        out = str(Path(tmp) / "pair.json")
+        mp.start_processes(target, args=(f"tcp://127.0.0.1:{port}", out), nprocs=2, start_method="spawn")
+        return json.loads(Path(out).read_text())
+
+
+def measure_link() -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of one gloo message between two processes here: the
+    least-squares line time = latency + bytes / bandwidth through the fastest one-way time
+    (ping-pong) of messages of 8 B to 4 MiB."""
+    res = {int(k): v for k, v in run_pair(_pingpong).items()}
     x = np.array(sorted(res), dtype=float)
     slope, lat = np.polyfit(x, np.array([res[int(b)] for b in x]), 1)
     if slope <= 0:

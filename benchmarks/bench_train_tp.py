@@ -64,17 +64,10 @@ def collective_latency() -> float:
     matrix product as between a TP stage's layers. The mean, not the median: an iteration's
     collectives add up, and on this shared machine a few of them wait milliseconds for a
     descheduled peer (at load 6: median 0.6-1.4 ms, mean 1.0-3.3 ms)."""
-    import socket
     import statistics
 
-    import torch.multiprocessing as mp
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "times.json")
-        mp.start_processes(_allreduce_times, args=(f"tcp://127.0.0.1:{port}", out), nprocs=2, start_method="spawn")
-        return float(statistics.mean(json.loads(Path(out).read_text())))
+    from benchmarks.bench_train import run_pair
+    return float(statistics.mean(run_pair(_allreduce_times)))
 
 
 def instance(folder: Path, model: str, batch: int, micro: int, collective_s: float = 0.0) -> Path:
