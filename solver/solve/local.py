@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 from ..model.state import SlotState
 from .families import balanced_partition, chain_chunks
 from .orders import group_orders, nn_order
-from .schedules import entry_micro_batch
+from .schedules import entry_micro_batch, variant_entries
 from .scoring import Scored, Scorer, better
 
 
@@ -180,8 +180,9 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
     their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
     recomputation also those for its own per-stage peaks at that share, and every order's
     frontier cut sets for those peaks), and the frontier cut sets of the current order (in those
-    small slots also its cuts nudged by a few layers, nudged_cuts); one group at a time, keeping
-    improvements (coordinate descent, at most `rounds` rounds). Where groups may train at
+    small slots also its cuts nudged by a few layers, nudged_cuts, and every order under each
+    schedule variant that lifts its memory cap, schedules.variant_entries); one group at a time,
+    keeping improvements (coordinate descent, at most `rounds` rounds). Where groups may train at
     several micro-batch sizes, each group is also tried at every other size
     (Scorer.micro_batch_entries)."""
     rich = len(state.available_indices) <= sc.tuning.small_devices
@@ -210,6 +211,13 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
                     yield from sc.micro_batch_entries(cur.structure[gi], share)
                 if rich:
                     yield from ((d, c, *how) for c in nudged_cuts(cur.structure[gi][1]))
+                    # every order under every schedule variant that lifts its memory cap (the
+                    # orders above keep the group's own variant, so a GPipe group re-cut for its
+                    # share never met the 1F1B pipeline of its cuts for one micro-batch)
+                    for o in orders:
+                        for c in dict.fromkeys(x for x in (sc.cuts(o, None, mb), sc.cuts(o, share, mb))
+                                               if x is not None):
+                            yield from variant_entries(sc, o, c, mb)
 
             tried = set()
             for e in options():
