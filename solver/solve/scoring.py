@@ -76,10 +76,6 @@ class Scorer:
         self._cuts: dict[tuple, tuple | None] = {}
         self._levels: dict[tuple, list[tuple[int, tuple | None]]] = {}  # (devices, mb, variant) -> (w, cuts)
         self._frontier: dict[tuple, list] = {}
-        self._twin_cuts: dict[tuple, object] = {}
-        """Cuts and frontiers by (SlotCache.signature, share, micro-batch, variant): a group of
-        like devices on like links gets its twin's cut sets (the same DP inputs) and is still
-        charged the DP's work, so the search is the same, only faster."""
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
         self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
@@ -156,8 +152,9 @@ class Scorer:
         grows, so the cut set c0 it chose for a smaller w0 (None: one micro-batch) is also its
         choice for w whenever c0 holds w (its cap under the variant >= w): the least of a set
         is the least of any subset that holds it. Likewise no cut set for w0 means none for w.
-        Such a reuse costs no DP and no work; otherwise the DP runs (unless a group of the same
-        signature ran it: `_twin_cuts`) and is charged cut_work."""
+        Such a reuse costs no DP and no work; otherwise the DP is charged cut_work (and runs
+        unless a group of the same signature ran it: SlotCache.twin_cuts), so twins change
+        the search's time, never its path."""
         u = self.u if micro_batch is None else int(micro_batch)
         w = u if min_share is None else int(min_share)
         levels = self._levels.setdefault((devices, micro_batch, variant), [])
@@ -166,12 +163,7 @@ class Scorer:
                 return c0
         self.tries += self.cut_work(len(devices))
         st, cache = self.at(micro_batch)
-        twin = (cache.signature(devices), min_share, micro_batch, variant)
-        if twin in self._twin_cuts:
-            c = self._twin_cuts[twin]
-        else:
-            c = self._twin_cuts[twin] = min_bottleneck_cuts(st, devices, min_share, cache=cache,
-                                                            schedule=variant[0], recompute=variant[1])
+        c = min_bottleneck_cuts(st, devices, min_share, cache=cache, schedule=variant[0], recompute=variant[1])
         levels.append((w, c))
         return c
 
@@ -185,13 +177,9 @@ class Scorer:
         if key not in self._frontier:
             self.tries += 2 * self.cut_work(len(devices))
             st, cache = self.at(micro_batch)
-            twin = ("frontier", cache.signature(devices), min_share, micro_batch, variant)
-            if twin not in self._twin_cuts:
-                self._twin_cuts[twin] = frontier_cuts(st, devices, self.opt.frontier, min_share, cache=cache,
-                                                      relax=self.tuning.frontier_relax,
-                                                      seeds=self.tuning.frontier_seeds,
-                                                      schedule=variant[0], recompute=variant[1])
-            self._frontier[key] = self._twin_cuts[twin]
+            self._frontier[key] = frontier_cuts(st, devices, self.opt.frontier, min_share, cache=cache,
+                                                relax=self.tuning.frontier_relax, seeds=self.tuning.frontier_seeds,
+                                                schedule=variant[0], recompute=variant[1])
         return self._frontier[key]
 
     def evaluation(self, plan: Plan) -> Evaluation:

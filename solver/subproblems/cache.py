@@ -111,6 +111,7 @@ class SlotCache:
         self._single: dict[int, Cuts | None] = {}
         self._coeffs: dict[tuple, GroupCoeffs] = {}
         self._twin_coeffs: dict[tuple, GroupCoeffs] = {}
+        self._twin_cuts: dict[tuple, object] = {}
         self._signatures: dict[tuple[int, ...], tuple] = {}
         self._device_class: list[int] | None = None
         self._alike = False
@@ -342,8 +343,8 @@ class SlotCache:
         backward prefix seconds, memory, busy power, TP degree and server NIC), per boundary the
         link's class (bandwidth, latency, bandwidth fit, whether it stays in one server), and
         which positions share a server (NIC contention). Groups of like devices on like servers
-        (a cluster's symmetry) share it, so their cuts and coefficients are computed once.
-        Kept per device order."""
+        (a cluster's symmetry) share it, so their cuts (twin_cuts) and coefficients are computed
+        once. Kept per device order."""
         dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
         if self._device_class is None:
             self._device_class = self._classes()
@@ -385,6 +386,17 @@ class SlotCache:
                    None if net is None else bool(net.server[a] == net.server[b]))
             got = self._pair_class[(a, b)] = self._link_class.setdefault(key, len(self._link_class))
         return got
+
+    def twin_cuts(self, key: tuple, devices: Sequence[int], compute):
+        """compute() (the cut sets of an ordered group: subproblems.cuts), or what it gave for a
+        group of the same signature under the same `key` (share, variant, options): their DP
+        inputs are the same numbers, so their cut sets are too."""
+        full = (self.signature(devices),) + key
+        if full not in self._twin_cuts:
+            if len(self._twin_cuts) >= MAX_STAGE_TIMES:
+                self._twin_cuts.pop(next(iter(self._twin_cuts)))
+            self._twin_cuts[full] = compute()
+        return self._twin_cuts[full]
 
     def group_coeffs(self, devices: Sequence[int], cuts: Sequence[int], schedule: str = "gpipe",
                      recompute: bool = False) -> GroupCoeffs:

@@ -352,6 +352,12 @@ def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int
     sc = slot_cache(state, cache)
     if len(devices) == 1:
         return sc.single_cuts(devices[0])
+    return sc.twin_cuts(("min-alpha", min_share, schedule, bool(recompute)), devices,
+                        lambda: _min_bottleneck_cuts(sc, devices, min_share, schedule, recompute))
+
+
+def _min_bottleneck_cuts(sc: SlotCache, devices: Sequence[int], min_share: int | None, schedule: str,
+                         recompute: bool) -> Cuts | None:
     ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
         return None
@@ -384,14 +390,17 @@ def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_
     if len(devices) == 1:
         c = sc.single_cuts(devices[0])
         return [c] if c is not None else []
-    ga = sc.group_arrays(devices, min_share, schedule, recompute)
-    if ga is None:
-        return []
-    key = ("fc", limit, tuple(relax), int(seeds))
-    hit = ga.cache.get(key)
-    if hit is None:
-        hit = ga.cache[key] = tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))
-    return list(hit)
+    def compute() -> tuple[Cuts, ...]:
+        ga = sc.group_arrays(devices, min_share, schedule, recompute)
+        if ga is None:
+            return ()
+        key = ("fc", limit, tuple(relax), int(seeds))
+        hit = ga.cache.get(key)
+        if hit is None:
+            hit = ga.cache[key] = tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))
+        return hit
+    return list(sc.twin_cuts(("frontier", limit, tuple(relax), int(seeds), min_share, schedule, bool(recompute)),
+                             devices, compute))
 
 
 def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: GroupArrays,
