@@ -390,3 +390,38 @@ def test_margin_errors_name_the_argument():
         margin(3, float("nan"), 0.5, 0.5)
     with pytest.raises(ValueError, match="t_fast"):
         margin(3, 1.0, -0.1, 0.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(w_star=st.floats(0.05, 60.0), slope=st.floats(0.01, 2.0))
+def test_tracker_bisects_to_the_least_admissible_tracking_weight(w_star, slope):
+    """A slot whose search answers tracking weight w (in units of the plan's objective) with a
+    plan that is within the allowance exactly when w >= w_star and slower the larger w is: the
+    tracker's pick is within the allowance and its weight is within a factor 4 ** (1 / 8) = 1.19
+    (three bisection steps on a bracket a factor 4 wide) above w_star (1 when the first step,
+    m = 1, is admissible), so its batch time is at most that of the plan at that weight."""
+    from solver.online.tracking import BISECT_STEPS, LAMBDA_STEPS, track
+    T0 = 1.0                               # the drift-plus-penalty plan's time (s): base = V T0 = 1
+    tr = Tracker(0.01, 10, (1.0,), (True,))   # allowance 0.1 budgets' worth: y <= 1.1 is admissible
+
+    def plan_at(w: float) -> float:
+        return w
+
+    charges: dict[float, _Ch] = {}
+
+    def charge(p):
+        if p == "plan":
+            return _Ch(T0, (1.5,))
+        return charges.setdefault(p, _Ch(T0 + slope * np.log1p(p), (1.05,) if p >= w_star else (1.2,)))
+
+    res = track(tr, "plan", charge("plan"), (0.0,), 1.0, lambda q: _Res(plan_at(q[0])), charge, None)
+    w = res.plan
+    assert tr.violations(res.charge.costs)[0] == 0.0
+    assert w >= w_star
+    first = next(m for m in LAMBDA_STEPS if m >= w_star)
+    assert BISECT_STEPS == 3
+    bound = first if first == LAMBDA_STEPS[0] else w_star * 4.0 ** (1.0 / 8)   # 1.19
+    if first == LAMBDA_STEPS[0]:
+        assert w == first
+    assert w <= bound * (1 + 1e-12)
+    assert res.charge.charged_time <= T0 + slope * np.log1p(bound) + 1e-12
