@@ -382,6 +382,37 @@ def test_estimator_refits_every_plan_with_transfers_exactly(tmp_path: Path) -> N
     assert est.refit_batch_time == pytest.approx(target, rel=1e-9)
 
 
+def test_estimator_fits_the_allreduce_latency(tmp_path: Path) -> None:
+    """Step 5 of runtime.estimator: a data-parallel slot's measured all-reduce S gives back
+    the per-call latency lambda_ar at the instance's links, then beta carries the rest of the
+    batch time (the ranks' skew), exactly; a ring already above S leaves lambda_ar at 0; a
+    plan with a pipeline keeps the lambda_ar it had; one group has none to fit."""
+    from dataclasses import replace
+
+    from solver.cost import evaluate
+    from solver.runtime.estimator import estimate
+    inst = load_instance(write_instance(tmp_path, recorded=True))
+    st, present = inst.state(0), np.ones(4, dtype=bool)
+    dp = Plan((Group((0,), (7,), 20), Group((1,), (7,), 12)))
+    truth = replace(st, allreduce_latency=2e-3)
+    ev = evaluate(dp, truth)
+    compute = predicted_compute(dp, st)
+    est = estimate({}, 0.0, 1.0, dp, st, present, compute, ev.batch_time + 4e-3, ev.sync_time)
+    assert est.allreduce_latency == pytest.approx(2e-3, rel=1e-6) and est.note == ""
+    assert est.beta > 1.0                       # the 4 ms of skew: the bandwidth scale carries it
+    again = observed_state(st, present, est.factors, est.delta, est.beta, allreduce_latency=est.allreduce_latency)
+    assert evaluate(dp, again).batch_time == pytest.approx(ev.batch_time + 4e-3, rel=1e-9)
+    assert est.refit_batch_time == pytest.approx(ev.batch_time + 4e-3, rel=1e-9)
+    low = estimate({}, 0.0, 1.0, dp, st, present, compute, ev.batch_time, 1e-9)
+    assert low.allreduce_latency == 0.0
+    mixed = Plan((Group((0, 1), (3, 7), 16), Group((2,), (7,), 16)))
+    kept = estimate({}, 0.0, 1.0, mixed, st, present, predicted_compute(mixed, st), 0.05, 0.01,
+                    allreduce_latency=1e-3)
+    assert kept.allreduce_latency == 1e-3
+    one = Plan((Group((0,), (7,), 32),))
+    assert estimate({}, 0.0, 1.0, one, st, present, predicted_compute(one, st), 0.02).allreduce_latency == 0.0
+
+
 def test_speeds_share_of_a_core_by_context() -> None:
     """runtime.speeds: a device measured with its node's other device busy (k = 2, share 0.8)
     is priced alone (k = 1) at its CPU-time factor with a whole core, said in a note, and at

@@ -355,3 +355,110 @@ def test_attention_shards_and_layouts() -> None:
     assert problems([SelfAttention(12, 3)], 4, 2) == [
         "layer 4: SelfAttention(12, 3 heads): num_heads 3 is not a multiple of the TP degree 2"]
     assert problems([SelfAttention(8, 4, dropout=0.1)], 0, 2)[0].startswith("layer 0: SelfAttention: dropout 0.1")
+
+
+def test_profile_measures_shards_at_tp_degrees(tmp_path: Path) -> None:
+    """`dynpar profile --tp-degrees 1,2,4` writes one rank's shard at each degree t > 1
+    (@tp<t> columns, `# tp_times: shard_compute`): attn64's bytes per rank by hand (float64,
+    the whole model split as one stage: Linear(8, 16) gathered, the attention by heads, a
+    Megatron pair, Tanh whole, Linear(16, 4) gathered; row-parallel biases whole), seconds
+    measured; the planner then prices a TP-2 stage from them plus its collectives. Refused,
+    naming the layer or the item: a degree at which a block does not split, a malformed list."""
+    from solver.io.workloads import read_workload_csv
+    out = tmp_path / "attn.csv"
+    assert main(["profile", "solver.runtime.examples:attn64", "--kind", "cpu", "--repeats", "1",
+                 "--tp-degrees", "1,2,4", "--tp-mode", "local", "-o", str(out)]) == 0
+    assert "# tp_times: shard_compute" in out.read_text()
+    wl = read_workload_csv(out, 32, 4)
+    assert sorted(wl.tp_variants) == [2, 4]
+    whole = [8 * (16 * 8 + 16), 8 * (48 * 16 + 48 + 16 * 16 + 16), 8 * (32 * 16 + 32), 8 * (16 * 32 + 16), 0,
+             8 * (4 * 16 + 4)]
+    assert list(wl.param_bytes) == whole
+    by_hand = {2: [576, 4416, 2176, 2176, 0, 272], 4: [288, 2272, 1088, 1152, 0, 136]}
+    for t, var in wl.tp_variants.items():
+        assert var.times == "shard_compute" and list(var.param_bytes) == by_hand[t]
+        f, b = var.by_micro_batch[4]["cpu"]
+        assert len(f) == 6 and all(x > 0 for x in f) and b[1] > 0
+        assert not wl.tp_times_include_collectives(t)
+    # the Tanh (whole on every rank) saves its whole output; the attention its heads' share
+    assert wl.tp_variants[2].stash_bytes[4] == wl.stash_bytes[4]
+    assert wl.tp_variants[2].stash_bytes[1] < wl.stash_bytes[1]
+    assert main(["profile", "solver.runtime.examples:mlp64", "--kind", "cpu", "--repeats", "1",
+                 "--tp-degrees", "8", "-o", str(tmp_path / "m.csv")]) == 2
+    assert not (tmp_path / "m.csv").exists()
+    from solver.runtime.tp_profile import profile_tp_group, profile_tp_local
+    with pytest.raises(ValueError, match=r"tp degree 8: layer 6: Linear\(16, 4\): out_features 4 is not a "
+                                         r"multiple of the TP degree 8"):
+        profile_tp_local(examples.mlp64().model, torch.zeros(4, 8, dtype=torch.float64), "cpu", 8, 32, 4)
+    with pytest.raises(ValueError, match=r"tp degree 8: layer 6: Linear\(16, 4\)"):
+        profile_tp_group("solver.runtime.examples:mlp64", "cpu", 8, 32, 4)
+    with pytest.raises(ValueError, match=r"tp degree: expected an integer >= 2, got 1"):
+        profile_tp_local(examples.mlp64().model, torch.zeros(4, 8, dtype=torch.float64), "cpu", 1, 32, 4)
+    assert main(["profile", "solver.runtime.examples:attn64", "--kind", "cpu", "--tp-degrees", "2",
+                 "--cpu-quota", "1", "-o", str(tmp_path / "q.csv")]) == 2
+    from solver.cli.train import _degrees
+    assert _degrees("1,2,4") == (2, 4) and _degrees("") == ()
+    with pytest.raises(ValueError, match=r"--tp-degrees: expected comma-separated integers >= 1, got 'x'"):
+        _degrees("2,x")
+
+
+def test_shard_times_price_tp_stages_and_fit_the_factor(tmp_path: Path) -> None:
+    """A table with times measured at TP-2 ("shard_compute"): a TP-2 rank's predicted compute
+    is its shard's seconds over the unit's factor plus the stage's collectives (not the
+    degree-1 seconds over 2); the estimator gives back the machine's factor from the compute
+    outside the collectives, and plans without TP price as on the plain table."""
+    from dataclasses import replace
+
+    from solver.cost import evaluate
+    from solver.model.workload import TPVariant
+    from solver.runtime.estimator import estimate, observed_state, predicted_compute, predicted_tp_collectives
+    from solver.runtime.tensor_parallel import collective_counts
+    st = load_instance(tp_instance(tmp_path, recorded=True)).state(0)
+    wl = replace(st.workload, tp_collectives=collective_counts(list(examples.mlp64().model)))
+    f1, b1 = wl.measured["cpu"]
+    f2, b2 = tuple(1.5 * x for x in f1), tuple(0.9 * x for x in b1)   # shards slower than half the layer
+    var = TPVariant(tuple(p / 2 for p in wl.param_bytes), tuple(wl.stash_bytes), {4: {"cpu": (f2, b2)}},
+                    times="shard_compute")
+    plain = replace(st, workload=wl, tp_collective_latency=1e-3)
+    shard = replace(plain, workload=replace(wl, tp_variants={2: var}))
+    tp = Plan((Group((0,), (7,), 32, tp_peers=((1,),)),))
+    comm = predicted_tp_collectives(tp, shard)
+    assert comm[0] == pytest.approx(predicted_tp_collectives(tp, plain)[0], rel=1e-12) and comm[0] > 0
+    got = predicted_compute(tp, shard)
+    assert got[0] == pytest.approx(32 * (sum(f2) + sum(b2)) + comm[0], rel=1e-12)
+    assert predicted_compute(tp, plain)[0] == pytest.approx(32 * (sum(f1) + sum(b1)) / 2 + comm[0], rel=1e-12)
+    one = Plan((Group((0,), (7,), 32),))
+    assert evaluate(one, shard).batch_time == evaluate(one, plain).batch_time
+    present = np.ones(4, dtype=bool)
+    truth = observed_state(shard, present, {0: 0.5, 1: 0.5, 2: 1.0, 3: 1.0}, tp_latency=1e-3)
+    measured = predicted_compute(tp, truth)
+    measured_tp = predicted_tp_collectives(tp, truth)
+    est = estimate({}, 0.0, 1.0, tp, shard, present, measured, evaluate(tp, truth).batch_time, None, measured_tp,
+                   1e-3)
+    assert est.factors[0] == pytest.approx(0.5, rel=1e-9) and est.factors[1] == pytest.approx(0.5, rel=1e-9)
+    assert est.tp_latency == pytest.approx(1e-3, rel=1e-9)
+
+
+def test_profile_times_shards_in_a_live_tp_group(tmp_path: Path) -> None:
+    """--tp-mode group (the default): two gloo processes each time their own shard with the
+    collectives on, their seconds left out of every pass (the model's 3 row-parallel /
+    gathered blocks and the attention all-reduce in forward); the bytes per rank are the
+    local mode's, the seconds positive, and the caller's model is not changed."""
+    from solver.io.workloads import read_workload_csv
+    from solver.runtime.profiler import _time
+    from solver.runtime.tensor_parallel import CollectiveClock
+    out = tmp_path / "g.csv"
+    assert main(["profile", "solver.runtime.examples:attn64", "--kind", "cpu", "--repeats", "1",
+                 "--tp-degrees", "2", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "--tp-mode group" in text and "# tp_times: shard_compute" in text
+    var = read_workload_csv(out, 32, 4).tp_variants[2]
+    assert list(var.param_bytes) == [576, 4416, 2176, 2176, 0, 272]
+    f, b = var.by_micro_batch[4]["cpu"]
+    assert all(x > 0 for x in f) and b[1] > 0
+    # the clock's seconds counted during a pass are left out of it
+    clock = CollectiveClock()
+
+    def work() -> None:
+        clock.seconds += 5.0     # as if a collective of 5 s ran inside the pass
+    assert -5.0 < _time(work, 3, exclude=clock) < -4.9

@@ -1,7 +1,7 @@
 """`dynpar train` and `dynpar profile`: torch jobs (need the torch extra).
 
     dynpar profile MODULE:FACTORY --kind NAME [-o FACTORY.csv] [--batch 32] [--micro-batch 4]
-                   [--cpu-quota FRACTION]
+                   [--cpu-quota FRACTION] [--tp-degrees 1,2,4] [--tp-mode group|local]
 
     dynpar train INSTANCE --model MODULE:FACTORY --steps N --checkpoint-dir DIR
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
@@ -128,9 +128,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _degrees(text: str | None) -> tuple[int, ...]:
+    """--tp-degrees 1,2,4: the TP degrees t > 1 to profile (1, the plain table, is always
+    measured); ValueError naming the flag and the item unless every item is an integer >= 1."""
+    out: list[int] = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"--tp-degrees: expected comma-separated integers >= 1, got {part!r}")
+        if int(part) > 1 and int(part) not in out:
+            out.append(int(part))
+    return tuple(sorted(out))
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     _torch()
     import torch
+    args.tp_degrees = _degrees(args.tp_degrees)
+    if args.tp_degrees and args.tp_mode == "group" and args.cpu_quota is not None:
+        raise ValueError("--cpu-quota with --tp-mode group: the quota would hold all t processes of the TP group "
+                         "(use --tp-mode local, or profile the TP degrees without a quota)")
     if args.batch < 1 or args.micro_batch < 1 or args.batch % args.micro_batch:
         raise ValueError(f"--batch / --micro-batch: expected B a multiple of u >= 1, got {args.batch} / "
                          f"{args.micro_batch}")
@@ -154,15 +170,23 @@ def cmd_profile(args: argparse.Namespace) -> int:
           f"per sample, optimizer step {sum(wl.optimizer_seconds[args.kind]) * 1e3:.4g} ms per iteration on kind "
           f"{args.kind!r} (opt_s:{args.kind}: charged with the instance's optimizer_step = \"measured\"), "
           f"{wl.param_bytes.sum():.4g} parameter bytes -> {out}")
+    for t, var in wl.tp_variants.items():
+        f, b = var.by_micro_batch[args.micro_batch][args.kind]
+        print(f"  at TP degree {t} (--tp-mode {args.tp_mode}): a rank's shard computes forward {sum(f) * 1e3:.4g} ms and backward "
+              f"{sum(b) * 1e3:.4g} ms per sample (collectives not included: # tp_times: shard_compute), "
+              f"{sum(var.param_bytes):.4g} parameter bytes per rank")
     return 0
 
 
 def _profile(args: argparse.Namespace, out: Path) -> Any:
-    """Time the blocks and write the layer table; return the workload."""
+    """Time the blocks (and their shards at --tp-degrees) and write the layer table; return the workload."""
+    from dataclasses import replace
+
     from torch import nn
 
     from ..io.workloads import write_workload_csv
     from ..runtime.profiler import profile_module
+    from ..runtime.tp_profile import profile_tp_group, profile_tp_local
     from ..runtime.seeding import batch_context
     from ..runtime.spec import Batches, blocks_of, load_factory
     spec = load_factory(args.model)
@@ -171,9 +195,29 @@ def _profile(args: argparse.Namespace, out: Path) -> Any:
     with batch_context(0), spec.autocast_context(x.device):
         wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
                             name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer)
+    degrees = tuple(getattr(args, "tp_degrees", ()) or ())
+    if degrees:
+        variants = {}
+        for t in degrees:
+            try:
+                if args.tp_mode == "group":
+                    variants[t] = profile_tp_group(args.model, args.kind, t, args.batch, args.micro_batch,
+                                                   args.repeats, args.threads)
+                else:
+                    with batch_context(0), spec.autocast_context(x.device):
+                        variants[t] = profile_tp_local(blocks, x, args.kind, t, args.batch, args.micro_batch,
+                                                       args.repeats)
+            except ValueError as e:
+                raise ValueError(f"--tp-degrees {t}: {e}") from None
+        wl = replace(wl, tp_variants=variants)
     quota = f", CPU quota {args.cpu_quota} core" if args.cpu_quota is not None else ""
+    how = ("t gloo processes here, each rank's shard timed with its collectives' seconds left out"
+           if args.tp_mode == "group" else "shard 0 alone in one process, its collectives skipped")
+    tp = (f"; at TP degrees {', '.join(map(str, degrees))} (@tp<t> columns, --tp-mode {args.tp_mode}: {how}; "
+          "tp_times shard_compute: the cost model adds the collectives)" if degrees else "")
     write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "
-                                         f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s){quota}")
+                                         f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s)"
+                                         f"{quota}{tp}")
     return wl
 
 
@@ -188,6 +232,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads while timing (1, as dynpar train)")
     p.add_argument("--cpu-quota", type=float, default=None,
                    help="time inside a CPU quota of this fraction of a core, raised weight (runtime.cpuquota)")
+    p.add_argument("--tp-degrees", default="",
+                   help="also measure one rank's shard at these tensor-parallel degrees, e.g. 1,2,4 (written as "
+                        "@tp<t> columns, collectives not included: solver.io.columns)")
+    p.add_argument("--tp-mode", choices=("group", "local"), default="group",
+                   help="--tp-degrees: group (default): t gloo processes here, each timing its shard, its "
+                        "collectives' seconds left out; local: shard 0 alone, collectives skipped "
+                        "(runtime.tp_profile)")
     p.add_argument("-o", "--out", default=None, help="output CSV (default FACTORY.csv)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)

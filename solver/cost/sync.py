@@ -238,6 +238,8 @@ def _ring_time(state: SlotState, cols: np.ndarray, nxt: np.ndarray, nbytes: np.n
               * par).min(axis=0)
     lat = state.latency[cols, nxt].max(axis=0)
     cost = 2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
+    if state.allreduce_latency:
+        cost = cost + state.allreduce_latency
     per_device = np.bincount(cols.ravel(), weights=np.broadcast_to(cost, cols.shape).ravel(), minlength=state.n)
     return float(per_device.max())
 
@@ -246,8 +248,10 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     """Seconds of the cross-group gradient all-reduce (bucketed rings), 0 for one group.
 
     Layers held by the same devices in every group form one bucket, reduced on a ring of
-    those devices: 2(m-1)/m * bytes / slowest ring link + 2(m-1) * largest ring latency. The
-    result is the largest per-device sum of buckets. Every device holds one contiguous layer
+    those devices: 2(m-1)/m * bytes / slowest ring link + 2(m-1) * largest ring latency, plus
+    state.allreduce_latency per bucket (a library's per-call overhead, one all-reduce per
+    bucket as the training runtime runs them; 0 by default). The result is the largest
+    per-device sum of buckets. Every device holds one contiguous layer
     range of its group, so the buckets are the segments between the union of all groups' cut
     points (segments without parameter bytes cost nothing).
 
@@ -292,6 +296,7 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
     memo = state.__dict__.setdefault("_ring_choice", {})
     bwm, latm = state.bandwidth, state.latency
     c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
+    lam = state.allreduce_latency
     costs = []
     for b, (_, nb) in enumerate(spans):
         holders = tuple(col[b] for col in cols)
@@ -301,7 +306,8 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
         bw = min(float(bwm[h, x]) for h, x in zip(holders, succ))
         if not bw > 0:
             return None
-        costs.append(c1 * nb / bw + c2 * max(float(latm[h, x]) for h, x in zip(holders, succ)))
+        cost = c1 * nb / bw + c2 * max(float(latm[h, x]) for h, x in zip(holders, succ))
+        costs.append(cost + lam if lam else cost)
     per: dict[int, float] = {}
     for col in cols:
         for d, cost in zip(col, costs):

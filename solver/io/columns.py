@@ -15,6 +15,16 @@ Workload.measured_by_micro_batch, and each degree t > 1 with its `param_bytes@tp
 `stash_bytes@tp<t>` columns becomes Workload.tp_variants[t] (with its timed sizes), which the
 tensor-parallel planner uses (model.units). `out_bytes@tp<t>` must equal out_bytes (the
 boundary is sent once per stage, at its degree-1 size); a different figure is an error.
+
+What the `@tp<t>` seconds hold, for every degree of the table: its `# tp_times:` comment line
+(model.workload.TP_TIMES, TPVariant.times):
+- `with_collectives` (the default, where the line is absent: Sailor's and Metis's profiles time
+  a TP layer whole): the shard's compute and its TP collectives; the cost model adds nothing;
+- `shard_compute` (`dynpar profile --tp-degrees`, runtime.profiler.profile_tp: shard 0 of t
+  timed alone in one process, its collectives skipped): the shard's compute only; the cost
+  model adds each layer's TP collectives as for a degree without times (the ring of the
+  stage's links plus the per-call `tp_collective_latency`, model.state.tp_collective_seconds),
+  so what the estimator fits for them still applies.
 """
 from __future__ import annotations
 

@@ -38,6 +38,8 @@ Format (units in the key names; paths are relative to the instance file):
     inter_server_latency_ms = 0.1
     tp_collective_latency_ms = 0.0 # per tensor-parallel collective, beyond its ring (a library's
                                    # per-call overhead: about 1 ms for gloo between CPU processes)
+    allreduce_latency_ms = 0.0     # per cross-group gradient all-reduce (one per bucket), beyond
+                                   # its ring: the same kind of per-call overhead
 
     [[links]]                      # optional per-pair overrides (symmetric)
     a = "v100-0"
@@ -264,15 +266,19 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
     return tuple(devices), np.array(eff, dtype=float), servers
 
 
-def _tp_collective_latency(f: _File, doc: dict) -> float:
-    """[network] tp_collective_latency_ms in seconds (0 when absent)."""
-    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | {"tp_collective_latency_ms"})
-    return f.number(net, "tp_collective_latency_ms", "network.tp_collective_latency_ms", 0.0, rng=R.LATENCY_MS) / 1000.0
+_CALL_LATENCIES = {"tp_collective_latency_ms", "allreduce_latency_ms"}
+"""[network] keys of per-call collective overheads (milliseconds, 0 when absent)."""
+
+
+def _call_latency(f: _File, doc: dict, key: str) -> float:
+    """[network] `key` (one of _CALL_LATENCIES, milliseconds) in seconds (0 when absent)."""
+    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | _CALL_LATENCIES)
+    return f.number(net, key, f"network.{key}", 0.0, rng=R.LATENCY_MS) / 1000.0
 
 
 def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]]."""
-    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | {"tp_collective_latency_ms"})
+    net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | _CALL_LATENCIES)
     v = {k: f.number(net, k, f"network.{k}", dflt, rng=R.GBPS if k.endswith("gbps") else R.LATENCY_MS)
          for k, dflt in NETWORK_DEFAULTS.items()}
     same = np.array([[a == b for b in servers] for a in servers])
@@ -469,7 +475,8 @@ def load_instance(path: str | Path) -> Instance:
     per_slot = int(f.number(train, "iterations_per_slot", "train.iterations_per_slot", integer=True,
                             rng=R.ITERATIONS)) if "iterations_per_slot" in train else None
     return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network,
-                    per_slot, _tp_collective_latency(f, doc))
+                    per_slot, _call_latency(f, doc, "tp_collective_latency_ms"),
+                    _call_latency(f, doc, "allreduce_latency_ms"))
 
 
 def _toml_value(v: Any) -> str:
@@ -501,8 +508,10 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
              f"links = {_toml_value(stem + '_links.csv')}", ""]
     if instance.iterations_per_slot is not None:
         lines += ["[train]", f"iterations_per_slot = {instance.iterations_per_slot}", ""]
-    if instance.tp_collective_latency:
-        lines += ["[network]", f"tp_collective_latency_ms = {_toml_value(instance.tp_collective_latency * 1000)}", ""]
+    calls = [f"{key} = {_toml_value(v * 1000)}" for key, v in (("tp_collective_latency_ms", instance.tp_collective_latency),
+                                                                ("allreduce_latency_ms", instance.allreduce_latency)) if v]
+    if calls:
+        lines += ["[network]", *calls, ""]
     net = instance.network
     lines += cluster_lines(instance.devices, net, load_hardware())
     for i, (d, e) in enumerate(zip(instance.devices, instance.efficiency)):

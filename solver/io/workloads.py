@@ -49,10 +49,10 @@ from typing import Callable, Sequence
 
 from ..errors import InstanceError
 from ..model import Layer, Workload
-from ..model.workload import PRECISIONS, TPVariant, mixed_opt_factor
+from ..model.workload import PRECISIONS, TP_TIMES, TPVariant, mixed_opt_factor
 from . import ranges as R
 from .data import models_dir
-from .columns import BYTES_VARIANT, bytes_column, variant_columns
+from .columns import BYTES_VARIANT, bytes_column, time_column, variant_columns
 from .text import read_text
 
 MODELS_DIR = models_dir()
@@ -250,17 +250,37 @@ def format_number(v: float) -> str:
 
 
 def write_workload_csv(workload: Workload, path: str | Path, comment: str | None = None) -> Path:
-    """Write `workload` as a layer table (per-sample figures, measured columns per kind)."""
+    """Write `workload` as a layer table (per-sample figures, measured columns per kind).
+
+    Its tp_variants (degrees t > 1) are written as the columns of solver.io.columns:
+    `fwd_s:<kind>@mbs<b>@tp<t>` / `bwd_s:...` for every timed (micro-batch b, kind), and
+    `param_bytes@tp<t>`, `stash_bytes@tp<t>`, with one `# tp_times:` line (TPVariant.times;
+    ValueError when the variants differ in it). Other micro-batch sizes at t = 1
+    (measured_by_micro_batch) are not written."""
     path = Path(path)
     kinds = sorted(workload.measured)
     steps = sorted(workload.optimizer_seconds)
+    tpv = dict(sorted(workload.tp_variants.items()))
+    timed = [(t, b, k) for t, v in tpv.items() for b in sorted(v.by_micro_batch) for k in sorted(v.by_micro_batch[b])]
     header = list(BASE_COLUMNS) + [c for k in kinds for c in (f"fwd_s:{k}", f"bwd_s:{k}")]
+    header += [c for t, b, k in timed for c in (time_column("fwd", k, b, t), time_column("bwd", k, b, t))]
+    header += [bytes_column(n, t) for t in tpv for n in ("param_bytes", "stash_bytes")]
     header += [f"opt_s:{k}" for k in steps]
     lines = [f"# {line}" for line in (comment or f"dynpar layer table {workload.name}").splitlines()]
     lines.append(f"# input_bytes: {format_number(workload.input_bytes)}")
+    if tpv:
+        times = sorted({v.times for v in tpv.values()})
+        if len(times) > 1:
+            raise ValueError(f"tp_variants: a layer table has one '# tp_times:' line, got degrees with times "
+                             f"{ {t: v.times for t, v in tpv.items()} }")
+        lines.append(f"# tp_times: {times[0]}")
     rows = []
     for i in range(workload.num_layers):
         row = base_cells(workload, i)
+        for t, b, k in timed:
+            fw, bw = tpv[t].by_micro_batch[b][k]
+            row += [repr(float(fw[i])), repr(float(bw[i]))]
+        row += [format_number(x[i]) for t in tpv for x in (tpv[t].param_bytes, tpv[t].stash_bytes)]
         row += [repr(float(workload.optimizer_seconds[k][i])) for k in steps]
         rows.append(row)
     return write_table_csv(path, lines, header, rows)
@@ -382,7 +402,10 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
     if by_u:
         by_u.setdefault(int(micro_batch), measured)
-    tp_variants = _tp_variants(path, variants, extra, int(batch), layers)
+    tp_times = meta.get("tp_times", TP_TIMES[0])
+    if tp_times not in TP_TIMES:
+        raise InstanceError(f"{path}: '# tp_times:' line: expected one of {', '.join(TP_TIMES)}, got {tp_times!r}")
+    tp_variants = _tp_variants(path, variants, extra, int(batch), layers, tp_times)
     unsplit = _unsplit(path, extra, layers, start)
     return Workload(name or path.stem, tuple(layers), int(batch), int(micro_batch), float(opt_factor),
                     float(input_bytes), measured, precision=precision,
@@ -411,9 +434,10 @@ def _unsplit(path: Path, extra: dict[str, list[float]], layers: list, start: int
 
 
 def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batch: int,
-                 layers: list) -> dict[int, TPVariant]:
+                 layers: list, times: str = TP_TIMES[0]) -> dict[int, TPVariant]:
     """{t: TPVariant} from the `param_bytes@tp<t>`, `stash_bytes@tp<t>` and timed `@mbs<b>@tp<t>`
-    columns (t > 1; sizes b dividing the batch). InstanceError naming the columns when times at a
+    columns (t > 1; sizes b dividing the batch), each with TPVariant.times `times` (the table's
+    `# tp_times:` line, solver.io.columns). InstanceError naming the columns when times at a
     degree come without its bytes, and when an `out_bytes@tp<t>` column differs from out_bytes
     (the model sends a stage's boundary once, at its degree-1 size: a different figure would be
     ignored)."""
@@ -436,7 +460,7 @@ def _tp_variants(path: Path, variants: dict, extra: dict[str, list[float]], batc
                 raise InstanceError(f"{path}: layer {l.name!r}: column {oc!r}: expected the layer's out_bytes "
                                     f"{format_number(l.out_bytes)} (a TP stage sends its boundary once, whole), "
                                     f"got {format_number(v)}")
-        out[t] = TPVariant(tuple(extra[pc]), tuple(extra[sc]), dict(sorted(by_u.items())))
+        out[t] = TPVariant(tuple(extra[pc]), tuple(extra[sc]), dict(sorted(by_u.items())), times)
     return out
 
 

@@ -62,7 +62,9 @@ class SlotState:
     members[i] their indices in `base`, the physical state, and tp_link[i] = (bytes/s,
     seconds) of the slowest link and the largest latency among them (the TP collectives' ring);
     tp_collective_latency: seconds each TP collective costs beyond its ring (a library's
-    per-call overhead, e.g. about 1 ms for gloo on CPU processes; 0: none, the default).
+    per-call overhead, e.g. about 1 ms for gloo on CPU processes; 0: none, the default);
+    allreduce_latency: seconds each cross-group gradient all-reduce (one per bucket,
+    cost.sync) costs beyond its ring, the same kind of per-call overhead (0: none, the default).
     """
 
     t: int
@@ -81,6 +83,7 @@ class SlotState:
     base: "SlotState | None" = None
     tp_link: np.ndarray | None = None
     tp_collective_latency: float = 0.0
+    allreduce_latency: float = 0.0
 
     @property
     def n(self) -> int:
@@ -171,6 +174,8 @@ class SlotState:
             m = self.workload_at(t).measured.get(d.kind) if t > 1 else None
             if m is not None:
                 out[i] = np.asarray(m[which], dtype=float) / max(self.speed_factor[i], 1e-300)
+                if not wl.tp_times_include_collectives(t):    # a shard's compute alone
+                    out[i] += self.tp_collectives_per_sample(i, which)
                 continue
             m = wl.measured.get(d.kind)
             if m is not None:
@@ -184,9 +189,11 @@ class SlotState:
     def tp_collectives_per_sample(self, i: int, which: int) -> np.ndarray:
         """(L,) seconds per sample of the TP collectives of each layer in pass `which` (0:
         forward, 1: backward) on device i (a unit of degree t; zeros for t = 1); part of
-        layer_fwd_seconds / layer_bwd_seconds unless the table has times measured at t."""
+        layer_fwd_seconds / layer_bwd_seconds unless the table's times measured at t include
+        them (Workload.tp_times_include_collectives; a "shard_compute" variant's do not)."""
         t, wl = self.degree(i), self.workload
-        if t <= 1 or self.workload_at(t).measured.get(self.devices[i].kind) is not None:
+        if t <= 1 or (wl.tp_times_include_collectives(t)
+                      and self.workload_at(t).measured.get(self.devices[i].kind) is not None):
             return np.zeros(wl.num_layers)
         count = wl.tp_collectives[which] if wl.tp_collectives is not None else None
         return tp_collective_seconds(wl.out_bytes, t, *self.tp_link[i], wl.micro_batch, count,
@@ -224,7 +231,9 @@ class Instance:
     declares none; iterations_per_slot: training iterations per slot ([train] table: how often
     `dynpar train` asks the controller), None when the file gives none; tp_collective_latency:
     seconds each tensor-parallel collective costs beyond its ring ([network]
-    tp_collective_latency_ms; 0 by default), SlotState's.
+    tp_collective_latency_ms; 0 by default), SlotState's; allreduce_latency: seconds each
+    cross-group gradient all-reduce costs beyond its ring ([network] allreduce_latency_ms; 0 by
+    default), SlotState's.
     """
 
     name: str
@@ -241,6 +250,7 @@ class Instance:
     network: Network | None = None
     iterations_per_slot: int | None = None
     tp_collective_latency: float = 0.0
+    allreduce_latency: float = 0.0
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -269,7 +279,8 @@ class Instance:
                          peak * self.efficiency * self.speed_factor[t],
                          np.asarray(self.speed_factor[t], dtype=float),
                          np.asarray(self.price[t], dtype=float), bw, lat, self.network,
-                         tp_collective_latency=float(self.tp_collective_latency))
+                         tp_collective_latency=float(self.tp_collective_latency),
+                         allreduce_latency=float(self.allreduce_latency))
 
     def states(self):
         return (self.state(t) for t in range(self.num_slots))

@@ -53,6 +53,9 @@ OPTIMIZER_STEPS = ("none", "measured", "bandwidth")
 Times = Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]]
 """{device kind: (forward seconds per sample per layer, backward seconds per sample per layer)}."""
 
+TP_TIMES = ("with_collectives", "shard_compute")
+"""What a TPVariant's measured seconds hold (TPVariant.times; a layer table's `# tp_times:` line)."""
+
 
 @dataclass(frozen=True)
 class TPVariant:
@@ -60,12 +63,29 @@ class TPVariant:
 
     param_bytes / stash_bytes: per layer, the parameter bytes one device holds and the
     activation bytes per sample it saves for its backward pass (its shard); by_micro_batch:
-    {u: {kind: (forward, backward seconds per sample per layer)}} measured at degree t (TP
-    collectives included, as a profile times them). Sailor's profiles have all three."""
+    {u: {kind: (forward, backward seconds per sample per layer)}} measured at degree t.
+    Sailor's profiles have all three.
+    times: what those seconds hold (TP_TIMES). "with_collectives" (the default, as Sailor's
+    and Metis's profiles time a TP layer): the shard's compute and its TP collectives, so the
+    cost model adds nothing to them. "shard_compute" (what `dynpar profile --tp-degrees`
+    measures: shard 0 of t run alone, its collectives skipped): the shard's compute only, and
+    the cost model adds the layer's TP collectives (model.state.tp_collective_seconds: the
+    ring of the unit's links plus SlotState.tp_collective_latency per call), as it does for a
+    table without times at t."""
 
     param_bytes: tuple[float, ...]
     stash_bytes: tuple[float, ...]
     by_micro_batch: Mapping[int, Times] = field(default_factory=dict)
+    times: str = "with_collectives"
+
+    def __post_init__(self) -> None:
+        if self.times not in TP_TIMES:
+            raise ValueError(f"TPVariant.times: expected one of {TP_TIMES}, got {self.times!r}")
+
+    @property
+    def collectives_included(self) -> bool:
+        """True when the measured seconds include the TP collectives (times "with_collectives")."""
+        return self.times == "with_collectives"
 
 
 @dataclass(frozen=True)
@@ -142,7 +162,8 @@ class Workload:
 
         From `tp_variants[t]` where present: its bytes, and its times measured at t for this
         workload's u (`measured`; other kinds keep no measured times: the state estimates them,
-        model.tp). Otherwise estimated: parameter bytes / t; saved activation bytes
+        model.tp; whether the state adds the TP collectives to them is the variant's `times`,
+        `tp_times_include_collectives`). Otherwise estimated: parameter bytes / t; saved activation bytes
         unsplit + (stash - unsplit) / t with `tp_unsplit_stash` (all unsplit when None); no
         measured times. out_bytes (the stage boundary, sent once per stage) and the FLOPs (of the
         whole layer) are unchanged. ValueError unless t is an integer >= 1."""
@@ -170,6 +191,13 @@ class Workload:
     def tp_measured(self, t: int) -> bool:
         """True when the table has figures measured at degree t (t = 1: always)."""
         return t == 1 or t in self.tp_variants
+
+    def tp_times_include_collectives(self, t: int) -> bool:
+        """True when the seconds measured at degree t > 1 (`tp_variants[t]`) include the TP
+        collectives (TPVariant.times "with_collectives"); False for "shard_compute" and
+        where nothing was measured at t (the cost model then adds the collectives)."""
+        var = self.tp_variants.get(t)
+        return var is not None and var.collectives_included
 
     @property
     def num_layers(self) -> int:

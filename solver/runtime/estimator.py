@@ -66,6 +66,16 @@ exceeds it), and a TP rank's factor from its compute alone: phi_d' = phi_d * (P_
 (M_d - C_d), Q_d the model's collectives under the slot's prediction. Without it the
 collectives' misprice went into the factors (a TP-2 stage of mlp64 on gloo: predicted 7x
 low, its ranks' factors then 7x too slow for any plan without TP).
+
+5. The gradient all-reduce's per-call cost. cost.sync prices each bucket's all-reduce at its
+ring plus lambda_ar = SlotState.allreduce_latency seconds (one call per bucket, as the
+runtime reduces them; the instance may declare it, [network] allreduce_latency_ms, 0 by
+default). For a plan of several one-stage groups with a measured all-reduce S (the smallest
+of the ranks' median sync seconds, as in step 2), lambda_ar is fitted first so that cost.sync
+at the instance's links (beta 1, delta 0) equals S (0 where the ring alone exceeds it: the
+bandwidth then carries the all-reduce), then beta as in step 2 on the batch time, so the refit stays exact and
+beta keeps only what the per-call figure does not hold (the ranks' skew around the
+collective). Other plans keep lambda_ar (with a pipeline, S fits beta).
 """
 from __future__ import annotations
 
@@ -176,11 +186,12 @@ def with_links(state: SlotState, delta: float = 0.0, beta: float = 1.0) -> SlotS
 
 
 def observed_state(state: SlotState, present: np.ndarray, factors: Mapping[int, float],
-                   delta: float = 0.0, beta: float = 1.0, tp_latency: float | None = None) -> SlotState:
+                   delta: float = 0.0, beta: float = 1.0, tp_latency: float | None = None,
+                   allreduce_latency: float | None = None) -> SlotState:
     """`state` with availability limited to the `present` devices (bool per device), the
     estimated speed factors in place of the trace's, the extra latency `delta` (s), the
-    bandwidth scale `beta` and the per-collective TP latency `tp_latency` (s; None: the
-    state's own, the instance's)."""
+    bandwidth scale `beta`, the per-collective TP latency `tp_latency` and the per-call
+    all-reduce latency `allreduce_latency` (s; None: the state's own, the instance's)."""
     phi = np.array(state.speed_factor, dtype=float)
     for d, f in factors.items():
         phi[d] = f
@@ -189,6 +200,8 @@ def observed_state(state: SlotState, present: np.ndarray, factors: Mapping[int, 
                   speed=base * phi, speed_factor=phi)
     if tp_latency is not None:
         out = replace(out, tp_collective_latency=float(tp_latency))
+    if allreduce_latency is not None:
+        out = replace(out, allreduce_latency=float(allreduce_latency))
     return with_links(out, delta, beta)
 
 
@@ -196,8 +209,8 @@ def observed_state(state: SlotState, present: np.ndarray, factors: Mapping[int, 
 class Estimate:
     """After one slot: the speed factors, the extra latency delta (s), the bandwidth scale
     beta, the cost model's batch time of the slot's plan under them (seconds; the measured
-    one when the fit is exact), notes ('' when nothing was clipped) and the per-collective TP
-    latency lambda (s; step 4)."""
+    one when the fit is exact), notes ('' when nothing was clipped), the per-collective TP
+    latency lambda (s; step 4) and the per-call all-reduce latency lambda_ar (s; step 5)."""
 
     factors: dict[int, float]
     delta: float
@@ -205,6 +218,7 @@ class Estimate:
     refit_batch_time: float
     note: str = ""
     tp_latency: float = 0.0
+    allreduce_latency: float = 0.0
 
 
 def _bisect(f, lo: float, hi: float, target: float, log: bool, iterations: int = 60) -> float:
@@ -255,22 +269,23 @@ def delta_floor(state: SlotState) -> float:
 def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan, raw: SlotState,
              present: np.ndarray, measured_compute: Mapping[int, float], measured_batch: float,
              measured_sync: float | None = None, measured_tp: Mapping[int, float] | None = None,
-             tp_latency: float | None = None) -> Estimate:
-    """Steps 1, 2 and 4 of the module docstring for `plan` run in slot state `raw` (the
+             tp_latency: float | None = None, allreduce_latency: float | None = None) -> Estimate:
+    """Steps 1, 2, 4 and 5 of the module docstring for `plan` run in slot state `raw` (the
     instance's, before any estimate): lambda from `measured_tp` (device -> seconds of its TP
     collectives per iteration; `tp_latency`: lambda before the slot, None: the instance's), new
-    factors from `measured_compute` (device -> seconds per iteration), beta from
-    `measured_batch` (seconds per iteration; data-parallel plans) or from `measured_sync`
-    (seconds of the all-reduce per iteration; plans with a pipeline too), delta from
+    factors from `measured_compute` (device -> seconds per iteration), lambda_ar
+    (`allreduce_latency` before the slot, None: the instance's) and beta from `measured_sync`
+    (seconds of the all-reduce per iteration) and `measured_batch` (seconds per iteration) for
+    data-parallel plans, beta from `measured_sync` for plans with a pipeline too, delta from
     `measured_batch`."""
     notes: list[str] = []
-    before = observed_state(raw, present, factors, delta, beta, tp_latency)
+    before = observed_state(raw, present, factors, delta, beta, tp_latency, allreduce_latency)
     lam, why = fit_tp_latency(plan, before, measured_tp or {})
     if why:
         notes.append(why)
     new = update_factors(factors, plan, before, measured_compute, measured_tp)
-    base = observed_state(raw, present, new, tp_latency=lam)
-    tp_notes = list(notes)
+    lam_ar = float(before.allreduce_latency)
+    base = observed_state(raw, present, new, tp_latency=lam, allreduce_latency=lam_ar)
     structure = [(g.devices, g.cuts) for g in plan.groups]
 
     def sync_s(st: SlotState) -> float:  # a plan with TP stages: its all-reduce on its units (model.units)
@@ -283,6 +298,10 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
     beta_on_sync = several and fit_delta and measured_sync is not None and measured_sync > 0
     beta_on_batch = several and not fit_delta and measured_batch > 0
     lo_delta = delta_floor(raw)
+    if beta_on_batch and measured_sync is not None and measured_sync > 0:    # step 5
+        lam_ar = fit_allreduce_latency(lambda x: sync_s(replace(base, allreduce_latency=x)), measured_sync, notes)
+        base = replace(base, allreduce_latency=lam_ar)
+    tp_notes = list(notes)
 
     def t(x: float, b: float) -> float:
         return float(evaluate(plan, with_links(base, x, b)).batch_time)
@@ -290,10 +309,10 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
     if beta_on_sync:
         joint = _newton(plan, base, measured_sync, measured_batch, lo_delta)
         if joint is not None:
-            return Estimate(new, joint[0], joint[1], t(*joint), "; ".join(tp_notes), lam)
+            return Estimate(new, joint[0], joint[1], t(*joint), "; ".join(tp_notes), lam, lam_ar)
     if beta_on_batch:
         beta = _fit(lambda b: t(delta, b), BETA_MIN, BETA_MAX, measured_batch, True, "beta", notes)
-        return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes), lam)
+        return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes), lam, lam_ar)
     for _ in range(ROUNDS if beta_on_sync else 1):  # delta also enters the all-reduce
         before_fit = (delta, beta)
         notes = list(tp_notes)
@@ -304,7 +323,18 @@ def estimate(factors: Mapping[int, float], delta: float, beta: float, plan: Plan
             delta = _fit(lambda x: t(x, beta), lo_delta, DELTA_MAX, measured_batch, False, "delta", notes)
         if abs(delta - before_fit[0]) <= 1e-6 * max(abs(delta), 1e-12) and abs(beta - before_fit[1]) <= 1e-6 * beta:
             break
-    return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes), lam)
+    return Estimate(new, delta, beta, t(delta, beta), "; ".join(notes), lam, lam_ar)
+
+
+def fit_allreduce_latency(sync_at, measured_sync: float, notes: list[str]) -> float:
+    """lambda_ar (s per all-reduce call, step 5) with sync_at(lambda_ar) = `measured_sync`
+    (seconds per iteration; sync_at: the model's all-reduce at that per-call latency,
+    increasing). 0 where the ring alone already takes longer (the bandwidth, which beta fits
+    next, then carries the all-reduce; the column allreduce_latency shows the 0); clipped at
+    DELTA_MAX with a note."""
+    if sync_at(0.0) >= measured_sync:
+        return 0.0
+    return _fit(sync_at, 0.0, DELTA_MAX, measured_sync, False, "allreduce_latency", notes)
 
 
 def _fit(f, lo: float, hi: float, target: float, log: bool, name: str, notes: list[str]) -> float:

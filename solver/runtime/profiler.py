@@ -8,6 +8,11 @@ trainer runs it (its own optimizer over the block's parameters: step, then zero_
 written as the table's opt_s:<kind> column (the cost model charges it with the
 instance's `optimizer_step = "measured"`: cost.optimizer).
 
+At tensor-parallel degrees t > 1 (runtime.tp_profile, `dynpar profile --tp-degrees`): the
+same figures of a rank's shard, its TP collectives' seconds left out (`exclude`), as a
+TPVariant of times "shard_compute" (solver.io.columns: the `@tp<t>` columns and the
+`# tp_times:` line).
+
 Stashed bytes: the tensors autograd saves for backward during this layer's forward,
 captured with saved_tensors_hooks, counted once per storage and excluding parameters and
 buffers. A tensor saved by two adjacent layers (a ReLU's output that the next Linear also
@@ -19,6 +24,7 @@ import copy
 import statistics
 import time
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -77,14 +83,21 @@ def _syncer(device: torch.device):
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
-def _time(fn, repeats: int, sync=lambda: None) -> float:
+def _clocked(clock: Any) -> float:
+    """Seconds the TP collective clock (tensor_parallel.CollectiveClock) has counted so far; 0 without one."""
+    return clock.seconds if clock is not None else 0.0
+
+
+def _time(fn, repeats: int, sync=lambda: None, exclude: Any = None) -> float:
+    """Median wall seconds of `repeats` calls of fn, each less the seconds the collective
+    clock `exclude` counted during it (None: nothing excluded)."""
     ts = []
     for _ in range(repeats):
         sync()
-        t0 = time.perf_counter()
+        c0, t0 = _clocked(exclude), time.perf_counter()
         fn()
         sync()
-        ts.append(time.perf_counter() - t0)
+        ts.append(time.perf_counter() - t0 - (_clocked(exclude) - c0))
     return statistics.median(ts)
 
 
@@ -119,12 +132,14 @@ def optimizer_seconds(mod: nn.Module, make_optimizer, repeats: int, sync=lambda:
 
 def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch: int,
                    micro_batch: int, repeats: int = 5, name: str = "profiled",
-                   opt_factor: float = 4.0, make_optimizer=None) -> Workload:
+                   opt_factor: float = 4.0, make_optimizer=None, exclude: Any = None) -> Workload:
     """Measure `model` on `example` (a batch of n samples) on this device and return a
     Workload of its layers with measured={kind: (fwd s/sample, bwd s/sample)}.
     batch / micro_batch: the global batch and micro-batch of the training job (samples).
     make_optimizer: the job's (parameters -> optimizer); when given, optimizer_seconds
-    = {kind: per-layer step seconds per iteration}."""
+    = {kind: per-layer step seconds per iteration}. exclude: a TP collective clock
+    (tensor_parallel.CollectiveClock) whose seconds are left out of every timed pass (TP
+    shards in a live process group: `profile_tp`)."""
     n = int(example.shape[0])
     if n < 1:
         raise ValueError("the example needs at least one sample")
@@ -135,7 +150,7 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
         inp = x.detach().requires_grad_(i > 0 and x.is_floating_point())
         with torch.no_grad():
             out = mod(inp)
-        fwd_s.append(_time(lambda: mod(inp), repeats, sync) / n)
+        fwd_s.append(_time(lambda: mod(inp), repeats, sync, exclude) / n)
         stash = _stash_bytes(mod, inp)
         needs_grad = inp.requires_grad or any(p.requires_grad for p in mod.parameters())
         if needs_grad:
@@ -144,10 +159,10 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
             def step() -> float:
                 o = mod(inp)
                 sync()
-                t0 = time.perf_counter()
+                c0, t0 = _clocked(exclude), time.perf_counter()
                 o.backward(grad)
                 sync()
-                return time.perf_counter() - t0
+                return time.perf_counter() - t0 - (_clocked(exclude) - c0)
 
             bwd_s.append(statistics.median(step() for _ in range(repeats)) / n)
         else:

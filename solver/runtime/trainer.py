@@ -197,6 +197,7 @@ class Controller:
         self.delta = float(s.get("delta", 0.0))
         self.beta = float(s.get("beta", 1.0))
         self.tp_latency = float(s.get("tp_latency", instance.tp_collective_latency))
+        self.ar_latency = float(s.get("allreduce_latency", instance.allreduce_latency))
         self.rows: list[dict] = list(s.get("rows", []))
         self.restarts = int(s.get("restarts", 0)) + (1 if saved else 0)
         if s.get("policy_state"):
@@ -206,6 +207,7 @@ class Controller:
     def state_dict(self) -> dict[str, Any]:
         return {"queues": list(self.queues), "speeds": self.speeds.state_dict(),
                 "delta": self.delta, "beta": self.beta, "tp_latency": self.tp_latency,
+                "allreduce_latency": self.ar_latency,
                 "previous_plan": plan_to_dict(self.previous) if self.previous else None,
                 "rows": self.rows, "restarts": self.restarts, "policy_state": self.policy.state_dict()}
 
@@ -218,7 +220,7 @@ class Controller:
         everyone = {d: sum(1 for e in np.flatnonzero(self.present) if self.node_of.get(int(e), "") ==
                            self.node_of.get(int(d), "")) for d in map(int, np.flatnonzero(self.present))}
         state = observed_state(raw, self.present, self.speeds.factors(everyone)[0], self.delta, self.beta,
-                               self.tp_latency)
+                               self.tp_latency, self.ar_latency)
         if self.cfg.plans:
             d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
             bad = d.plan.validate(state)
@@ -234,7 +236,7 @@ class Controller:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
         k_of = contexts(d.plan, self.node_of)
         used, notes = self.speeds.factors(k_of)
-        state = observed_state(raw, self.present, used, self.delta, self.beta, self.tp_latency)
+        state = observed_state(raw, self.present, used, self.delta, self.beta, self.tp_latency, self.ar_latency)
         ch = charge_plan(d.plan, state, self.previous, replan=True,
                          iterations_per_slot=self.cfg.iterations_per_slot)
         self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan, "k_of": k_of,
@@ -276,14 +278,20 @@ class Controller:
                     "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
                     "measured_parts": json.dumps({str(d): v for d, v in measured.get("parts", {}).items()}),
                     "devices_present": int(self.present.sum()), "extra_latency_used": self.delta,
-                    "bandwidth_scale_used": self.beta, "tp_collective_latency_used": self.tp_latency})
+                    "bandwidth_scale_used": self.beta, "tp_collective_latency_used": self.tp_latency,
+                    "allreduce_latency_used": self.ar_latency})
         syncs = [v["sync"] for v in measured.get("parts", {}).values()]
         tp_comm = {d: v["tp_comm"] for d, v in measured.get("parts", {}).items() if "tp_comm" in v}
         est = estimate(p["factors"], self.delta, self.beta, plan, self.inst.state(p["t"]), self.present,
-                       measured["compute"], t_meas, min(syncs) if syncs else None, tp_comm, self.tp_latency)
-        shares = shares_of(measured["compute"], measured.get("compute_cpu", {}))
+                       measured["compute"], t_meas, min(syncs) if syncs else None, tp_comm, self.tp_latency,
+                       self.ar_latency)
+        # a TP rank's factor is fitted on its compute outside its collectives (estimator, step 4),
+        # so its share of a core is of the same seconds: its thread is blocked, not computing, in them
+        shares = shares_of({d: w - float(tp_comm.get(d, 0.0)) for d, w in measured["compute"].items()},
+                           measured.get("compute_cpu", {}))
         self.speeds.update({d: est.factors[d] for d in measured["compute"] if d in est.factors}, shares, p["k_of"])
         row.update({"extra_latency": est.delta, "bandwidth_scale": est.beta, "tp_collective_latency": est.tp_latency,
+                    "allreduce_latency": est.allreduce_latency,
                     "refit_batch_time": est.refit_batch_time,
                     "speed_factors": json.dumps({str(d): v for d, v in sorted(est.factors.items())}),
                     "speed_factors_used": json.dumps({str(d): p["factors"][d] for d in sorted(plan.devices)
@@ -294,6 +302,7 @@ class Controller:
                     "node_rates": json.dumps({str(k): self.speeds.rho(k) for k in sorted(set(p["k_of"].values()))}),
                     "estimator_note": "; ".join([*p["notes"], *([est.note] if est.note else [])])})
         self.delta, self.beta, self.tp_latency = est.delta, est.beta, est.tp_latency
+        self.ar_latency = est.allreduce_latency
         self.queues, self.previous = Qn, plan
         self.rows.append(row)
         self.pending = None
