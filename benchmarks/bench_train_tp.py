@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 seen1[name].append(float(rows["measured_batch_time"].iloc[1]))
                 refit[name].append(float(rows["batch_time"].iloc[1]))
                 lam[name].append(float(rows["tp_collective_latency"].iloc[0]))
-                lam_ar[name].append(float(rows["allreduce_latency"].iloc[0]))
+                lam_ar[name].append(float(rows["allreduce_latency"].iloc[0]) if "allreduce_latency" in rows else 0.0)
                 pred[name] = float(rows["batch_time"].iloc[0])
                 if ps[0].uses_tp:
                     shard[name].append(shard_compute(rows.iloc[0]))
