@@ -86,3 +86,19 @@ def test_search_is_deterministic_with_the_new_moves():
     a = solve_slot(state, (1.0, 0.5), 1.0)
     b = solve_slot(state, (1.0, 0.5), 1.0)
     assert a.plan == b.plan and a.objective == b.objective
+
+
+def _swaps(d: tuple) -> list[tuple]:
+    return [d[:i] + (d[i + 1], d[i]) + d[i + 2:] for i in range(len(d) - 1)]
+
+
+@pytest.mark.parametrize("L", [12, 200])
+def test_relief_orders_swap_only_where_a_cut_dp_is_cheap(L):
+    state = random_state(5, n=10, L=L)
+    sc = Scorer(state, check_queues(state, ()), 1.0, SolveOptions(), None)
+    d = tuple(state.available_indices[:8])
+    orders = sc.relief_orders(d)
+    cheap = sc.cut_work(len(d)) <= sc.tuning.relief_transpose_work
+    assert cheap == (L == 12)
+    assert d in orders and tuple(reversed(d)) in orders
+    assert all((s in orders) == cheap for s in _swaps(d) if s != tuple(reversed(d)))

@@ -53,15 +53,16 @@ RELOCATE_UP_TO = 8
 (group_orders(relocate=True): k (k - 1) orders, 56 at 8)."""
 
 
-def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4, relocate: bool = False) -> list[Ordered]:
+def group_orders(state: SlotState, d: Ordered, all_up_to: int = 4, relocate: bool = False,
+                 transpose: bool = True) -> list[Ordered]:
     """Orders to try for a group: every order up to `all_up_to` devices, else the current one,
-    speed, memory and reversed orders and every adjacent transposition of the current one;
-    with relocate (groups of up to RELOCATE_UP_TO devices), then every order with one device
-    moved to another position."""
+    speed, memory and reversed orders and (with transpose) every adjacent transposition of the
+    current one; with relocate (groups of up to RELOCATE_UP_TO devices), then every order with
+    one device moved to another position."""
     if len(d) <= all_up_to:
         return list(itertools.permutations(d))
     out = [d, speed_order(state, d), memory_order(state, d), tuple(reversed(d))]
-    for i in range(len(d) - 1):
+    for i in range(len(d) - 1 if transpose else 0):
         out.append(d[:i] + (d[i + 1], d[i]) + d[i + 2:])
     if relocate and len(d) <= RELOCATE_UP_TO:
         for i in range(len(d)):

@@ -196,6 +196,12 @@ class Scorer:
             o = self._nn[devices] = nn_order(self.state, devices)
         return o
 
+    def relief_orders(self, d: Ordered) -> list[Ordered]:
+        """The orders the memory reliefs re-cut a group in: group_orders up to the every-order
+        size, adjacent swaps only where a cut DP is cheap (SearchTuning.relief_transpose_work)."""
+        return group_orders(self.state, d, self.all_orders_up_to,
+                            transpose=self.cut_work(len(d)) <= self.tuning.relief_transpose_work)
+
     def cut_work(self, k: int) -> float:
         """Work units (one unit ~ scoring one structure) of one cut DP call of a k-device
         group: a fixed part and k (L - k + 1)^2 (stage, start, end) triples (SearchTuning.cut_work_*)."""
@@ -390,7 +396,7 @@ class Scorer:
         group whose memory cap is below the share it would get without caps: cuts
         found for each 1F1B / recomputation variant's own per-stage peak memory (stage j of a
         1F1B pipeline stashes u min(k - j, n) samples, so late stages may hold more layers
-        than GPipe's cuts give them), over the group's orders (group_orders, the reversed speed
+        than GPipe's cuts give them), over the group's orders (relief_orders, the reversed speed
         and memory orders: the least-stashing last stage on the fastest or richest device), and
         in slots of up to SearchTuning.small_devices devices the variant's frontier cut sets of
         the VARIANT_FRONTIERS best of those;
@@ -400,7 +406,7 @@ class Scorer:
             gc = self.coeffs(*e)
             d = e[0]
             mb = entry_micro_batch(e)
-            orders = group_orders(self.state, d, self.all_orders_up_to)
+            orders = self.relief_orders(d)
             orders += [tuple(reversed(speed_order(self.state, d))), tuple(reversed(memory_order(self.state, d)))]
             options = []
 
@@ -485,7 +491,7 @@ class Scorer:
         def fix(e: tuple, w: int) -> tuple | None:
             mb = entry_micro_batch(e)
             options = []
-            for o in group_orders(self.state, e[0], self.all_orders_up_to):
+            for o in self.relief_orders(e[0]):
                 c2 = self.cuts(o, w, mb)
                 if c2 is not None:
                     options.append((self.coeffs(o, c2, "gpipe", False, mb).alpha, o, c2))
