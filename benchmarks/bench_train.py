@@ -222,6 +222,8 @@ def figures(df: pd.DataFrame) -> dict:
             "measured_s": df["measured_batch_time"].round(5).tolist(),
             "extra_latency_s": df["extra_latency"].round(6).tolist(),
             "bandwidth_scale": df["bandwidth_scale"].round(4).tolist(),
+            "allreduce_latency_s": (df["allreduce_latency"].round(6).tolist() if "allreduce_latency" in df
+                                    else None),
             "speed_factors": df["speed_factors"].tolist(),
             "cpu_share": [{d: round(v["cpu_share"], 3) for d, v in json.loads(m).items()} for m in df["measured_parts"]],
             "err_after_slot0": [round(e, 4) for e in err],
