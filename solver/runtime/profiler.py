@@ -137,7 +137,8 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
     Workload of its layers with measured={kind: (fwd s/sample, bwd s/sample)}.
     batch / micro_batch: the global batch and micro-batch of the training job (samples).
     make_optimizer: the job's (parameters -> optimizer); when given, optimizer_seconds
-    = {kind: per-layer step seconds per iteration}. exclude: a TP collective clock
+    = {kind: per-layer step seconds per iteration}. Each block runs one untimed forward and
+    one untimed backward pass before its timed ones. exclude: a TP collective clock
     (tensor_parallel.CollectiveClock) whose seconds are left out of every timed pass (TP
     shards in a live process group: `profile_tp`)."""
     n = int(example.shape[0])
@@ -164,6 +165,7 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
                 sync()
                 return time.perf_counter() - t0 - (_clocked(exclude) - c0)
 
+            step()      # untimed: the process's first backward pays one-time setup (seconds with --repeats 1)
             bwd_s.append(statistics.median(step() for _ in range(repeats)) / n)
         else:
             bwd_s.append(0.0)
