@@ -362,3 +362,20 @@ def test_readme_documents_every_flag_with_its_default():
                     continue
                 shown = f"{default:g}" if isinstance(default, float) else str(default)
                 assert documented[(cmd, flag)].startswith(shown), (cmd, flag, documented[(cmd, flag)], shown)
+
+
+@pytest.mark.parametrize("cached", [False, None])
+def test_first_run_says_it_compiles_the_kernels(cached, tmp_path, capsys, monkeypatch):
+    from solver.subproblems import dp_kernel
+    monkeypatch.setattr(dp_kernel, "compiled_cached", lambda: cached)
+    assert main(["solve", DEFAULT, "--slot", "0"]) == 0
+    err = capsys.readouterr().err
+    assert ("compiling the cut DP kernels" in err) == (cached is False)
+
+
+def test_compiled_cache_is_found_after_a_solve():
+    from solver.io.synthetic import random_state
+    from solver.solve import solve_slot
+    from solver.subproblems.dp_kernel import compiled_cached
+    solve_slot(random_state(1, n=4, L=8), (), 1.0)
+    assert compiled_cached() in (True, None)

@@ -56,6 +56,15 @@ def _slot_reason(t: int, message: str) -> str:
     return message if message.startswith(f"slot {t}") else f"slot {t}: {message}"
 
 
+def compile_note() -> None:
+    """On stderr, one line when this install has not compiled the cut DP kernels yet (the first
+    solve then takes about 30 CPU seconds more)."""
+    from ..subproblems.dp_kernel import compiled_cached
+    if compiled_cached() is False:
+        print("note: compiling the cut DP kernels (numba, first run of this install: about 30 s; "
+              "cached afterwards)", file=sys.stderr, flush=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..model import plan_from_json
     from ..online import run_online
@@ -72,6 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
           + (f", pricing {args.pricing}" if args.pricing else ""), flush=True)
     for n in inst.notes:
         print(f"note: {n}")
+    compile_note()
     from ..solve import SolveOptions
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
                      options=SolveOptions(tp_degrees=args.tp_degrees),
@@ -170,6 +180,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                          f"slots), got {args.slot}")
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
+    compile_note()
     res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact, tp_degrees=args.tp_degrees))
     plot = _solve_plot(args, inst, state, res)
     if plot and args.json:
