@@ -21,7 +21,8 @@ of TRADEOFF_TOLERANCES, the plain controller (no tracker, queue prices) at the d
 V x TRADEOFF_V_FACTORS, and every baseline: average batch time against budget use, the points of
 the report's trade-off plot. Writes budgets_instances.csv, budgets_long.csv and
 budgets_tradeoff.csv into --out and prints a table. --quick: the first 5 slots, no instance
-with LARGE_N or more devices.
+with LARGE_N or more devices. --ours-only: per instance only "ours" and the offline comparison
+(the plain controller's and the baselines' columns are left empty).
 
 --bound NAME:T0,... (docs/BUDGETS.md, "What no online rule can do"): per pair, the candidates
 of the MILP comparison (above), then offline.online_lower_bound at the instance's limits and
@@ -81,7 +82,9 @@ def _worst(s: dict, inst: Instance) -> float:
     return max((100 * s[f"overshoot_{b.name}"] for b in inst.budgets), default=float("-inf"))
 
 
-def bench_instance(inst: Instance, milp: bool) -> dict:
+def bench_instance(inst: Instance, milp: bool, others: bool = True) -> dict:
+    """One instance's row (module docstring); others=False leaves out the plain controller and
+    the baselines (their columns NaN / empty: `--ours-only`)."""
     t0 = time.perf_counter()
     run = run_online(inst)
     s = run.summary
@@ -92,12 +95,16 @@ def bench_instance(inst: Instance, milp: bool) -> dict:
            "ours_worst_over_pct": _worst(s, inst), "binding_slots": s["tracker_binding_slots"],
            "attainable": all(s.get(f"attainable_{b.name}", True) for b in inst.budgets),
            "notes": " | ".join(run.notes), "status": str(run.status), "ours_wall_s": round(wall, 1)}
-    plain = run_online(inst, V=s["V"], budget_tolerance=None).summary
-    row.update({"plain_s": plain["avg_batch_time"], **{f"plain_{k}": v for k, v in _over(plain, inst).items()},
-                "plain_worst_over_pct": _worst(plain, inst),
-                "tracker_cost_pct": 100 * (s["avg_batch_time"] / plain["avg_batch_time"] - 1)})
+    nan = float("nan")
+    if others:
+        plain = run_online(inst, V=s["V"], budget_tolerance=None).summary
+        row.update({"plain_s": plain["avg_batch_time"], **{f"plain_{k}": v for k, v in _over(plain, inst).items()},
+                    "plain_worst_over_pct": _worst(plain, inst),
+                    "tracker_cost_pct": 100 * (s["avg_batch_time"] / plain["avg_batch_time"] - 1)})
+    else:
+        row.update({"plain_s": nan, "plain_worst_over_pct": nan, "tracker_cost_pct": nan})
     best, best_name = float("inf"), ""
-    for name in BASELINE_NAMES:
+    for name in BASELINE_NAMES if others else ():
         b = run_online(inst, policy=name).summary
         row[f"{name}_s"] = b["avg_batch_time"]
         row[f"{name}_worst_over_pct"] = _worst(b, inst)
@@ -115,7 +122,6 @@ def bench_instance(inst: Instance, milp: bool) -> dict:
                                      settings_scales=(0.3, 3.0))
         off = solve_offline(inst, cands, limits=use)
         pre = solve_offline(inst, cands, limits=use, prefix=([b.limit for b in inst.budgets], TOL * inst.num_slots))
-        nan = float("nan")
         row.update({"online_noreplan_s": so["avg_batch_time"], "offline_s": off.avg_batch_time,
                     "offline_status": str(off.status), "offline_lp_bound_s": off.lp_bound,
                     "online_over_offline": so["avg_batch_time"] / off.avg_batch_time if off.ok else nan,
@@ -123,7 +129,8 @@ def bench_instance(inst: Instance, milp: bool) -> dict:
                     "online_over_offline_prefix": so["avg_batch_time"] / pre.avg_batch_time if pre.ok else nan,
                     "offline_wall_s": round(time.perf_counter() - t1, 1)})
     log(f"  {inst.name}: ours {row['ours_s']:.4g} s (worst {row['ours_worst_over_pct']:+.2f}%), plain "
-        f"{row['plain_s']:.4g} s ({row['plain_worst_over_pct']:+.2f}%), best meeting baseline {best_name or '-'}"
+        f"{row['plain_s']:.4g} s ({row['plain_worst_over_pct']:+.2f}%), best meeting baseline "
+        f"{best_name or ('-' if others else 'not run')}"
         + (f", online/offline {row['online_over_offline']:.4f} (under the tracker's rule "
            f"{row['online_over_offline_prefix']:.4f})" if milp else "") + f" [{time.perf_counter() - t0:.0f} s]")
     return row
@@ -211,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
     ap.add_argument("--bound", default="", help="comma-separated NAME:T0 pairs: the online lower bound (default: none)")
     ap.add_argument("--tradeoff", default="default", help="comma-separated instances of the trade-off (default: default; '': none)")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="per instance only ours and the offline comparison (no plain controller, no baselines)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -223,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if inst.n >= LARGE_N:
                 continue
             inst = inst.head(min(5, inst.num_slots))
-        rows.append(bench_instance(inst, inst.num_slots <= MILP_SLOTS and inst.n <= MILP_DEVICES))
+        rows.append(bench_instance(inst, inst.num_slots <= MILP_SLOTS and inst.n <= MILP_DEVICES,
+                                   others=not args.ours_only))
         pd.DataFrame(rows).to_csv(out / "budgets_instances.csv", index=False)   # after each instance
     table = pd.DataFrame(rows)
     points = []
@@ -261,7 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "attainable_instances_within_1pct": int((att.ours_worst_over_pct <= 100 * TOL + 1e-9).sum()),
         "attainable_instances": len(att),
         "unattainable": [r.notes for r in table[~table.attainable].itertuples()],
-        "ours_slower_than_a_meeting_baseline": table.loc[table.ours_vs_best_meeting_pct > 0, "instance"].tolist(),
+        "ours_slower_than_a_meeting_baseline": (table.loc[table.ours_vs_best_meeting_pct > 0, "instance"].tolist()
+                                                if not args.ours_only else "not run (--ours-only)"),
         "online_over_offline_max": float(np.nanmax(table["online_over_offline"])) if "online_over_offline" in table else None,
     }, indent=2))
     return 0

@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
 from solver import load_instance
 from solver.io.synthetic import random_instance
 from solver.online import run_online
-from solver.online.offline import calibrate_budgets
+from solver.online.offline import calibrate_budgets, online_lower_bound
 from solver.online.pricing import MARGIN, TIE, History, margin
 from solver.subproblems.highs import quiet_highs
 
@@ -120,8 +120,13 @@ def offline_lp(F: Sequence[np.ndarray], g: Sequence[float]) -> float:
     return float(h.getInfo().objective_function_value)
 
 
-def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL) -> dict:
-    """The price-from-history rule with `rule`'s margin on the points F (module docstring)."""
+def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequence[np.ndarray] | None = None) -> dict:
+    """The price-from-history rule with `rule`'s margin on the points F (module docstring).
+
+    known: given, the price LP of every slot is over these frontiers (the whole trace, in any
+    order) with the current slot's points last, instead of over the slots seen so far: a rule
+    that knows which slots the trace holds but not in which order (the target and its margin
+    still come from the slots seen so far)."""
     H, K = len(F), F[0].shape[1] - 1
     hist, E = History(), np.zeros(K)
     T, Y, binding = [], [], 0
@@ -135,7 +140,11 @@ def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL) -> dict:
         share = (R - 1) / (H - 1) if H > 1 else 0.0
         g = [1.0 - E[k] / R - min(rule(n, lam[k], t_fast, share), max(0.5 * (1.0 - E[k] / R - low[k]), 0.0))
              for k in range(K)]
-        pr = hist.price(g)
+        if known is not None:
+            model = History([np.asarray(f, dtype=float).tolist() for f in known] + [hist.slots[-1]])
+            pr = model.price(g)
+        else:
+            pr = hist.price(g)
         if not pr.ok:
             raise RuntimeError(f"slot {t}: price LP status {pr.status!r}")
         hist.lam = list(pr.lam)
@@ -159,6 +168,30 @@ def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL) -> dict:
             "max_excess_over_H": float((np.cumsum(Y - 1.0, axis=0) / H).max()), "binding_slots": binding}
 
 
+def family_bound(F: Sequence[np.ndarray], t0: int, eps: float = TOL) -> list[dict]:
+    """offline.online_lower_bound on the recorded points (budgets' worth, limits 1): the trace
+    and the H traces that agree with it up to slot t0 - 1 and then repeat one of its own slots
+    s in every later slot (s = 0 .. H - 1), with the tracker's rule after every slot and with
+    the tolerance only at the end; beside it, the trace alone under the rule (what the rule
+    costs with the whole trace known) and the offline MILP at the limits + eps."""
+    H, K = len(F), F[0].shape[1] - 1
+    if not (1 <= t0 < H):
+        raise ValueError(f"--bound: T0 must be in 1..{H - 1}, got {t0}")
+    cands = [[(None, float(p[0]), tuple(float(x) for x in p[1:])) for p in f] for f in F]
+    family = [cands] + [cands[:t0] + [cands[s]] * (H - t0) for s in range(H)]
+    alone = online_lower_bound([cands], H, [1.0] * K, eps, prefix=True)
+    rows = []
+    for prefix in (True, False):
+        b = online_lower_bound(family, t0, [1.0] * K, eps, prefix=prefix)
+        worst = int(np.argmax(np.asarray(b.bound_s) / np.asarray(b.offline))) if b.ok else -1
+        rows.append({"shared_slots": t0, "traces": len(family), "rule": "after every slot" if prefix else "at the end",
+                     "status": str(b.status), "bound_ratio": b.ratio,
+                     "worst_trace": ("the trace" if worst == 0 else f"slots {t0}-{H - 1} repeat slot {worst - 1}")
+                     if b.ok else "", "alone_under_rule_ratio": alone.ratio,
+                     "offline_milp_at_limits_s": alone.offline[0] if alone.offline else float("nan")})
+    return rows
+
+
 def orders(H: int, count: int, seed: int):
     """(label, slot order): the trace's own, reversed, and `count` seeded random orders."""
     rng = np.random.default_rng(seed)
@@ -177,6 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--frontiers", default=str(ROOT / "benchmarks" / "results" / "frontiers"))
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--known", action="store_true",
+                    help="also replay the first rule with the price LP over the whole trace's frontiers "
+                         "(the slots known, their order not): rule '<rule>, distribution known'")
+    ap.add_argument("--bound", default="", help="comma-separated NAME:T0 pairs: offline.online_lower_bound on the "
+                    "recorded points (writes budgets_margin_bound.csv)")
     args = ap.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
     bad = [r for r in rules if r not in RULES]
@@ -186,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--random and --orders must be >= 0, got {args.random}, {args.orders}")
     fr = Path(args.frontiers)
     fr.mkdir(parents=True, exist_ok=True)
-    names = [n for n in args.instances.split(",") if n] + [f"random-{RANDOM_SEED0 + i}" for i in range(args.random)]
+    names = [n for n in args.instances.split(",") if n and n != "-"] + [f"random-{RANDOM_SEED0 + i}"
+                                                                     for i in range(args.random)]
     rows = []
     for name in names:
         rec = record(name, fr)
@@ -196,10 +235,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             Fo = [F[i] for i in order]
             for rule in rules:
                 rows.append({"trace": name, "order": label, "rule": rule, **replay(Fo, RULES[rule])})
+            if args.known:
+                rows.append({"trace": name, "order": label, "rule": f"{rules[0]}, distribution known",
+                             **replay(Fo, RULES[rules[0]], known=F)})
+        shown = rules + ([f"{rules[0]}, distribution known"] if args.known else [])
         log(f"  {name}: " + ", ".join(f"{r} {np.mean([x['ratio'] for x in rows if x['trace'] == name and x['rule'] == r]):.4f}"
-                                      for r in rules))
-    df = pd.DataFrame(rows)
+                                      for r in shown))
+    bounds = []
+    for pair in filter(None, args.bound.split(",")):
+        name, _, t0 = pair.partition(":")
+        if not t0.isdigit():
+            raise SystemExit(f"--bound: expected NAME:T0 with T0 a slot number, got {pair!r}")
+        rec = record(name, fr)
+        F = [np.asarray(sl, dtype=float).reshape(-1, rec["K"] + 1) for sl in rec["slots"]]
+        t1 = time.perf_counter()
+        for r in family_bound(F, int(t0)):
+            bounds.append({"trace": name, "slots": rec["H"], **r})
+            log(f"  bound {name} shared 0..{int(t0) - 1}, rule {r['rule']}: {r['bound_ratio']:.4f} ({r['status']}, "
+                f"{r['worst_trace']}); alone under the rule {r['alone_under_rule_ratio']:.4f} "
+                f"[{time.perf_counter() - t1:.0f} s]")
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if bounds:
+        pd.DataFrame(bounds).to_csv(out / "budgets_margin_bound.csv", index=False)
+    if not rows:
+        return 0
+    df = pd.DataFrame(rows)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "budgets_margin.csv", index=False)
     base = df[df.rule == rules[0]].set_index(["trace", "order"]).avg_batch_time_s
@@ -208,12 +269,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio_max=("ratio", "max"), ratio_lim_mean=("ratio_lim", "mean"), worst_use_pct=("worst_use_pct", "mean"))
     summary[f"batch_time_vs_{rules[0]}"] = [
         float(np.mean(df[df.rule == r].set_index(["trace", "order"]).avg_batch_time_s / base)) for r in summary.index]
-    own = df[df.order == "own"].pivot(index="trace", columns="rule", values="ratio")[rules]
+    own = df[df.order == "own"].pivot(index="trace", columns="rule", values="ratio")[list(dict.fromkeys(df.rule))]
     with pd.option_context("display.width", 200, "display.float_format", "{:.4f}".format):
         print(summary.to_string())
         print()
         print("own order, ratio to the offline LP at equal use:")
         print(own.to_string())
+        if bounds:
+            print()
+            print(pd.DataFrame(bounds).to_string(index=False))
     return 0
 
 
