@@ -392,13 +392,7 @@ def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_
         return [c] if c is not None else []
     def compute() -> tuple[Cuts, ...]:
         ga = sc.group_arrays(devices, min_share, schedule, recompute)
-        if ga is None:
-            return ()
-        key = ("fc", limit, tuple(relax), int(seeds))
-        hit = ga.cache.get(key)
-        if hit is None:
-            hit = ga.cache[key] = tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))
-        return hit
+        return () if ga is None else tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))
     return list(sc.twin_cuts(("frontier", limit, tuple(relax), int(seeds), min_share, schedule, bool(recompute)),
                              devices, compute))
 
