@@ -31,6 +31,12 @@ repeat one of its own slots s (s = 0 .. H - 1): with the tracker's rule after ev
 with the tolerance only at the end; also the instance alone under the rule (what the guarantee
 costs with the whole trace known) and "ours" (re-planning off) against the offline optimum at
 the limits. Writes budgets_bound.csv.
+
+--slots NAME,... (docs/BUDGETS.md, "Where the gap is, slot by slot"): per slot of each
+instance, ours with re-planning off (batch time, use of each budget, the price, the target,
+the allowance, what the tracker did) beside the offline MILP's plan at ours' own use and under
+the tracker's rule at that use (the comparison of the MILP columns above, same candidates), and
+the difference in batch time. Writes budgets_slots.csv.
 """
 from __future__ import annotations
 
@@ -136,6 +142,43 @@ def bench_instance(inst: Instance, milp: bool, others: bool = True) -> dict:
     return row
 
 
+def slot_table(inst: Instance) -> list[dict]:
+    """--slots: one row per slot of `inst` (module docstring); batch times in seconds, use in
+    budgets' worth (cost / limit), prices in seconds per budget's worth."""
+    from solver.cost import evaluate
+    t0 = time.perf_counter()
+    on = run_online(inst, replan=False)
+    so = on.summary
+    lim = [b.limit for b in inst.budgets]
+    use = [so[f"avg_cost_{b.name}"] for b in inst.budgets]
+    cands = reference_candidates(inst, extra_plans=plans_from_frame(on.rows, inst.num_slots), settings_scales=(0.3, 3.0))
+    off = solve_offline(inst, cands, limits=use)
+    pre = solve_offline(inst, cands, limits=use, prefix=(lim, TOL * inst.num_slots))
+    if not (off.ok and pre.ok):
+        raise RuntimeError(f"--slots {inst.name}: the offline MILP is {off.status} / under the rule {pre.status}")
+    rows = []
+    for t in range(len(on.rows)):
+        r = on.rows.iloc[t]
+        row = {"instance": inst.name, "slot": t, "ours_s": r["batch_time"], "tracker": r["tracker"]}
+        for k, b in enumerate(inst.budgets):
+            row[f"ours_{b.name}_use"] = r[f"cost_{b.name}"] / lim[k]
+            row[f"price_{b.name}"] = r[f"price_{b.name}"]
+            row[f"target_{b.name}"] = r[f"target_{b.name}"]
+            row[f"allowance_{b.name}"] = r[f"allowance_{b.name}"]
+        for label, res in (("offline", off), ("offline_rule", pre)):
+            ev = evaluate(res.plans[t], inst.state(t))
+            row[f"{label}_s"] = ev.batch_time
+            for k, b in enumerate(inst.budgets):
+                row[f"{label}_{b.name}_use"] = ev.costs[k] / lim[k]
+        row["ours_minus_offline_s"] = row["ours_s"] - row["offline_s"]
+        row["ours_minus_offline_rule_s"] = row["ours_s"] - row["offline_rule_s"]
+        rows.append(row)
+    log(f"  slots {inst.name}: ours {so['avg_batch_time']:.4g} s, offline at ours' use {off.avg_batch_time:.4g} s "
+        f"({so['avg_batch_time'] / off.avg_batch_time:.4f}), under the rule {pre.avg_batch_time:.4g} s "
+        f"({so['avg_batch_time'] / pre.avg_batch_time:.4f}) [{time.perf_counter() - t0:.0f} s]")
+    return rows
+
+
 def _trace_name(j: int, t0: int, H: int) -> str:
     """Trace j of bound()'s family in words."""
     return "the instance" if j == 0 else f"slots {t0}-{H - 1} repeat slot {j - 1}"
@@ -217,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--instances", default="", help="comma-separated instance names (default all; '-': none)")
     ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
     ap.add_argument("--bound", default="", help="comma-separated NAME:T0 pairs: the online lower bound (default: none)")
+    ap.add_argument("--slots", default="", help="comma-separated instances: the per-slot comparison with the offline "
+                    "MILP (writes budgets_slots.csv)")
     ap.add_argument("--tradeoff", default="default", help="comma-separated instances of the trade-off (default: default; '': none)")
     ap.add_argument("--ours-only", action="store_true",
                     help="per instance only ours and the offline comparison (no plain controller, no baselines)")
@@ -241,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         inst = load_instance(ROOT / "instances" / f"{name}.toml")
         points += tradeoff(inst.head(min(5, inst.num_slots)) if args.quick else inst)
         pd.DataFrame(points).to_csv(out / "budgets_tradeoff.csv", index=False)
+    per_slot = []
+    for name in filter(None, args.slots.split(",")):
+        per_slot += slot_table(load_instance(ROOT / "instances" / f"{name}.toml"))
+        pd.DataFrame(per_slot).to_csv(out / "budgets_slots.csv", index=False)
     bounds = []
     for pair in filter(None, args.bound.split(",")):
         name, _, t0 = pair.partition(":")

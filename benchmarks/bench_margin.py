@@ -25,6 +25,13 @@ Rules: "in force" (pricing.margin: MARGIN / sqrt(n), cost-capped at MARGIN_COST 
 times at the price, fading with (R - 1) / (H - 1)); "sqrt" (MARGIN / sqrt(n) alone, cd76b50's);
 "none"; "no fade" (the cost cap alone); "no cost cap" (the fade alone). Writes
 budgets_margin.csv (one row per trace, order and rule) and prints the means.
+
+--constant G,...: per use level g also the replay with the price held, in every slot, at the
+duals of the LP over the whole trace at use g (whole_trace_price; not an online rule). Such a
+choice minimises T + lambda . y in every slot where the tracker does not bind, so by
+Lagrangian sufficiency it is the offline optimum at its own use: its ratio measures only the
+tracker's binding, and its ratio_lim what the price level costs (docs/BUDGETS.md, "What the
+metric at equal use measures").
 """
 from __future__ import annotations
 
@@ -120,13 +127,16 @@ def offline_lp(F: Sequence[np.ndarray], g: Sequence[float]) -> float:
     return float(h.getInfo().objective_function_value)
 
 
-def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequence[np.ndarray] | None = None) -> dict:
+def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequence[np.ndarray] | None = None,
+           fixed: Sequence[float] | None = None) -> dict:
     """The price-from-history rule with `rule`'s margin on the points F (module docstring).
 
     known: given, the price LP of every slot is over these frontiers (the whole trace, in any
     order) with the current slot's points last, instead of over the slots seen so far: a rule
     that knows which slots the trace holds but not in which order (the target and its margin
-    still come from the slots seen so far)."""
+    still come from the slots seen so far). fixed: given, the price is held at these values
+    (seconds per budget's worth) in every slot instead (ties go to the fastest point); the
+    tracker's rule is the same."""
     H, K = len(F), F[0].shape[1] - 1
     hist, E = History(), np.zeros(K)
     T, Y, binding = [], [], 0
@@ -140,18 +150,23 @@ def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequenc
         share = (R - 1) / (H - 1) if H > 1 else 0.0
         g = [1.0 - E[k] / R - min(rule(n, lam[k], t_fast, share), max(0.5 * (1.0 - E[k] / R - low[k]), 0.0))
              for k in range(K)]
-        if known is not None:
-            model = History([np.asarray(f, dtype=float).tolist() for f in known] + [hist.slots[-1]])
-            pr = model.price(g)
-        else:
-            pr = hist.price(g)
-        if not pr.ok:
-            raise RuntimeError(f"slot {t}: price LP status {pr.status!r}")
-        hist.lam = list(pr.lam)
         P = np.asarray(hist.slots[-1], dtype=float).reshape(-1, K + 1)
-        obj = P[:, 0] + P[:, 1:] @ np.asarray(pr.lam)
+        if fixed is not None:
+            lam_t = np.asarray(fixed, dtype=float)
+            weights = np.zeros(len(P))
+        else:
+            if known is not None:
+                model = History([np.asarray(f, dtype=float).tolist() for f in known] + [hist.slots[-1]])
+                pr = model.price(g)
+            else:
+                pr = hist.price(g)
+            if not pr.ok:
+                raise RuntimeError(f"slot {t}: price LP status {pr.status!r}")
+            lam_t, weights = np.asarray(pr.lam), np.asarray(pr.last)
+        hist.lam = list(lam_t)
+        obj = P[:, 0] + P[:, 1:] @ lam_t
         tied = np.flatnonzero(obj <= obj.min() + TIE * abs(obj.min()))
-        i = tied[np.argmax(np.asarray(pr.last)[tied])]
+        i = tied[np.argmax(weights[tied])]   # fixed: all weights 0, the first (fastest) of the tied
         if np.any(P[i, 1:] - 1.0 > eps * H - E + 1e-12):
             binding += 1
             ok = np.flatnonzero(np.all(P[:, 1:] - 1.0 <= eps * H - E + 1e-12, axis=1))
@@ -166,6 +181,17 @@ def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequenc
             "ratio": float(T.mean() / offline_lp(F, use)),
             "ratio_lim": float(T.mean() / offline_lp(F, np.full(K, 1.0 + eps))),
             "max_excess_over_H": float((np.cumsum(Y - 1.0, axis=0) / H).max()), "binding_slots": binding}
+
+
+def whole_trace_price(F: Sequence[np.ndarray], g: float) -> tuple[float, ...]:
+    """The duals of the budget rows of the LP over all of F's slots at mean use g per budget
+    (seconds per budget's worth): the one price at which each slot's least objective is the
+    offline LP's choice at that use (not an online price: it reads the whole trace)."""
+    K = F[0].shape[1] - 1
+    pr = History([np.asarray(f, dtype=float).tolist() for f in F]).price([g] * K)
+    if not pr.ok:
+        raise RuntimeError(f"whole-trace price LP status {pr.status!r}")
+    return pr.lam
 
 
 def family_bound(F: Sequence[np.ndarray], t0: int, eps: float = TOL) -> list[dict]:
@@ -213,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--known", action="store_true",
                     help="also replay the first rule with the price LP over the whole trace's frontiers "
                          "(the slots known, their order not): rule '<rule>, distribution known'")
+    ap.add_argument("--constant", default="", help="comma-separated use levels g: also replay the price held "
+                    "constant at the whole trace's LP price at use g (rule 'constant price at g'; not online)")
     ap.add_argument("--bound", default="", help="comma-separated NAME:T0 pairs: offline.online_lower_bound on the "
                     "recorded points (writes budgets_margin_bound.csv)")
     args = ap.parse_args(argv)
@@ -226,11 +254,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     fr.mkdir(parents=True, exist_ok=True)
     names = [n for n in args.instances.split(",") if n and n != "-"] + [f"random-{RANDOM_SEED0 + i}"
                                                                      for i in range(args.random)]
+    try:
+        levels = [float(x) for x in args.constant.split(",") if x]
+    except ValueError:
+        raise SystemExit(f"--constant: expected comma-separated use levels, got {args.constant!r}") from None
+    if any(not (0 < g) for g in levels):
+        raise SystemExit(f"--constant: every use level must be > 0, got {levels}")
     rows = []
     for name in names:
         rec = record(name, fr)
         K = rec["K"]
         F = [np.asarray(s, dtype=float).reshape(-1, K + 1) for s in rec["slots"]]
+        prices = {g: whole_trace_price(F, g) for g in levels}
         for label, order in orders(rec["H"], args.orders, ORDER_SEED + sum(map(ord, name))):
             Fo = [F[i] for i in order]
             for rule in rules:
@@ -238,7 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.known:
                 rows.append({"trace": name, "order": label, "rule": f"{rules[0]}, distribution known",
                              **replay(Fo, RULES[rules[0]], known=F)})
-        shown = rules + ([f"{rules[0]}, distribution known"] if args.known else [])
+            for g in levels:
+                rows.append({"trace": name, "order": label, "rule": f"constant price at {g:g}",
+                             **replay(Fo, RULES[rules[0]], fixed=prices[g])})
+        shown = (rules + ([f"{rules[0]}, distribution known"] if args.known else [])
+                 + [f"constant price at {g:g}" for g in levels])
         log(f"  {name}: " + ", ".join(f"{r} {np.mean([x['ratio'] for x in rows if x['trace'] == name and x['rule'] == r]):.4f}"
                                       for r in shown))
     bounds = []

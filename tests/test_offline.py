@@ -301,3 +301,45 @@ def test_bench_margin_family_bound_rows():
     assert rows[1]["bound_ratio"] <= rows[0]["bound_ratio"] + 1e-9
     with pytest.raises(ValueError, match=r"T0 must be in 1..3"):
         family_bound(F, 4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), H=st.integers(2, 8), lam=st.tuples(st.floats(0.0, 20.0, allow_subnormal=False), st.floats(0.0, 20.0, allow_subnormal=False)))
+def test_bench_margin_constant_price_is_the_offline_optimum_at_its_own_use(seed, H, lam):
+    """bench_margin's replay with the price held constant (fixed=): wherever the tracker never
+    binds, each slot takes its least T + lambda . y, which is the offline LP's optimum at the
+    replay's own use (Lagrangian sufficiency), so its ratio at equal use is 1 whatever lambda
+    is; it is never below 1."""
+    from benchmarks.bench_margin import RULES, replay
+    F = _frontiers(seed, H)
+    r = replay(F, RULES["in force"], fixed=lam)
+    assert r["ratio"] >= 1 - 1e-9
+    if r["binding_slots"] == 0:
+        assert r["ratio"] == pytest.approx(1.0, abs=1e-7)
+
+
+def test_bench_margin_whole_trace_price_meets_the_use():
+    """whole_trace_price: at a use the LP can reach with money to spare the price is 0; at a
+    tighter one it is positive."""
+    from benchmarks.bench_margin import whole_trace_price
+    F = _frontiers(11, 6)
+    assert whole_trace_price(F, 5.0) == (0.0, 0.0)
+    assert max(whole_trace_price(F, 0.95)) > 0.0
+
+
+def test_bench_budgets_slot_table_adds_up():
+    """bench_budgets --slots on a small random instance: one row per slot; the per-slot
+    differences add up to the gap of the averages, which is >= 0 against the offline MILP at
+    ours' use (the online plans are among its candidates), and the MILP under the tracker's rule
+    is no faster than without it; the use columns are cost / limit."""
+    from benchmarks.bench_budgets import slot_table
+    inst = calibrate_budgets(random_instance(7, n=3, L=4, slots=3), 0.4)
+    rows = slot_table(inst)
+    assert [r["slot"] for r in rows] == [0, 1, 2]
+    ours = np.mean([r["ours_s"] for r in rows])
+    off = np.mean([r["offline_s"] for r in rows])
+    rule = np.mean([r["offline_rule_s"] for r in rows])
+    assert np.mean([r["ours_minus_offline_s"] for r in rows]) == pytest.approx(ours - off)
+    assert ours >= off * (1 - 1e-9) and rule >= off * (1 - 1e-9) and ours >= rule * (1 - 1e-9)
+    for b in inst.budgets:
+        assert np.mean([r[f"ours_{b.name}_use"] for r in rows]) <= 1.0 + 0.01 + 1e-9

@@ -199,7 +199,7 @@ def margin(n: int, lam: float, t_fast: float, share: float) -> float:
         raise ValueError(f"margin: lam and t_fast must be finite (t_fast >= 0), got lam={lam}, t_fast={t_fast}")
     if n < 2:
         return 0.0
-    cost = min(1.0, MARGIN_COST * t_fast / lam) if lam > 0 else 1.0
+    cost = MARGIN_COST * t_fast / lam if lam > MARGIN_COST * t_fast else 1.0   # = min(1, ...), no overflow at tiny lam
     return MARGIN / np.sqrt(n) * cost * share
 
 
