@@ -27,9 +27,14 @@ fitted extra latency (runtime.estimator) is added to the instance's latency (`--
 not). Without it, ours' first pipeline after a data-parallel slot 0 was predicted 17-49% low.
 Then the node's contention (runtime.speeds: rho(2), the CPU-time rate of p0 while p1 computes
 on the other core, relative to p0 alone): eight slots alternating even data parallelism and
-p0 alone, given to every run's controller as its prior (`TrainConfig.contention`; learned
+p0 alone, given to the controllers as their prior (`TrainConfig.contention`; learned
 within a run once a device ran both ways). Without it, ours' first one-device slot after a
-data-parallel slot 0 was measured 10-30% faster than predicted.
+data-parallel slot 0 was measured 10-30% faster than predicted. It is measured again before
+every round (`--contention-every round`, the default) and that round's runs get it: the
+medians of single calibration jobs spread 0.62-0.88 (18 jobs of 8 slots at load 2-5), so one
+calibration shared by every round biased all of them alike, which the median over the rounds
+cannot remove; one per round makes the rounds' priors independent (`--contention-every run`:
+one before all rounds, as before).
 Multi-stage groups run on torch.distributed.pipelining (engine "torch").
 
 Per round (`--rounds`), every policy (ours and the baselines: the same controller,
@@ -277,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                          "at 1 (default: add the pipelines' per-message overhead, measured by one slot of a 2-stage "
                          "pipeline first, and give the controller rho(2) measured by eight slots alternating data "
                          "parallelism and p0 alone)")
+    ap.add_argument("--contention-every", choices=("round", "run"), default="round",
+                    help="measure rho(2) before every round, for that round's runs (default), or once before all")
     a = ap.parse_args(argv)
     slots, per, rounds = (3, 8, 1) if a.quick else (a.slots, a.per_slot, a.rounds)
     setup = SETUPS[a.setup]
@@ -301,12 +308,16 @@ def main(argv: list[str] | None = None) -> int:
             link = (link[0] + extra, link[1])
             out["pipeline_overhead_ms"] = round(extra * 1e3, 4)
             inst = load_instance(instance(tmp, a.batch, a.micro_batch, slots, link, names, setup["reserve"], False))
-            if len(names) == 2:
-                eight = load_instance(instance(tmp, a.batch, a.micro_batch, 8, link, names, setup["reserve"], False))
-                rho, ratios = node_contention(eight, per, tmp / "contention", setup)
-                contention = {2: rho}
-                out["node_contention"] = {"rho_2": round(rho, 4), "pair_ratios": ratios}
+        eight = (load_instance(instance(tmp, a.batch, a.micro_batch, 8, link, names, setup["reserve"], False))
+                 if a.calibrate and len(names) == 2 else None)
+        out["node_contention"] = []
         for k in range(rounds):
+            if eight is not None and (k == 0 or a.contention_every == "round"):
+                load0 = os.getloadavg()[0]
+                rho, ratios = node_contention(eight, per, tmp / f"contention-{k}", setup)
+                contention = {2: rho}
+                out["node_contention"].append({"round": k, "rho_2": round(rho, 4), "pair_ratios": ratios,
+                                               "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]})
             runs = {}
             for pol in policies:
                 load0 = os.getloadavg()[0]
@@ -374,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train_bench.json").write_text(json.dumps(out, indent=1))
     print(f"link: {out['link_measured']}, pipeline message overhead {out.get('pipeline_overhead_ms', 'not measured')} ms, "
-          f"node contention {out.get('node_contention', 'not measured')}; W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
+          f"node contention rho(2) {[c['rho_2'] for c in out['node_contention']] or 'not measured'} "
+          f"(per {a.contention_every}); W={a.width}, B={a.batch}, u={a.micro_batch}, {slots} slots x {per} "
           f"iterations, {rounds} round(s), setup {a.setup}: repeat {setup['repeat']}, "
           f"{'one reserved core per process' if setup['reserve'] else 'processes share the cores'}")
     print("per slot (from slot 1): policy round slot | plan | predicted -> measured s/iter (err) | "

@@ -600,7 +600,91 @@ def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> N
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
     pids = [r["pid"] for r in json.loads((tmp_path / "ck" / "ranks.json").read_text())]
     assert len(set(pids)) == 2 and os.getpid() not in pids
+    # the per-iteration diagnostics: both ranks' compute seconds per iteration (wall and CPU,
+    # the slot's 4), and node_load for pinned p0 (its other cores' busy fraction in [0, 1])
+    # where p1, not pinned to one core, measures none
+    row = pd.read_csv(tmp_path / "ck" / "slots.csv").iloc[0]
+    walls, cpus = json.loads(row["compute_times"]), json.loads(row["compute_cpu_times"])
+    assert sorted(walls) == ["0", "1"] and all(len(v) == 4 and min(v) > 0 for v in walls.values())
+    assert all(len(v) == 4 for v in cpus.values())
+    load = json.loads(row["node_load"])
+    assert 0.0 <= load["0"]["other_cores_busy"] <= 1.0 and load["0"]["own_core_free_s"] >= 0.0
+    assert load["1"] == {"other_cores_busy": None, "own_core_others_s": None, "own_core_free_s": None}
     assert [p for p in pids if (q.path.parent / f"{cpuquota.PREFIX}{p}").exists()] == []
+
+
+def test_node_load_counts_the_other_cores() -> None:
+    """runtime.nodeload on a process pinned to one core: a thread spinning on another core
+    for the whole window makes u, the other cores' busy fraction, at least about 1 / (cores - 1)
+    (the kernel's counters), within [0, 1]; not pinned: nothing measured (None)."""
+    import threading
+    import time
+
+    from solver.runtime import cpuquota, nodeload
+    before = frozenset(os.sched_getaffinity(0))
+    if len(before) < 2:
+        pytest.skip("needs two cores")
+    mine, other = sorted(before)[:2]
+    stop = threading.Event()
+
+    def spin() -> None:
+        os.sched_setaffinity(0, {other})
+        while not stop.is_set():
+            pass
+    try:
+        os.sched_setaffinity(0, {mine})
+        clock, own = nodeload.OtherCores(nodeload.own_core()), nodeload.OwnCore(nodeload.own_core())
+        assert clock.enabled
+        t = threading.Thread(target=spin)
+        t.start()
+        time.sleep(0.05)
+        own.start()
+        clock.start()
+        time.sleep(0.3)
+        clock.stop()
+        got = nodeload.report(clock, own)
+        stop.set()
+        t.join()
+    finally:
+        stop.set()
+        cpuquota.pin_threads(before)
+    u = got["other_cores_busy"]
+    assert u is not None and 0.8 / (os.cpu_count() - 1) <= u <= 1.0
+    assert got["own_core_free_s"] >= 0.0 and got["own_core_others_s"] >= 0.0
+    free = nodeload.OtherCores(nodeload.own_core())
+    assert not free.enabled and free.fraction() is None
+
+
+def _allowed(tid: int) -> str:
+    for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split()[1]
+    raise AssertionError(f"no Cpus_allowed_list for thread {tid}")
+
+
+def test_pin_threads_pins_threads_started_before() -> None:
+    """cpuquota.pin_threads sets every thread's affinity, also a thread started before the
+    call (as the default process group's gloo threads are, before a rank pins itself), where
+    os.sched_setaffinity(0) sets the calling thread's only; and sets them back."""
+    import threading
+
+    from solver.runtime import cpuquota
+    before = frozenset(os.sched_getaffinity(0))
+    core = min(before)
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        os.sched_setaffinity(0, {core})
+        assert _allowed(t.native_id) != str(core) or len(before) == 1  # the old way: the thread stays free
+        tids = cpuquota.pin_threads({core})
+        assert t.native_id in tids and threading.get_native_id() in tids
+        assert {_allowed(tid) for tid in map(int, os.listdir("/proc/self/task"))} == {str(core)}
+    finally:
+        cpuquota.pin_threads(before)
+        stop.set()
+        t.join()
+    assert os.sched_getaffinity(0) == before
 
 
 def test_controller_plans_only_what_the_runtime_executes(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ from ..online.policies import Decision, make_policy
 from ..online.queues import initial_queues, update_queues
 from ..online.summary import summarise
 from ..solve.options import SolveOptions
-from . import ckpt, cpuquota
+from . import ckpt, cpuquota, nodeload
 from .estimator import estimate, observed_state, predicted_compute
 from .layout import buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
@@ -274,6 +274,11 @@ class Controller:
                     "measured_restore_time": measured["restore_s"],
                     "measured_iterations": measured["iterations"], "restarts": self.restarts,
                     "iteration_times": json.dumps([round(v, 6) for v in measured.get("iteration_s", [])]),
+                    "node_load": json.dumps({str(d): v for d, v in measured.get("node", {}).items()}),
+                    "compute_times": json.dumps({str(d): [round(v, 6) for v in xs]
+                                                 for d, xs in measured.get("compute_s", {}).items()}),
+                    "compute_cpu_times": json.dumps({str(d): [None if v is None else round(v, 6) for v in xs]
+                                                     for d, xs in measured.get("compute_cpu_s", {}).items()}),
                     "predicted_compute": json.dumps({str(d): v for d, v in pred.items()}),
                     "measured_compute": json.dumps({str(d): v for d, v in measured["compute"].items()}),
                     "measured_parts": json.dumps({str(d): v for d, v in measured.get("parts", {}).items()}),
@@ -415,6 +420,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     fresh = True
     tstage: TorchStage | None = None
     tp_clock = CollectiveClock()  # this rank's TP collectives, taken once per iteration
+    core = nodeload.own_core() if cfg.accelerator == "cpu" else None
+    others, own = nodeload.OtherCores(core), nodeload.OwnCore(core)  # slots.csv node_load
     out = Path(cfg.out or cfg.checkpoint_dir)
     pids: list[Any] = [None] * len(devices)
     dist.all_gather_object(pids, os.getpid())
@@ -496,11 +503,15 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         owned = [i for i in mine_layers if rank in units[i][0]]
         elapsed, compute, piped_s, sync_s, step_s, cpu, compute_cpu, tp_s = [], [], [], [], [], [], [], []
         alone = role is not None and role.prev is None and role.next is None
+        others.reset()
+        own.start()
         while step < slot_end:
             if cfg.kill and cfg.kill == (me, step):
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
             tp_clock.take()
+            if elapsed:
+                others.start()  # the slot's first iteration, left out of the medians, is left out of u too
             s0, p0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
             c = 0.0
             c_cpu: float | None = None
@@ -519,6 +530,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                                          spec.autocast)
                 c = f + b
             s1 = time.perf_counter()
+            others.stop()
             tp_s.append(tp_clock.take()[1])
             if alone:
                 c_cpu = time.thread_time() - th0
@@ -539,7 +551,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
                                         {"pipeline": piped_s, "sync": sync_s, "step": step_s,
                                          "cpu_share": cpu, **({"tp_comm": tp_s} if role is not None and role.tp
-                                                              else {})}, compute_cpu))
+                                                              else {})}, compute_cpu,
+                                        nodeload.report(others, own)))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
             moved = max(r[4] for r in report)
@@ -549,7 +562,11 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                         "iterations": len(it),
                         "compute": {r[0]: _median(r[3]) for r in report if r[1]},
                         "compute_cpu": {r[0]: _cpu_median(r[7], cfg.accelerator) for r in report if r[1]},
-                        "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]}}
+                        "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]},
+                        "node": {r[0]: r[8] for r in report},
+                        "compute_s": {r[0]: [float(v) for v in r[3]] for r in report if r[1]},
+                        "compute_cpu_s": {r[0]: [None if v is None else float(v) for v in r[7]]
+                                          for r in report if r[1]}}
             with cpuquota.outside(quota):
                 print(_log(ctl.finish(measured), inst), flush=True)
                 _write_results(ctl, inst, out)
