@@ -212,3 +212,60 @@ def test_highs_prints_no_banner():
     out = subprocess.run([sys.executable, "-c", "from solver.subproblems.highs import quiet_highs; "
                           "h = quiet_highs(); print('done')"], capture_output=True, text=True, check=True)
     assert out.stdout == "done\n"
+
+
+def _water_fill_numpy(alpha, beta, B, lo=0.0, cap=None):
+    """water_fill's vectorised numpy form (the reference of its compiled one)."""
+    a, c = np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float)
+    m = len(a)
+    lo = np.asarray(lo, dtype=float) if np.ndim(lo) else lo
+    lo_sum = m * lo if np.ndim(lo) == 0 else float(lo.sum())
+    hi = np.full(m, np.inf) if cap is None else np.minimum(np.asarray(cap, dtype=float), B)
+    pts = np.unique(np.concatenate([a * lo + c, (a * hi + c)[np.isfinite(hi)]]))
+    gp = np.clip((pts[:, None] - c) / a, lo, hi).sum(axis=1)
+    k = int(np.searchsorted(gp, B * (1 - 1e-15)))
+    if k == 0:
+        z = float(pts[0])
+    elif k < len(pts):
+        z0, z1, g0, g1 = pts[k - 1], pts[k], gp[k - 1], gp[k]
+        z = float(z0 + (B - g0) * (z1 - z0) / (g1 - g0))
+    elif np.all(np.isfinite(hi)):
+        z = float(pts[-1])
+    else:
+        z = float(pts[-1] + (B - gp[-1]) / np.sum(1.0 / a[~np.isfinite(hi)]))
+    if np.any(lo > 0):
+        z = max(z, float(np.max(a * lo + c)))
+    b = np.clip((z - c) / a, lo, hi)
+    room = b - lo
+    if room.sum() > 0:
+        b = lo + room * ((B - lo_sum) / room.sum())
+    return b, z
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(1, 300), st.sampled_from(["none", "scalar", "caps", "per-group"]))
+def test_water_fill_gives_the_numbers_of_its_numpy_form(seed, m, kind):
+    """The compiled water fill adds and divides as numpy's vectorised form does: the same
+    floats, not only close ones (the search's answers depend on exact ties)."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(1e-4, 1e-2, m) * 10.0 ** rng.integers(-2, 2, m)
+    c = rng.uniform(0, 0.05, m) * (rng.random(m) < 0.8)
+    lo, cap = {"none": (0.0, None), "scalar": (2.0, None),
+               "caps": (1.0, np.where(rng.random(m) < 0.5, rng.integers(1, 64, m) * 4.0, np.inf)),
+               "per-group": (rng.choice([1.0, 2.0, 4.0], m), rng.integers(1, 80, m) * 4.0)}[kind]
+    lo_sum = float(np.sum(lo)) if np.ndim(lo) else m * lo
+    B = float(rng.integers(max(1, int(np.ceil(lo_sum / 4))), 4 * m + 64) * 4)
+    hi = np.full(m, np.inf) if cap is None else np.minimum(cap, B)
+    if lo_sum > B or hi.sum() < B or np.any(hi < lo):
+        with pytest.raises(ValueError, match="infeasible"):
+            water_fill(a, c, B, lo=lo, cap=cap)
+        return
+    b, z = water_fill(a, c, B, lo=lo, cap=cap)
+    rb, rz = _water_fill_numpy(a, c, B, lo=lo, cap=cap)
+    assert z == rz and np.array_equal(b, rb)
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(0, 3000))
+def test_np_sum_adds_as_numpy(seed, n):
+    from solver.subproblems.shares import _np_sum
+    x = np.random.default_rng(seed).uniform(-1, 1, n) * 10.0 ** np.random.default_rng(seed + 1).integers(-6, 6, n)
+    assert _np_sum(x, n) == float(x.sum())

@@ -84,3 +84,26 @@ def test_candidates_keep_the_group_order_first_and_a_pareto_front():
             seen.add(p)
             p = row[p]
         assert p == 0 and seen == set(range(len(row)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pareto_rings_keep_exactly_the_front_in_order(seed):
+    """_pareto_rings against a plain reference: every ring's slowest link and largest latency,
+    and as the front the rings no earlier ring (by decreasing bandwidth, then latency, then
+    row) matches or beats in latency, in that order."""
+    from solver.cost.sync import _all_rings, _pareto_rings
+    rng = np.random.default_rng(seed)
+    for m in (3, 4, 5, 6, 7):
+        bw = rng.choice([1e9, 2e9, 5e9, 1e10], size=(m, m))     # few values: ties are common
+        lat = rng.choice([1e-5, 2e-5, 5e-5], size=(m, m))
+        succ = _all_rings(m)
+        keep, rbw, rlat = _pareto_rings(bw, lat, succ)
+        pos = np.arange(m)
+        assert np.array_equal(rbw, bw[pos, succ].min(axis=1)) and np.array_equal(rlat, lat[pos, succ].max(axis=1))
+        order = sorted(range(len(succ)), key=lambda p: (-rbw[p], rlat[p], p))
+        want, least = [], np.inf
+        for p in order:
+            if rlat[p] < least:
+                want.append(p)
+                least = rlat[p]
+        assert keep.tolist() == want

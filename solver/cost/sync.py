@@ -95,19 +95,41 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     h = np.asarray(members, dtype=int)
     m = len(h)
     bw, lat = _edges(state, h)
-    pos = np.arange(m)
     if m <= EXACT_RINGS_UP_TO:
         succ = _all_rings(m)
     else:
         succ = np.stack([_nn_ring(bw, lat, s) for s in range(min(m, NN_STARTS))])
-    ring_bw = bw[pos[None, :], succ].min(axis=1)
-    ring_lat = lat[pos[None, :], succ].max(axis=1)
-    order = np.lexsort((ring_lat, -ring_bw))
-    lat_sorted = ring_lat[order]
-    before = np.concatenate([[np.inf], np.minimum.accumulate(lat_sorted)[:-1]])
-    keep = order[lat_sorted < before]
+    keep, ring_bw, ring_lat = _pareto_rings(np.ascontiguousarray(bw, dtype=float),
+                                            np.ascontiguousarray(lat, dtype=float), succ)
     memo[members] = hit = (succ[keep], ring_bw[keep], ring_lat[keep])
     return hit
+
+
+@njit(cache=True)
+def _pareto_rings(bw: np.ndarray, lat: np.ndarray, succ: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keep, ring_bw, ring_lat): each ring's slowest link (bytes/s) and largest latency (s)
+    for successor rows succ (P, m) over the (m, m) link matrices, and the rows of the
+    (bandwidth, latency) Pareto front, by decreasing bandwidth (ties: lower latency, then the
+    earlier row), each kept when its latency is below every row's before it."""
+    P, m = succ.shape
+    ring_bw = np.empty(P)
+    ring_lat = np.empty(P)
+    for p in range(P):
+        b, t = bw[0, succ[p, 0]], lat[0, succ[p, 0]]
+        for i in range(1, m):
+            b = min(b, bw[i, succ[p, i]])
+            t = max(t, lat[i, succ[p, i]])
+        ring_bw[p], ring_lat[p] = b, t
+    order = np.argsort(ring_lat, kind="mergesort")
+    order = order[np.argsort(-ring_bw[order], kind="mergesort")]
+    keep = np.empty(P, dtype=np.int64)
+    n, least = 0, np.inf
+    for p in order:
+        if ring_lat[p] < least:
+            keep[n] = p
+            n += 1
+            least = ring_lat[p]
+    return keep[:n], ring_bw, ring_lat
 
 
 def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
