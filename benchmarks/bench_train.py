@@ -195,7 +195,8 @@ def node_contention(inst, per_slot: int, ck: Path, setup: dict) -> tuple[float, 
 
 
 def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: dict, kill=None,
-               plans: tuple[str, ...] = (), contention: dict[int, float] | None = None) -> pd.DataFrame:
+               plans: tuple[str, ...] = (), contention: dict[int, float] | None = None,
+               probe_alone: bool = False) -> pd.DataFrame:
     """One `dynpar train` job of `policy`; its slots.csv. Under a reserving setup device k's process
     is pinned to core k with a raised scheduling weight and no quota limit (runtime.cpuquota)."""
     names = list(setup["repeat"])
@@ -204,7 +205,7 @@ def run_policy(inst, policy: str, steps: int, per_slot: int, ck: Path, setup: di
         how.update(cpu_quota={d: 1.0 for d in names}, cpu_pin={d: k % (os.cpu_count() or 1) for k, d in enumerate(names)})
     cfg = TrainConfig(MODEL, steps, str(ck), iterations_per_slot=per_slot, checkpoint_every=per_slot // 2,
                       policy=policy, engine="torch", kill=kill, timeout_s=300, plans=plans,
-                      contention=dict(contention or {}), **how)
+                      contention=dict(contention or {}), probe_alone=probe_alone, **how)
     launch(inst, cfg)
     return pd.read_csv(ck / "slots.csv")
 

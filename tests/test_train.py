@@ -613,6 +613,60 @@ def test_cpu_quota_cgroup_weight_pin_and_training_unchanged(tmp_path: Path) -> N
     assert [p for p in pids if (q.path.parent / f"{cpuquota.PREFIX}{p}").exists()] == []
 
 
+def test_probe_alone_equals_full_batch_training_and_measures_each_device(tmp_path: Path) -> None:
+    """TrainConfig.probe_alone: in each data-parallel slot of 6 iterations, iterations 1 and 2
+    run p0, then p1, alone on the whole batch (the other all-reduces zeros); the parameters
+    after 12 iterations (a re-plan to 24 | 8 between the slots) equal single-process full-batch
+    training to 1e-12, slots.csv names each device's probe seconds and its factor alone, and
+    the controller then prices each device alone at that factor (context 1, its probe's share
+    of a core); a one-group slot has no probes."""
+    from solver.runtime.speeds import Speeds
+    inst = load_instance(write_instance(tmp_path, recorded=True))
+    plans = tuple(plan_to_json(Plan((Group((0,), (7,), a), Group((1,), (7,), B - a)))) for a in (16, 24))
+    cfg = TrainConfig(MODEL, 12, str(tmp_path / "ck"), iterations_per_slot=6, plans=plans, probe_alone=True)
+    launch(inst, cfg, ["p0", "p1"])
+    ref, got = reference(12), final_state(tmp_path / "ck", 7)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+    df = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    assert list(df["measured_iterations"]) == [4, 4]  # 6 less the two probes
+    for _, row in df.iterrows():
+        probe = json.loads(row["probe_alone"])
+        assert sorted(probe) == ["0", "1"] and all(v["compute_s"] > 0 and v["factor"] > 0 for v in probe.values())
+    last = json.loads(df.iloc[-1]["probe_alone"])
+    from solver.runtime import ckpt
+    speeds = Speeds.from_state(ckpt.read_meta(ckpt.latest(tmp_path / "ck"))["controller"]["speeds"])
+    f, notes = speeds.factors({0: 1, 1: 1})
+    assert notes == [] and f == pytest.approx({int(d): v["factor"] for d, v in last.items()})
+    one = TrainConfig(MODEL, 6, str(tmp_path / "one"), iterations_per_slot=6, probe_alone=True,
+                      plans=(plan_to_json(Plan((Group((0, 1), (3, 7), B),))),))
+    launch(inst, one, ["p0", "p1"])
+    row = pd.read_csv(tmp_path / "one" / "slots.csv").iloc[0]
+    assert json.loads(row["probe_alone"]) == {} and row["measured_iterations"] == 6
+
+
+def test_unmeasured_device_drifts_with_its_measured_peers(tmp_path: Path) -> None:
+    """The controller prices a device not yet measured at its trace factor times the median
+    drift (measured over trace factor) of the measured devices of its kind on its node, and
+    says so; a device on another node keeps the trace's factor; the plan's pricing fills only
+    the devices asked for."""
+    import numpy as np
+    from solver.runtime.trainer import Controller
+    inst = load_instance(write_instance(tmp_path, recorded=True))
+    ctl = Controller(inst, TrainConfig(MODEL, 1, str(tmp_path / "ck")), np.ones(inst.n, dtype=bool), None,
+                     node_of={0: "a", 1: "a", 2: "a", 3: "b"})
+    raw = inst.state(0)
+    assert list(raw.speed_factor) == [1.0, 1.0, 1.0, 1.0]
+    ctl.speeds.update({0: 0.5, 2: 0.3}, {0: None, 2: None}, {0: 1, 2: 1})
+    f, notes = ctl.unmeasured(raw, {0: 0.5, 2: 0.3})
+    assert f == pytest.approx({0: 0.5, 1: 0.4, 2: 0.3}) and 3 not in f
+    assert len(notes) == 1 and "1: x0.4 of its trace factor (device(s) 0, 2 measured)" in notes[0]
+    f, notes = ctl.unmeasured(raw, {0: 0.5}, devices=(3,))
+    assert f == {0: 0.5} and notes == []
+    plan = ctl.decide(0)  # the slot's prices: its plan's devices of node a measured or filled, 3 at the trace's
+    assert {d for d in plan.devices if d != 3} <= set(ctl.pending["factors"]) and 3 not in ctl.pending["factors"]
+
+
 def test_node_load_counts_the_other_cores() -> None:
     """runtime.nodeload on a process pinned to one core: a thread spinning on another core
     for the whole window makes u, the other cores' busy fraction, at least about 1 / (cores - 1)

@@ -41,7 +41,8 @@ import torch
 import torch.distributed as dist
 
 from ..cost import cost_coeffs, group_coeffs
-from ..model import Instance, Plan, plan_from_dict, plan_from_json, plan_to_dict
+from ..model import Group, Instance, Plan, plan_from_dict, plan_from_json, plan_to_dict
+from ..model.state import SlotState
 from ..model.plan import plan_to_json
 from ..online.charge import charge_plan
 from ..online.controller import rows_frame
@@ -51,7 +52,7 @@ from ..online.summary import summarise
 from ..solve.options import SolveOptions
 from . import ckpt, cpuquota, nodeload
 from .estimator import estimate, observed_state, predicted_compute
-from .layout import buckets, flat_holders, layer_units, roles
+from .layout import StageRole, buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
 from .placement import place, synchronizer
 from .replan import LayerState, migrate, new_layer
@@ -93,7 +94,10 @@ class TrainConfig:
     device, the kernel's CPU quota: runtime.cpuquota), cpu_period_us its period; cpu_pin:
     device name -> the one core its process runs on (a device with a cpu_quota only);
     contention: k -> rho, the prior relative CPU-time rate of a device while k of the plan's
-    devices compute on its node (runtime.speeds; 1 when not given)."""
+    devices compute on its node (runtime.speeds; 1 when not given); probe_alone: in a
+    data-parallel slot (`probe_ranks`), one iteration per device runs that device alone on the
+    whole batch (the others compute nothing and all-reduce zeros: the same full-batch step),
+    which measures its speed alone (context 1) in the job's own conditions."""
 
     model: str
     steps: int
@@ -113,6 +117,7 @@ class TrainConfig:
     cpu_period_us: int = cpuquota.PERIOD_US
     cpu_pin: dict[str, int] = field(default_factory=dict)
     contention: dict[int, float] = field(default_factory=dict)
+    probe_alone: bool = False
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
@@ -219,8 +224,8 @@ class Controller:
         raw = self.inst.state(t)
         everyone = {d: sum(1 for e in np.flatnonzero(self.present) if self.node_of.get(int(e), "") ==
                            self.node_of.get(int(d), "")) for d in map(int, np.flatnonzero(self.present))}
-        state = observed_state(raw, self.present, self.speeds.factors(everyone)[0], self.delta, self.beta,
-                               self.tp_latency, self.ar_latency)
+        state = observed_state(raw, self.present, self.unmeasured(raw, self.speeds.factors(everyone)[0])[0],
+                               self.delta, self.beta, self.tp_latency, self.ar_latency)
         if self.cfg.plans:
             d = Decision(plan_from_json(self.cfg.plans[min(t, len(self.cfg.plans) - 1)]), "given")
             bad = d.plan.validate(state)
@@ -236,12 +241,40 @@ class Controller:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
         k_of = contexts(d.plan, self.node_of)
         used, notes = self.speeds.factors(k_of)
+        used, more = self.unmeasured(raw, used, d.plan.devices)
+        notes = [*notes, *more]
         state = observed_state(raw, self.present, used, self.delta, self.beta, self.tp_latency, self.ar_latency)
         ch = charge_plan(d.plan, state, self.previous, replan=True,
                          iterations_per_slot=self.cfg.iterations_per_slot)
         self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan, "k_of": k_of,
                         "factors": used, "notes": notes}
         return d.plan
+
+    def unmeasured(self, raw: SlotState, factors: dict[int, float],
+                   devices: Sequence[int] | None = None) -> tuple[dict[int, float], list[str]]:
+        """`factors` with every present device never measured (of `devices`, default all)
+        priced at its trace factor times the median ratio, measured factor over trace factor,
+        of the measured devices of its kind on its node, where there are such (the profile's
+        seconds drift with the machine: on this project's machine under load p0 measured at
+        0.48-0.54 of its profile, and p1, unmeasured at its trace's 1, then looked twice as
+        fast as p0 and was chosen alone: +176% to +225% slower than predicted); said in a
+        note. Without measured devices of its kind and node, the trace's factor stays."""
+        out, said = dict(factors), []
+        for d in (devices if devices is not None else map(int, np.flatnonzero(self.present))):
+            d = int(d)
+            if d in out or d in self.speeds.wall:
+                continue
+            kind, node = self.inst.devices[d].kind, self.node_of.get(d, "")
+            peers = sorted(e for e in self.speeds.wall if e in factors and self.inst.devices[e].kind == kind
+                           and self.node_of.get(e, "") == node and raw.speed_factor[e] > 0)
+            if not peers:
+                continue
+            r = float(np.median([factors[e] / float(raw.speed_factor[e]) for e in peers]))
+            out[d] = float(raw.speed_factor[d]) * r
+            said.append(f"{d}: x{r:.3g} of its trace factor (device(s) {', '.join(map(str, peers))} measured)")
+        notes = [f"not measured yet, priced as the measured devices of its kind and node drifted: {'; '.join(said)}"] \
+            if said else []
+        return out, notes
 
     def finish(self, measured: dict[str, Any]) -> dict:
         """Close the pending slot with what the ranks measured; return its row: the columns
@@ -295,6 +328,10 @@ class Controller:
         shares = shares_of({d: w - float(tp_comm.get(d, 0.0)) for d, w in measured["compute"].items()},
                            measured.get("compute_cpu", {}))
         self.speeds.update({d: est.factors[d] for d in measured["compute"] if d in est.factors}, shares, p["k_of"])
+        alone = probe_factors(measured.get("probe", {}), state, self.inst.workload.num_layers)
+        if alone:  # each device alone on the whole batch in this slot (TrainConfig.probe_alone): context 1
+            self.speeds.update({d: f for d, (f, _) in alone.items()}, {d: sh for d, (_, sh) in alone.items()},
+                               {d: 1 for d in alone})
         row.update({"extra_latency": est.delta, "bandwidth_scale": est.beta, "tp_collective_latency": est.tp_latency,
                     "allreduce_latency": est.allreduce_latency,
                     "refit_batch_time": est.refit_batch_time,
@@ -305,6 +342,8 @@ class Controller:
                     "core_shares": json.dumps({str(d): v for d, v in sorted(shares.items())}),
                     "cpu_factors": json.dumps({str(d): v for d, v in sorted(self.speeds.kappa.items())}),
                     "node_rates": json.dumps({str(k): self.speeds.rho(k) for k in sorted(set(p["k_of"].values()))}),
+                    "probe_alone": json.dumps({str(d): {"compute_s": m, "cpu_s": c, "factor": alone[d][0]}
+                                               for d, (m, c) in sorted(measured.get("probe", {}).items())}),
                     "estimator_note": "; ".join([*p["notes"], *([est.note] if est.note else [])])})
         self.delta, self.beta, self.tp_latency = est.delta, est.beta, est.tp_latency
         self.ar_latency = est.allreduce_latency
@@ -312,6 +351,34 @@ class Controller:
         self.rows.append(row)
         self.pending = None
         return row
+
+
+def probe_ranks(rplan: Plan, cfg: TrainConfig, num_layers: int, remaining: int) -> list[int]:
+    """The ranks (in order) that each run one iteration alone on the whole batch in this slot
+    (TrainConfig.probe_alone), [] for none: only where every group is one stage holding every
+    layer (data parallelism: each rank holds the whole model), without TP, on the CPU, with
+    at least two groups, and with two measured iterations left besides the slot's first and
+    the probes (`remaining`: the slot's iterations)."""
+    if (not cfg.probe_alone or cfg.accelerator != "cpu" or len(rplan.groups) < 2
+            or any(g.num_stages > 1 or any(g.tp_peers) or tuple(g.cuts) != (num_layers,) for g in rplan.groups)):
+        return []
+    ranks = sorted(d for g in rplan.groups for d in g.devices)
+    return ranks if remaining >= len(ranks) + 3 else []
+
+
+def probe_factors(probed: dict[int, tuple[float, float | None]], state: SlotState,
+                  num_layers: int) -> dict[int, tuple[float, float | None]]:
+    """Device -> (its wall speed factor alone, its compute's share of a core) from its probe
+    iteration (`probed`: device -> compute seconds, CPU seconds): phi = phi_used * P / M, P the
+    compute the cost model predicts for it alone on the whole batch at the slot's factor."""
+    out: dict[int, tuple[float, float | None]] = {}
+    for d, (m, c) in probed.items():
+        if not m > 0:
+            raise RuntimeError(f"probe of device {d}: expected positive compute seconds, got {m}")
+        alone = Plan((Group((d,), (num_layers,), state.workload.batch),))
+        pred = predicted_compute(alone, state)[d]
+        out[d] = (float(state.speed_factor[d]) * pred / m, (c / m) if c is not None else None)
+    return out
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -505,10 +572,30 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         alone = role is not None and role.prev is None and role.next is None
         others.reset()
         own.start()
+        probes = probe_ranks(rplan, cfg, L, slot_end - step)
+        probed: dict[int, tuple[float, float]] = {}
+        done = 0
         while step < slot_end:
             if cfg.kill and cfg.kill == (me, step):
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.barrier()
+            if probes and 1 <= done <= len(probes):
+                # probes[done - 1] alone on the whole batch; the others' gradients are zeros, so the
+                # all-reduce gives everyone the full-batch gradient (the same step as any plan)
+                if rank == probes[done - 1]:
+                    s0, th0 = time.perf_counter(), time.thread_time()
+                    x, y = data.rows(step, 0, B)
+                    pipeline_step(StageRole(0, 0, 0, L, None, None, B, 0), {i: held[i].module for i in range(L)},
+                                  x.to(dev), y.to(dev), spec.loss, wl.micro_batch, B, shapes[0][0], shapes[0][1],
+                                  dev, None, repeat, step, spec.autocast)
+                    probed[devices[rank]] = (time.perf_counter() - s0, time.thread_time() - th0)
+                sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev, reduce)
+                done += 1
+                step += 1
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                    _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
+                continue
+            done += 1
             tp_clock.take()
             if elapsed:
                 others.start()  # the slot's first iteration, left out of the medians, is left out of u too
@@ -552,7 +639,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                                         {"pipeline": piped_s, "sync": sync_s, "step": step_s,
                                          "cpu_share": cpu, **({"tp_comm": tp_s} if role is not None and role.tp
                                                               else {})}, compute_cpu,
-                                        nodeload.report(others, own)))
+                                        nodeload.report(others, own), probed))
         if ctl:
             it = np.max(np.array([r[2] for r in report]), axis=0)
             moved = max(r[4] for r in report)
@@ -564,6 +651,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                         "compute_cpu": {r[0]: _cpu_median(r[7], cfg.accelerator) for r in report if r[1]},
                         "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]},
                         "node": {r[0]: r[8] for r in report},
+                        "probe": {d: v for r in report for d, v in r[9].items()},
                         "compute_s": {r[0]: [float(v) for v in r[3]] for r in report if r[1]},
                         "compute_cpu_s": {r[0]: [None if v is None else float(v) for v in r[7]]
                                           for r in report if r[1]}}
