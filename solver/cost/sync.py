@@ -120,16 +120,19 @@ def _pareto_rings(bw: np.ndarray, lat: np.ndarray, succ: np.ndarray) -> tuple[np
             b = min(b, bw[i, succ[p, i]])
             t = max(t, lat[i, succ[p, i]])
         ring_bw[p], ring_lat[p] = b, t
-    order = np.argsort(ring_lat, kind="mergesort")
-    order = order[np.argsort(-ring_bw[order], kind="mergesort")]
     keep = np.empty(P, dtype=np.int64)
     n, least = 0, np.inf
-    for p in order:
-        if ring_lat[p] < least:
-            keep[n] = p
-            n += 1
-            least = ring_lat[p]
-    return keep[:n], ring_bw, ring_lat
+    while True:             # the first row in that order with a latency below `least` (no sort:
+        pick = -1           # the front has a few rows, and numba compiles a sort for seconds)
+        for p in range(P):
+            if ring_lat[p] < least and (pick < 0 or ring_bw[p] > ring_bw[pick]
+                                        or (ring_bw[p] == ring_bw[pick] and ring_lat[p] < ring_lat[pick])):
+                pick = p
+        if pick < 0:
+            return keep[:n], ring_bw, ring_lat
+        keep[n] = pick
+        n += 1
+        least = ring_lat[pick]
 
 
 def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

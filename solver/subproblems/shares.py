@@ -170,6 +170,28 @@ def _np_sum(x: np.ndarray, n: int) -> float:
 
 
 @njit(cache=True)
+def _merge_sorted(x: np.ndarray, n: int) -> np.ndarray:
+    """x[:n] in increasing order (bottom-up merge sort: numba compiles np.sort for seconds)."""
+    a = x[:n].copy()
+    b = np.empty(n)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if i < mid and (j >= hi or a[i] <= a[j]):
+                    b[k] = a[i]
+                    i += 1
+                else:
+                    b[k] = a[j]
+                    j += 1
+        a, b = b, a
+        width *= 2
+    return a
+
+
+@njit(cache=True)
 def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: float, caps: np.ndarray,
                 capped: bool) -> tuple[np.ndarray, float, float, bool]:
     """water_fill on arrays: (b, z, sum of caps, feasible)."""
@@ -192,7 +214,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
         if np.isfinite(hi[g]):
             raw[n] = a[g] * hi[g] + c[g]
             n += 1
-    srt = np.sort(raw[:n])
+    srt = _merge_sorted(raw, n)
     pts = np.empty(n)
     P = 0
     for i in range(n):                      # np.unique
