@@ -343,3 +343,16 @@ def test_bench_budgets_slot_table_adds_up():
     assert ours >= off * (1 - 1e-9) and rule >= off * (1 - 1e-9) and ours >= rule * (1 - 1e-9)
     for b in inst.budgets:
         assert np.mean([r[f"ours_{b.name}_use"] for r in rows]) <= 1.0 + 0.01 + 1e-9
+
+
+def test_bench_budgets_row_at_the_limits_is_no_kinder_than_at_equal_use():
+    """bench_budgets' MILP columns on a small random instance: ours keeps every budget within
+    1%, so the offline MILP at the limits + 1% is at least as fast as at ours' own use, and the
+    ratio at the limits is at least the ratio at equal use, itself at least 1."""
+    from benchmarks.bench_budgets import bench_instance
+    inst = calibrate_budgets(random_instance(7, n=3, L=4, slots=3), 0.4)
+    row = bench_instance(inst, milp=True, others=False)
+    assert row["offline_status"] == "optimal" and row["offline_at_limits_status"] == "optimal"
+    assert row["ours_worst_over_pct"] <= 1.0 + 1e-9
+    assert row["offline_at_limits_s"] <= row["offline_s"] * (1 + 1e-9)
+    assert row["online_over_offline_at_limits"] >= row["online_over_offline"] * (1 - 1e-9) >= 1 - 1e-9
