@@ -10,7 +10,8 @@ out as warm-up when there are several), the estimate is
     phi_d' = phi_d * P_d / M_d,
 the factor under which the cost model predicts exactly what was measured. A device keeps its
 latest estimate until it is measured again; a device never measured keeps the instance
-trace's factor.
+trace's factor here (the training controller prices it with its measured peers' drift:
+runtime.trainer.Controller.unmeasured).
 
 2. Transfers. The instance's latency and bandwidth (one figure per link, e.g. from a quiet
 ping-pong) price the pipeline boundaries and the gradient all-reduce; in a running job the
