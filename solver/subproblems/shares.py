@@ -191,7 +191,7 @@ def _merge_sorted(x: np.ndarray, n: int) -> np.ndarray:
     return a
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")      # a zero alpha divides as numpy does (inf), not raising
 def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: float, caps: np.ndarray,
                 capped: bool) -> tuple[np.ndarray, float, float, bool]:
     """water_fill on arrays: (b, z, sum of caps, feasible)."""
