@@ -97,7 +97,9 @@ class TrainConfig:
     devices compute on its node (runtime.speeds; 1 when not given); probe_alone: in a
     data-parallel slot (`probe_ranks`), one iteration per device runs that device alone on the
     whole batch (the others compute nothing and all-reduce zeros: the same full-batch step),
-    which measures its speed alone (context 1) in the job's own conditions."""
+    which measures its speed alone (context 1) in the job's own conditions (measured as a
+    predictor of the next slot on that device alone, it was no better than the node-rate
+    prior: docs/TRAIN.md, "Ours' first slot on p0 alone"; off by default)."""
 
     model: str
     steps: int
