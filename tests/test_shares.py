@@ -8,7 +8,8 @@ import pytest
 from hypothesis import assume, given, strategies as st
 
 from solver.model import NO_CAP
-from solver.subproblems.shares import ShareLP, greedy_shares, solve_shares, water_fill
+from solver.subproblems.shares import ShareLP, greedy_shares, solve_shares
+from solver.subproblems.water import water_fill
 
 REL = 1e-9
 
@@ -266,6 +267,6 @@ def test_water_fill_gives_the_numbers_of_its_numpy_form(seed, m, kind):
 
 @given(st.integers(0, 2**31 - 1), st.integers(0, 3000))
 def test_np_sum_adds_as_numpy(seed, n):
-    from solver.subproblems.shares import _np_sum
+    from solver.subproblems.water import _np_sum
     x = np.random.default_rng(seed).uniform(-1, 1, n) * 10.0 ** np.random.default_rng(seed + 1).integers(-6, 6, n)
     assert _np_sum(x, n) == float(x.sum())

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from ..cost.costs import cost_coeffs
-from ..subproblems.shares import solve_shares, water_fill
+from ..subproblems.shares import solve_shares
+from ..subproblems.water import water_fill
 
 RTOL = 1e-12
 """Relative margin below the optimum at which a structure's D counts as beating it."""

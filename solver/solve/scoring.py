@@ -29,7 +29,8 @@ from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
 from .bounds import slot_lower_bound
-from ..subproblems.shares import solve_shares, water_fill
+from ..subproblems.shares import solve_shares
+from ..subproblems.water import water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
 from .schedules import (allowed_variants, entry, entry_micro_batch, plain, relieve_by_schedule, relieve_each,
