@@ -270,3 +270,30 @@ def test_np_sum_adds_as_numpy(seed, n):
     from solver.subproblems.water import _np_sum
     x = np.random.default_rng(seed).uniform(-1, 1, n) * 10.0 ** np.random.default_rng(seed + 1).integers(-6, 6, n)
     assert _np_sum(x, n) == float(x.sum())
+
+
+@given(st.integers(0, 2**31 - 1))
+def test_min_cost_tables_follow_their_recurrence(seed):
+    """Each row of the mixed-size DP is its docstring's recurrence, evaluated plainly over every
+    window start (new[r + u j] = cost j + min over i = j-H .. j-1 of prev[r + u i] - cost i):
+    the same floats, for ten random problems per example."""
+    from solver.subproblems.shares import _min_cost_tables
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        m = int(rng.integers(1, 5))
+        us = rng.choice([1, 2, 4], m)
+        B = int(np.lcm.reduce(us)) * int(rng.integers(1, 12))
+        H = rng.integers(1, B // int(us.min()) + 2, m)
+        cost = rng.choice([0.0, 0.01, 1.0], m) * rng.uniform(0.5, 2.0, m)
+        got = _min_cost_tables(H, us, cost, B)
+        prev = np.full(B + 1, np.inf)
+        prev[0] = 0.0
+        for g in range(m):
+            u, h, k = int(us[g]), int(H[g]), float(cost[g])
+            new = np.full(B + 1, np.inf)
+            for s in range(B + 1):
+                r, j = s % u, s // u
+                vals = [prev[r + u * i] - k * float(i) for i in range(max(j - h, 0), j)]
+                new[s] = (min(vals) if vals else np.inf) + k * float(j)
+            assert np.array_equal(got[g], new)
+            prev = new
