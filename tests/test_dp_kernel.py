@@ -160,3 +160,46 @@ def test_cuts_follow_the_smallest_start_on_ties(seed) -> None:
         rval, rcuts = _reference(S, lam, me, CS, lims, strict, minsum)
         assert val == rval
         assert list(cuts) == list(rcuts)
+
+
+@given(st.integers(0, 2**31))
+def test_cut_dp_within_a_known_value_gives_the_same_cuts(seed) -> None:
+    """cut_dp_within(T) with T the value of any valid cut set (here: of random valid cut sets,
+    and of the optimum itself) visits fewer ends but returns cut_dp's value and cut set, ties
+    included (integer costs, 0-2 side constraints; 25 problems per example)."""
+    from solver.subproblems.dp_kernel import _value_of, cut_dp_within
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        k = int(rng.integers(3, 7))
+        L = int(rng.integers(k, 16))
+        S = np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)], axis=1).astype(float)
+        lam = np.full((k - 1, L + 1), INF)
+        lam[:, 1:L] = rng.integers(0, 4, size=(k - 1, L - 1))
+        pp = np.concatenate([[0.0], np.cumsum(rng.integers(0, 3, size=L))]).astype(float)
+        me = maxend_prefix(pp, np.zeros(L + 1), 1.0, np.ones(k), np.full(k, float(rng.integers(2, 2 * L + 2)) / k))
+        side = int(rng.integers(0, 3))
+        rows = [S[::-1].copy(), np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)],
+                                               axis=1)]
+        CS = np.stack(rows[:side]).astype(float) if side else np.zeros((0, k, L + 1))
+        lims = np.array([float(rng.integers(2, 3 * L)) for _ in range(side)])
+        strict = np.array([bool(rng.integers(0, 2)) for _ in range(side)], dtype=np.bool_)
+        CB = np.zeros((side, k - 1, L + 1))
+        val, cuts = cut_dp(S, lam, lam, me, CS, CB, lims, strict, False)
+        if val == INF:
+            continue
+        known = [np.asarray(cuts)]
+        for _ in range(3):      # random valid cut sets: their values bound the optimum too
+            inner = np.sort(rng.choice(np.arange(1, L), size=k - 1, replace=False))
+            c = np.array([*inner, L], dtype=np.int64)
+            starts = [0, *c[:-1]]
+            ok = all(b <= me[j, a] for j, (a, b) in enumerate(zip(starts, c))) and all(
+                np.isfinite(lam[j, x]) for j, x in enumerate(c[:-1])) and all(
+                (CS[m, j, b] - CS[m, j, a] < lims[m]) if strict[m] else (CS[m, j, b] - CS[m, j, a] <= lims[m])
+                for m in range(side) for j, (a, b) in enumerate(zip(starts, c)))
+            if ok:
+                known.append(c)
+        for c in known:
+            T = _value_of(S, lam, c)
+            assert T >= val
+            wval, wcuts = cut_dp_within(S, lam, lam, me, CS, CB, lims, strict, T)
+            assert wval == val and list(wcuts) == list(cuts)

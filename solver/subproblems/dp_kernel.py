@@ -88,8 +88,8 @@ def _suffix_rows(j: int, w: int, S: np.ndarray, maxend: np.ndarray, CS: np.ndarr
 
 
 @njit(cache=True)
-def _window_stage(j: int, w: int, S: np.ndarray, prev: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
-                  lims: np.ndarray, strict: np.ndarray, D: np.ndarray, arg: np.ndarray,
+def _window_stage(j: int, c0: int, c1: int, a0: int, S: np.ndarray, prev: np.ndarray, maxend: np.ndarray,
+                  CS: np.ndarray, lims: np.ndarray, strict: np.ndarray, D: np.ndarray, arg: np.ndarray,
                   queue: np.ndarray) -> None:
     """D[j, c], arg[j, c] for every end c of a middle stage j of the min-max recurrence with
     non-decreasing S, when the starts that fit form a window [lo(c), hi(c)] whose ends only
@@ -99,10 +99,11 @@ def _window_stage(j: int, w: int, S: np.ndarray, prev: np.ndarray, maxend: np.nd
     and over them f first falls and then rises, so the least f is found by bisection. The
     smallest start attaining it (the scan's tie rule) is then the first a >= the least start
     whose stage term is within it with prev[a] within it. Same values and cuts as the scan:
-    amortised O(log L) per end instead of O(stage length)."""
+    amortised O(log L) per end instead of O(stage length). Ends c0..c1; every start below a0
+    has prev inf (and c0 - 1 <= a0), so the window starts there."""
     head, tail = 0, 0                        # queue[head:tail]
-    lo = j
-    for c in range(j + 1, j + w + 1):
+    lo = a0
+    for c in range(c0, c1 + 1):
         a_new = c - 1                        # the start that joins the window
         if prev[a_new] < INF:
             while tail > head and prev[queue[tail - 1]] > prev[a_new]:
@@ -151,6 +152,50 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
     maxend (k, L+1) int64; CS (m, k, L+1), CB (m, k-1, L+1), lims (m,), strict (m,) bool.
     Returns (value, cuts (k,) int64); value inf and cuts all -1 when no cut set is valid."""
     k, L1 = S.shape
+    lo_end = np.empty(max(k, 1), dtype=np.int64)
+    hi_end = np.empty(max(k, 1), dtype=np.int64)
+    for j in range(k):
+        lo_end[j], hi_end[j] = j + 1, j + L1 - k
+    if k > 0:
+        lo_end[k - 1] = hi_end[k - 1] = L1 - 1
+    return _ranged_dp(S, lam, B, maxend, CS, CB, lims, strict, minsum, lo_end, hi_end)
+
+
+@njit(cache=True)
+def cut_dp_within(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
+                  CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, T: float) -> tuple[float, np.ndarray]:
+    """The min-max cut_dp (S non-decreasing) when some cut set is known to reach value T or
+    less: only the ends that a cut set of value <= T can use are visited (`_end_ranges`: a
+    relaxation, so every such cut set lies inside). Its value is then <= T, and value and cuts
+    are cut_dp's: each start that attains the minimum on cut_dp's path lies on a cut set of
+    value <= T, so it is inside and keeps its value, and a start left out can only be worse.
+    Falls back to cut_dp when the ranges leave nothing (T below every cut set: a wrong T)."""
+    k, L1 = S.shape
+    if k < 3 or not T < INF or not _nondecreasing(S):
+        return cut_dp(S, lam, B, maxend, CS, CB, lims, strict, False)
+    me_ok = np.ones(k, dtype=np.bool_)      # memory monotone in the start: the relaxation may use it
+    for j in range(k):
+        for a in range(1, L1 - 1):
+            if maxend[j, a] < maxend[j, a - 1]:
+                me_ok[j] = False
+                break
+    CSr = CS if _nondecreasing_rows(CS) else np.empty((0, k, L1))   # side constraints it may use
+    lo_end = np.empty(k, dtype=np.int64)
+    hi_end = np.empty(k, dtype=np.int64)
+    if _end_ranges(S, lam, B, maxend, me_ok, CSr, CB, lims, strict, T, True, lo_end, hi_end):
+        val, cuts = _ranged_dp(S, lam, B, maxend, CS, CB, lims, strict, False, lo_end, hi_end)
+        if val <= T:
+            return val, cuts
+    return cut_dp(S, lam, B, maxend, CS, CB, lims, strict, False)
+
+
+@njit(cache=True)
+def _ranged_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS: np.ndarray,
+               CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, minsum: bool, lo_end: np.ndarray,
+               hi_end: np.ndarray) -> tuple[float, np.ndarray]:
+    """The recurrence with stage j's end restricted to lo_end[j]..hi_end[j] (every end:
+    j+1..L-k+1+j, and L for the last stage)."""
+    k, L1 = S.shape
     L = L1 - 1
     cuts = np.full(k, -1, dtype=np.int64)
     if k == 0 or k > L:
@@ -164,27 +209,30 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
     prune = not minsum and _nondecreasing(S)
     D = np.full((k, L1), INF)
     arg = np.full((k, L1), -1, dtype=np.int64)
-    for c in range(1, w + 1):                     # stage 0 ends at c
+    for c in range(max(1, lo_end[0]), min(w, hi_end[0]) + 1):          # stage 0 ends at c
         if c <= maxend[0, 0] and _stage_ok(0, 0, c, CS, lims, strict):
             D[0, c] = S[0, c] - S[0, 0]
     prev = np.full(L1, INF)
     queue = np.empty(L1, dtype=np.int64)
     for j in range(1, k):
-        for a in range(j, j + w):                 # stage j starts at a = end of stage j-1
+        a_lo, a_hi = max(j, lo_end[j - 1]), min(j + w - 1, hi_end[j - 1])    # stage j starts at a
+        prev[:] = INF
+        for a in range(a_lo, a_hi + 1):
             p = INF
             if D[j - 1, a] < INF and np.isfinite(lam[j - 1, a]) and _bound_ok(j - 1, a, CB, lims, strict):
                 p = _combine(D[j - 1, a], B[j - 1, a], minsum)
             prev[a] = p
         c_lo, c_hi = (L, L) if j == k - 1 else (j + 1, j + w)
+        c_lo, c_hi = max(c_lo, lo_end[j]), min(c_hi, hi_end[j])
         window = _suffix_rows(j, w, S, maxend, CS)
         if prune and j < k - 1 and window:
-            _window_stage(j, w, S, prev, maxend, CS, lims, strict, D, arg, queue)
+            _window_stage(j, a_lo + 1, c_hi, a_lo, S, prev, maxend, CS, lims, strict, D, arg, queue)
             continue
         lo = j
         for c in range(c_lo, c_hi + 1):
             best, besta = INF, -1
             if prune:       # starts from c-1 down: the stage only grows, stop once it exceeds best
-                for a in range(min(c, j + w) - 1, j - 1, -1):
+                for a in range(min(c - 1, a_hi), a_lo - 1, -1):
                     sv = S[j, c] - S[j, a]
                     if sv > best:
                         break
@@ -223,6 +271,110 @@ def cut_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, CS
         if j > 0:
             c = arg[j, c]
     return val, cuts
+
+
+@njit(cache=True)
+def _nondecreasing_rows(CS: np.ndarray) -> bool:
+    for m in range(CS.shape[0]):
+        for j in range(CS.shape[1]):
+            for c in range(1, CS.shape[2]):
+                if not CS[m, j, c] >= CS[m, j, c - 1]:
+                    return False
+    return True
+
+
+@njit(cache=True)
+def _last_end(j: int, a: int, top: int, S: np.ndarray, maxend: np.ndarray, me_ok: bool, CS: np.ndarray,
+              lims: np.ndarray, strict: np.ndarray, T: float) -> int:
+    """The largest c in a..top such that stage j on layers a..c-1 fits: within T, in memory
+    (when me_ok) and within the side constraints (a itself when none does). Each still
+    holds on fewer layers, so a binary search finds it. (The checks are written out here, not
+    called: a call with array arguments costs tens of ns in numba, the whole step a few.)"""
+    lo, hi = a, top
+    while lo < hi:
+        c = (lo + hi + 1) // 2
+        ok = not (S[j, c] - S[j, a] > T) and (not me_ok or c <= maxend[j, a])
+        for m in range(CS.shape[0] if ok else 0):
+            v = CS[m, j, c] - CS[m, j, a]
+            if not (v < lims[m] if strict[m] else v <= lims[m]):
+                ok = False
+                break
+        if ok:
+            lo = c
+        else:
+            hi = c - 1
+    return lo
+
+
+@njit(cache=True)
+def _first_start(j: int, c: int, bottom: int, S: np.ndarray, maxend: np.ndarray, me_ok: bool, CS: np.ndarray,
+                 lims: np.ndarray, strict: np.ndarray, T: float) -> int:
+    """The smallest a in bottom..c such that stage j on layers a..c-1 fits (as `_last_end`;
+    c itself when none does)."""
+    lo, hi = bottom, c
+    while lo < hi:
+        a = (lo + hi) // 2
+        ok = not (S[j, c] - S[j, a] > T) and (not me_ok or c <= maxend[j, a])
+        for m in range(CS.shape[0] if ok else 0):
+            v = CS[m, j, c] - CS[m, j, a]
+            if not (v < lims[m] if strict[m] else v <= lims[m]):
+                ok = False
+                break
+        if ok:
+            hi = a
+        else:
+            lo = a + 1
+    return lo
+
+
+@njit(cache=True)
+def _cut_passes(j: int, c: int, lam: np.ndarray, B: np.ndarray, CB: np.ndarray, lims: np.ndarray,
+                strict: np.ndarray, T: float) -> bool:
+    """Whether the boundary after stage j may sit at layer c in a cut set of value <= T."""
+    if not (np.isfinite(lam[j, c]) and B[j, c] <= T):
+        return False
+    for m in range(CB.shape[0]):
+        if not (CB[m, j, c] < lims[m] if strict[m] else CB[m, j, c] <= lims[m]):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _end_ranges(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, me_ok: np.ndarray,
+                CS: np.ndarray, CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, T: float,
+                cuts: bool, lo_end: np.ndarray, hi_end: np.ndarray) -> bool:
+    """Bounds on each stage's end over the cut sets whose stages all fit within T (`_last_end`)
+    and whose boundaries all pass `_cut_passes`: hi_end[j] the furthest end stages 0..j reach
+    (each stage to the last boundary it may take, from the left), lo_end[j] the earliest start
+    of stage j+1 from which stages j+1..k-1 still reach L (each from the first boundary it
+    may take, from the right); both by exchange, as a stage that fits still fits on fewer
+    layers. False when no such cut set exists (then none of value <= T does). With cuts
+    False, boundaries are ignored and only whether the stages reach L is found (hi_end;
+    lo_end is left unset). O(k log L) and the scans to a boundary that passes."""
+    k, L1 = S.shape
+    L = L1 - 1
+    a = 0
+    for j in range(k):
+        c = _last_end(j, a, max(a, L - (k - 1 - j)), S, maxend, me_ok[j], CS, lims, strict, T)
+        if cuts and j < k - 1:
+            while c > a and not _cut_passes(j, c, lam, B, CB, lims, strict, T):
+                c -= 1
+        hi_end[j] = a = c
+    if hi_end[k - 1] < L:
+        return False
+    if not cuts:
+        return True
+    c = L
+    lo_end[k - 1] = L
+    for j in range(k - 1, 0, -1):
+        a = _first_start(j, c, min(j, c), S, maxend, me_ok[j], CS, lims, strict, T)
+        while a < c and not _cut_passes(j - 1, a, lam, B, CB, lims, strict, T):
+            a += 1
+        lo_end[j - 1] = c = a
+    for j in range(k):
+        if lo_end[j] > hi_end[j]:
+            return False
+    return True
 
 
 @njit(cache=True)
@@ -282,13 +434,26 @@ def maxend_of(need: np.ndarray, needs: tuple[np.ndarray, ...] | None, mem: np.nd
 
 
 @njit(cache=True)
+def _value_of(S: np.ndarray, B: np.ndarray, cuts: np.ndarray) -> float:
+    """The min-max value of one cut set: its largest stage S[j, c_j] - S[j, c_{j-1}] and
+    boundary B[j, c_j] (the DP's own numbers for it)."""
+    k = cuts.shape[0]
+    v = S[0, cuts[0]] - S[0, 0]
+    for j in range(1, k):
+        v = max(v, B[j - 1, cuts[j - 1]], S[j, cuts[j]] - S[j, cuts[j - 1]])
+    return v
+
+
+@njit(cache=True)
 def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The (X, Y) Pareto walk of `subproblems.cuts` (min X + Y over cuts, X = max(F, lam),
     Y = max(G, lam)) in one compiled call, the same DPs in the same order as the Python loop
     it replaces: b_1 = min Y; a_i = min X s.t. Y <= b_i; b_{i+1} = min Y s.t. X < a_i; stop
     when b + min X can no longer beat the best a + b. Fp, Gp (k, L+1) prefix seconds per
-    sample; lam (k-1, L+1); maxend as in cut_dp. Returns (a (p,), b (p,), cuts (p, k))."""
+    sample; lam (k-1, L+1); maxend as in cut_dp. Returns (a (p,), b (p,), cuts (p, k)).
+    Where a cut set known so far bounds a DP's value (a_min's cuts for b_1, b_i's cuts for a_i),
+    that DP visits only the ends within the bound (cut_dp_within: the same value and cuts)."""
     k, L1 = Fp.shape
     kb = lam.shape[0]
     no_s = np.empty((0, k, L1))
@@ -303,26 +468,28 @@ def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.n
     Bv = np.empty(cap)
     C = np.empty((cap, k), dtype=np.int64)
     n = 0
-    a_min, _ = cut_dp(Fp, lam, lam, maxend, no_s, no_b, no_l, no_t, False)
+    a_min, a_cuts = cut_dp(Fp, lam, lam, maxend, no_s, no_b, no_l, no_t, False)
     if not a_min < INF:
         return A[:0], Bv[:0], C[:0]
-    b_min, _ = cut_dp(Gp, lam, lam, maxend, no_s, no_b, no_l, no_t, False)
+    b_min, b_min_cuts = cut_dp_within(Gp, lam, lam, maxend, no_s, no_b, no_l, no_t,
+                                      _value_of(Gp, lam, a_cuts))     # a_min's cuts reach that Y
     best = INF
     a_lim = INF
     strict = False
     lim = np.empty(1)
     while True:
         if a_lim == INF and not strict:
-            b = b_min
+            b, b_cuts = b_min, b_min_cuts
         else:
             lim[0] = a_lim
             one_t[0] = strict
-            b, _ = cut_dp(Gp, lam, lam, maxend, FS, FB, lim, one_t, False)
+            b, b_cuts = cut_dp(Gp, lam, lam, maxend, FS, FB, lim, one_t, False)
         if not np.isfinite(b) or b + a_min >= best:
             break
         lim[0] = b
         one_t[0] = False
-        a, cuts = cut_dp(Fp, lam, lam, maxend, GS, FB, lim, one_t, False)
+        a, cuts = cut_dp_within(Fp, lam, lam, maxend, GS, FB, lim, one_t,
+                                _value_of(Fp, lam, b_cuts))         # b's cuts hold Y <= b at that X
         if n == cap:
             cap *= 2
             A2, B2, C2 = np.empty(cap), np.empty(cap), np.empty((cap, k), dtype=np.int64)
