@@ -182,7 +182,7 @@ def cut_dp_within(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndar
     CSr = CS if _nondecreasing_rows(CS) else np.empty((0, k, L1))   # side constraints it may use
     lo_end = np.empty(k, dtype=np.int64)
     hi_end = np.empty(k, dtype=np.int64)
-    if _end_ranges(S, lam, B, maxend, me_ok, CSr, CB, lims, strict, T, True, lo_end, hi_end):
+    if _end_ranges(S, lam, B, maxend, me_ok, CSr, CB, lims, strict, T, lo_end, hi_end):
         val, cuts = _ranged_dp(S, lam, B, maxend, CS, CB, lims, strict, False, lo_end, hi_end)
         if val <= T:
             return val, cuts
@@ -342,28 +342,25 @@ def _cut_passes(j: int, c: int, lam: np.ndarray, B: np.ndarray, CB: np.ndarray, 
 @njit(cache=True)
 def _end_ranges(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray, me_ok: np.ndarray,
                 CS: np.ndarray, CB: np.ndarray, lims: np.ndarray, strict: np.ndarray, T: float,
-                cuts: bool, lo_end: np.ndarray, hi_end: np.ndarray) -> bool:
+                lo_end: np.ndarray, hi_end: np.ndarray) -> bool:
     """Bounds on each stage's end over the cut sets whose stages all fit within T (`_last_end`)
     and whose boundaries all pass `_cut_passes`: hi_end[j] the furthest end stages 0..j reach
     (each stage to the last boundary it may take, from the left), lo_end[j] the earliest start
     of stage j+1 from which stages j+1..k-1 still reach L (each from the first boundary it
     may take, from the right); both by exchange, as a stage that fits still fits on fewer
-    layers. False when no such cut set exists (then none of value <= T does). With cuts
-    False, boundaries are ignored and only whether the stages reach L is found (hi_end;
-    lo_end is left unset). O(k log L) and the scans to a boundary that passes."""
+    layers. False when no such cut set exists (then none of value <= T does). O(k log L) and
+    the scans to a boundary that passes."""
     k, L1 = S.shape
     L = L1 - 1
     a = 0
     for j in range(k):
         c = _last_end(j, a, max(a, L - (k - 1 - j)), S, maxend, me_ok[j], CS, lims, strict, T)
-        if cuts and j < k - 1:
+        if j < k - 1:
             while c > a and not _cut_passes(j, c, lam, B, CB, lims, strict, T):
                 c -= 1
         hi_end[j] = a = c
     if hi_end[k - 1] < L:
         return False
-    if not cuts:
-        return True
     c = L
     lo_end[k - 1] = L
     for j in range(k - 1, 0, -1):
