@@ -135,6 +135,25 @@ def _reference(S, B, me, CS, lims, strict, minsum):
     return D[k - 1, L], cuts[::-1]
 
 
+def _tie_problem(rng, k_min: int):
+    """A cut DP of k_min..6 stages over up to 15 layers with integer costs (ties are common),
+    a memory rule, and none, one or two side constraints on non-decreasing rows:
+    (S, lam, maxend, CS, CB, lims, strict)."""
+    k = int(rng.integers(k_min, 7))
+    L = int(rng.integers(k, 16))
+    side = int(rng.integers(0, 3))
+    S = np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)], axis=1).astype(float)
+    lam = np.full((k - 1, L + 1), INF)
+    lam[:, 1:L] = rng.integers(0, 4, size=(k - 1, L - 1))
+    pp = np.concatenate([[0.0], np.cumsum(rng.integers(0, 3, size=L))]).astype(float)
+    me = maxend_prefix(pp, np.zeros(L + 1), 1.0, np.ones(k), np.full(k, float(rng.integers(2, 2 * L + 2)) / k))
+    rows = [S, np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)], axis=1)]
+    CS = np.stack(rows[:side]).astype(float) if side else np.zeros((0, k, L + 1))
+    lims = np.array([float(rng.integers(2, 3 * L)) for _ in range(side)])
+    strict = np.array([bool(rng.integers(0, 2)) for _ in range(side)], dtype=np.bool_)
+    return S, lam, me, CS, np.zeros((side, k - 1, L + 1)), lims, strict
+
+
 @given(st.integers(0, 2**31))
 def test_cuts_follow_the_smallest_start_on_ties(seed) -> None:
     """Integer layer costs make ties common: the kernel (its windowed middle stages included)
@@ -143,19 +162,8 @@ def test_cuts_follow_the_smallest_start_on_ties(seed) -> None:
     example: ties in a middle stage are what this checks, and one problem rarely has them)."""
     rng = np.random.default_rng(seed)
     for _ in range(25):
-        k = int(rng.integers(2, 7))
-        minsum, side = bool(rng.integers(0, 2)), int(rng.integers(0, 3))
-        L = int(rng.integers(k, 16))
-        S = np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)], axis=1).astype(float)
-        lam = np.full((k - 1, L + 1), INF)
-        lam[:, 1:L] = rng.integers(0, 4, size=(k - 1, L - 1))
-        pp = np.concatenate([[0.0], np.cumsum(rng.integers(0, 3, size=L))]).astype(float)
-        me = maxend_prefix(pp, np.zeros(L + 1), 1.0, np.ones(k), np.full(k, float(rng.integers(2, 2 * L + 2)) / k))
-        rows = [S, np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)], axis=1)]
-        CS = np.stack(rows[:side]).astype(float) if side else np.zeros((0, k, L + 1))    # 0, 1 or 2 side constraints
-        lims = np.array([float(rng.integers(2, 3 * L)) for _ in range(side)])
-        strict = np.array([bool(rng.integers(0, 2)) for _ in range(side)], dtype=np.bool_)
-        CB = np.zeros((CS.shape[0], k - 1, L + 1))
+        minsum = bool(rng.integers(0, 2))
+        S, lam, me, CS, CB, lims, strict = _tie_problem(rng, 2)
         val, cuts = cut_dp(S, lam, lam, me, CS, CB, lims, strict, minsum)
         rval, rcuts = _reference(S, lam, me, CS, lims, strict, minsum)
         assert val == rval
@@ -170,20 +178,8 @@ def test_cut_dp_within_a_known_value_gives_the_same_cuts(seed) -> None:
     from solver.subproblems.dp_kernel import _value_of, cut_dp_within
     rng = np.random.default_rng(seed)
     for _ in range(25):
-        k = int(rng.integers(3, 7))
-        L = int(rng.integers(k, 16))
-        S = np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)], axis=1).astype(float)
-        lam = np.full((k - 1, L + 1), INF)
-        lam[:, 1:L] = rng.integers(0, 4, size=(k - 1, L - 1))
-        pp = np.concatenate([[0.0], np.cumsum(rng.integers(0, 3, size=L))]).astype(float)
-        me = maxend_prefix(pp, np.zeros(L + 1), 1.0, np.ones(k), np.full(k, float(rng.integers(2, 2 * L + 2)) / k))
-        side = int(rng.integers(0, 3))
-        rows = [S[::-1].copy(), np.concatenate([np.zeros((k, 1)), np.cumsum(rng.integers(0, 3, size=(k, L)), axis=1)],
-                                               axis=1)]
-        CS = np.stack(rows[:side]).astype(float) if side else np.zeros((0, k, L + 1))
-        lims = np.array([float(rng.integers(2, 3 * L)) for _ in range(side)])
-        strict = np.array([bool(rng.integers(0, 2)) for _ in range(side)], dtype=np.bool_)
-        CB = np.zeros((side, k - 1, L + 1))
+        S, lam, me, CS, CB, lims, strict = _tie_problem(rng, 3)
+        k, L, side = S.shape[0], S.shape[1] - 1, CS.shape[0]
         val, cuts = cut_dp(S, lam, lam, me, CS, CB, lims, strict, False)
         if val == INF:
             continue

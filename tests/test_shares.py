@@ -266,10 +266,11 @@ def test_water_fill_gives_the_numbers_of_its_numpy_form(seed, m, kind):
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(0, 3000))
-def test_np_sum_adds_as_numpy(seed, n):
-    from solver.subproblems.water import _np_sum
+def test_compiled_sum_adds_as_numpy(seed, n):
+    """cost.pipeline._npsum (the water fill's sums) is numpy's sum, float for float."""
+    from solver.cost.pipeline import _npsum
     x = np.random.default_rng(seed).uniform(-1, 1, n) * 10.0 ** np.random.default_rng(seed + 1).integers(-6, 6, n)
-    assert _np_sum(x, n) == float(x.sum())
+    assert _npsum(x) == float(x.sum())
 
 
 @given(st.integers(0, 2**31 - 1))

@@ -80,6 +80,12 @@ def _suffix_rows(j: int, w: int, S: np.ndarray, maxend: np.ndarray, CS: np.ndarr
     for a in range(j + 1, j + w):
         if maxend[j, a] < maxend[j, a - 1]:
             return False
+    return _side_rows_nondecreasing(CS, j)
+
+
+@njit(cache=True)
+def _side_rows_nondecreasing(CS: np.ndarray, j: int) -> bool:
+    """Whether every side constraint's row of stage j is non-decreasing."""
     for m in range(CS.shape[0]):
         for c in range(1, CS.shape[2]):
             if not CS[m, j, c] >= CS[m, j, c - 1]:
@@ -275,31 +281,31 @@ def _ranged_dp(S: np.ndarray, lam: np.ndarray, B: np.ndarray, maxend: np.ndarray
 
 @njit(cache=True)
 def _nondecreasing_rows(CS: np.ndarray) -> bool:
-    for m in range(CS.shape[0]):
-        for j in range(CS.shape[1]):
-            for c in range(1, CS.shape[2]):
-                if not CS[m, j, c] >= CS[m, j, c - 1]:
-                    return False
+    for j in range(CS.shape[1]):
+        if not _side_rows_nondecreasing(CS, j):
+            return False
     return True
+
+
+@njit(cache=True)
+def _fits_within(j: int, a: int, c: int, S: np.ndarray, maxend: np.ndarray, me_ok: bool, CS: np.ndarray,
+                 lims: np.ndarray, strict: np.ndarray, T: float) -> bool:
+    """Stage j on layers a..c-1 within T, in memory (when me_ok) and within the side
+    constraints: each still holds on fewer layers."""
+    if S[j, c] - S[j, a] > T or (me_ok and c > maxend[j, a]):
+        return False
+    return _stage_ok(j, a, c, CS, lims, strict)
 
 
 @njit(cache=True)
 def _last_end(j: int, a: int, top: int, S: np.ndarray, maxend: np.ndarray, me_ok: bool, CS: np.ndarray,
               lims: np.ndarray, strict: np.ndarray, T: float) -> int:
-    """The largest c in a..top such that stage j on layers a..c-1 fits: within T, in memory
-    (when me_ok) and within the side constraints (a itself when none does). Each still
-    holds on fewer layers, so a binary search finds it. (The checks are written out here, not
-    called: a call with array arguments costs tens of ns in numba, the whole step a few.)"""
+    """The largest c in a..top such that stage j on layers a..c-1 `_fits_within` (a itself when
+    none does), by binary search."""
     lo, hi = a, top
     while lo < hi:
         c = (lo + hi + 1) // 2
-        ok = not (S[j, c] - S[j, a] > T) and (not me_ok or c <= maxend[j, a])
-        for m in range(CS.shape[0] if ok else 0):
-            v = CS[m, j, c] - CS[m, j, a]
-            if not (v < lims[m] if strict[m] else v <= lims[m]):
-                ok = False
-                break
-        if ok:
+        if _fits_within(j, a, c, S, maxend, me_ok, CS, lims, strict, T):
             lo = c
         else:
             hi = c - 1
@@ -309,18 +315,12 @@ def _last_end(j: int, a: int, top: int, S: np.ndarray, maxend: np.ndarray, me_ok
 @njit(cache=True)
 def _first_start(j: int, c: int, bottom: int, S: np.ndarray, maxend: np.ndarray, me_ok: bool, CS: np.ndarray,
                  lims: np.ndarray, strict: np.ndarray, T: float) -> int:
-    """The smallest a in bottom..c such that stage j on layers a..c-1 fits (as `_last_end`;
-    c itself when none does)."""
+    """The smallest a in bottom..c such that stage j on layers a..c-1 `_fits_within` (c itself
+    when none does), by binary search."""
     lo, hi = bottom, c
     while lo < hi:
         a = (lo + hi) // 2
-        ok = not (S[j, c] - S[j, a] > T) and (not me_ok or c <= maxend[j, a])
-        for m in range(CS.shape[0] if ok else 0):
-            v = CS[m, j, c] - CS[m, j, a]
-            if not (v < lims[m] if strict[m] else v <= lims[m]):
-                ok = False
-                break
-        if ok:
+        if _fits_within(j, a, c, S, maxend, me_ok, CS, lims, strict, T):
             hi = a
         else:
             lo = a + 1

@@ -2,8 +2,8 @@
 `subproblems.shares` without costs), in closed form and compiled.
 
 The compiled form does numpy's float operations in numpy's order, its sums included
-(`_np_sum`: numpy's pairwise summation), so it returns the same floats as the vectorised
-numpy form it replaced; the search's answers depend on exact ties between candidates.
+(`cost.pipeline._npsum`: numpy's pairwise summation), so it returns the same floats as the
+vectorised numpy form it replaced; the search's answers depend on exact ties between candidates.
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 from numba import njit
+
+from ..cost.pipeline import _npsum
 
 
 def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: float = 0.0,
@@ -24,7 +26,7 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
     z >= max_g alpha_g lo + beta_g; when that bound binds, the slack is shared in proportion
     to each group's room above lo. Raises ValueError when sum of caps < B or m * lo > B.
     Compiled (`_water_fill`): the float operations of numpy's vectorised form, its sums
-    included (`_np_sum`), so the same numbers.
+    included (`cost.pipeline._npsum`), so the same numbers.
     """
     a = np.ascontiguousarray(alpha, dtype=float)
     c = np.ascontiguousarray(beta, dtype=float)
@@ -41,71 +43,6 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
     if not ok:
         raise ValueError(f"water_fill: infeasible (sum lo={lo_sum}, sum cap={hi_sum}, B={B})")
     return b, z
-
-
-@njit(cache=True)
-def _block_sum(x: np.ndarray, start: int, n: int) -> float:
-    """x[start:start+n].sum() for n <= 128 as numpy adds: in order below 8 terms, else eight
-    running sums combined pairwise, then the rest in order."""
-    if n < 8:
-        res = 0.0
-        for i in range(start, start + n):
-            res += x[i]
-        return res
-    r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
-    r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
-    i = 8
-    while i < n - (n % 8):
-        j = start + i
-        r0 += x[j]
-        r1 += x[j + 1]
-        r2 += x[j + 2]
-        r3 += x[j + 3]
-        r4 += x[j + 4]
-        r5 += x[j + 5]
-        r6 += x[j + 6]
-        r7 += x[j + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += x[start + i]
-        i += 1
-    return res
-
-
-@njit(cache=True)
-def _np_sum(x: np.ndarray, n: int) -> float:
-    """x[:n].sum() as numpy adds (pairwise): blocks of up to 128 (`_block_sum`); above, the sum
-    of the two halves (the first a multiple of 8 long), walked with an explicit stack (numba
-    cannot cache a recursive function)."""
-    if n <= 128:
-        return _block_sum(x, 0, n)
-    S = np.empty(64, dtype=np.int64)        # a node: its start and length, the left half's sum,
-    N = np.empty(64, dtype=np.int64)        # and how far it is (0: not split, 1: left half
-    V = np.empty(64)                        # pending, 2: right half pending)
-    D = np.zeros(64, dtype=np.int64)
-    sp = 0
-    S[0], N[0] = 0, n
-    while True:
-        if N[sp] > 128 and D[sp] == 0:
-            h = N[sp] // 2
-            h -= h % 8
-            D[sp] = 1
-            sp += 1
-            S[sp], N[sp], D[sp] = S[sp - 1], h, 0
-            continue
-        val = _block_sum(x, S[sp], N[sp])      # a block (the node on top is never split yet)
-        sp -= 1
-        while sp >= 0 and D[sp] == 2:       # both halves done: the parent's sum
-            val = V[sp] + val
-            sp -= 1
-        if sp < 0:
-            return val
-        h = N[sp] // 2
-        h -= h % 8
-        V[sp], D[sp] = val, 2               # the left half's sum; now the right half
-        sp += 1
-        S[sp], N[sp], D[sp] = S[sp - 1] + h, N[sp - 1] - h, 0
 
 
 @njit(cache=True)
@@ -138,7 +75,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
     hi = np.empty(m)
     for g in range(m):
         hi[g] = min(caps[g], B) if capped else np.inf
-    hi_sum = _np_sum(hi, m)
+    hi_sum = _npsum(hi[:m])
     bad = lo_sum > B * (1 + 1e-12) or hi_sum < B * (1 - 1e-12)
     for g in range(m):
         bad = bad or hi[g] < lo[g]
@@ -165,7 +102,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
     for i in range(P):
         for g in range(m):
             row[g] = min(max((pts[i] - c[g]) / a[g], lo[g]), hi[g])
-        gp[i] = _np_sum(row, m)
+        gp[i] = _npsum(row[:m])
     target = B * (1 - 1e-15)
     k = 0
     while k < P and gp[k] < target:         # first breakpoint with g >= B
@@ -188,7 +125,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
                 if not np.isfinite(hi[g]):
                     inv[q] = 1.0 / a[g]
                     q += 1
-            z = pts[P - 1] + (B - gp[P - 1]) / _np_sum(inv, q)
+            z = pts[P - 1] + (B - gp[P - 1]) / _npsum(inv[:q])
     any_lo = False
     for g in range(m):
         any_lo = any_lo or lo[g] > 0
@@ -202,7 +139,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
     for g in range(m):
         b[g] = min(max((z - c[g]) / a[g], lo[g]), hi[g])
         room[g] = b[g] - lo[g]
-    r = _np_sum(room, m)
+    r = _npsum(room[:m])
     if r > 0:
         f = (B - lo_sum) / r
         for g in range(m):
