@@ -267,10 +267,10 @@ def test_water_fill_gives_the_numbers_of_its_numpy_form(seed, m, kind):
 
 @given(st.integers(0, 2**31 - 1), st.integers(0, 3000))
 def test_compiled_sum_adds_as_numpy(seed, n):
-    """cost.pipeline._npsum (the water fill's sums) is numpy's sum, float for float."""
-    from solver.cost.pipeline import _npsum
+    """cost.pipeline.npsum (the water fill's sums) is numpy's sum, float for float."""
+    from solver.cost.pipeline import npsum
     x = np.random.default_rng(seed).uniform(-1, 1, n) * 10.0 ** np.random.default_rng(seed + 1).integers(-6, 6, n)
-    assert _npsum(x) == float(x.sum())
+    assert npsum(x) == float(x.sum())
 
 
 @given(st.integers(0, 2**31 - 1))

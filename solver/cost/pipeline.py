@@ -145,7 +145,7 @@ def _plain_group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence
 
 
 def float_sum(x: Sequence[float]) -> float:
-    """numpy's float64 sum of a short sequence (the same float: pairwise, as _npsum), in plain Python."""
+    """numpy's float64 sum of a short sequence (the same float: pairwise, as npsum), in plain Python."""
     n = len(x)
     if n == 0:
         return 0.0
@@ -169,7 +169,7 @@ def float_sum(x: Sequence[float]) -> float:
 
 
 @njit(cache=True, error_model="numpy")
-def _npsum(a: np.ndarray) -> float:
+def npsum(a: np.ndarray) -> float:
     """numpy's float64 sum of a 1-D array (pairwise: 8 running sums per block of 128)."""
     n = a.shape[0]
     if n < 8:
@@ -197,7 +197,7 @@ def _npsum(a: np.ndarray) -> float:
         return res
     n2 = n // 2
     n2 -= n2 % 8
-    return _npsum(a[:n2]) + _npsum(a[n2:])
+    return npsum(a[:n2]) + npsum(a[n2:])
 
 
 @njit(cache=True, error_model="numpy")
@@ -255,7 +255,7 @@ def _coeffs_kernel(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, 
         alpha = F.max() + Gr.max() + 2.0 * lmax
     else:
         alpha = max(F.max(), lmax) + max(Gr.max(), lmax)
-    beta = u * (_npsum(F) + _npsum(Gr) + 2.0 * _npsum(lam)) - u * alpha
+    beta = u * (npsum(F) + npsum(Gr) + 2.0 * npsum(lam)) - u * alpha
     busy = np.empty(k)
     for j in range(k):
         busy[j] = extra_w[d[j]] * (F[j] + G[j] + F[j] if recompute else F[j] + G[j])

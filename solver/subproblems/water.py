@@ -2,7 +2,7 @@
 `subproblems.shares` without costs), in closed form and compiled.
 
 The compiled form does numpy's float operations in numpy's order, its sums included
-(`cost.pipeline._npsum`: numpy's pairwise summation), so it returns the same floats as the
+(`cost.pipeline.npsum`: numpy's pairwise summation), so it returns the same floats as the
 vectorised numpy form it replaced; the search's answers depend on exact ties between candidates.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import njit
 
-from ..cost.pipeline import _npsum
+from ..cost.pipeline import npsum
 
 
 def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: float = 0.0,
@@ -26,7 +26,7 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
     z >= max_g alpha_g lo + beta_g; when that bound binds, the slack is shared in proportion
     to each group's room above lo. Raises ValueError when sum of caps < B or m * lo > B.
     Compiled (`_water_fill`): the float operations of numpy's vectorised form, its sums
-    included (`cost.pipeline._npsum`), so the same numbers.
+    included (`cost.pipeline.npsum`), so the same numbers.
     """
     a = np.ascontiguousarray(alpha, dtype=float)
     c = np.ascontiguousarray(beta, dtype=float)
@@ -75,7 +75,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
     hi = np.empty(m)
     for g in range(m):
         hi[g] = min(caps[g], B) if capped else np.inf
-    hi_sum = _npsum(hi[:m])
+    hi_sum = npsum(hi[:m])
     bad = lo_sum > B * (1 + 1e-12) or hi_sum < B * (1 - 1e-12)
     for g in range(m):
         bad = bad or hi[g] < lo[g]
@@ -102,7 +102,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
     for i in range(P):
         for g in range(m):
             row[g] = min(max((pts[i] - c[g]) / a[g], lo[g]), hi[g])
-        gp[i] = _npsum(row[:m])
+        gp[i] = npsum(row[:m])
     target = B * (1 - 1e-15)
     k = 0
     while k < P and gp[k] < target:         # first breakpoint with g >= B
@@ -125,7 +125,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
                 if not np.isfinite(hi[g]):
                     inv[q] = 1.0 / a[g]
                     q += 1
-            z = pts[P - 1] + (B - gp[P - 1]) / _npsum(inv[:q])
+            z = pts[P - 1] + (B - gp[P - 1]) / npsum(inv[:q])
     any_lo = False
     for g in range(m):
         any_lo = any_lo or lo[g] > 0
@@ -139,7 +139,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
     for g in range(m):
         b[g] = min(max((z - c[g]) / a[g], lo[g]), hi[g])
         room[g] = b[g] - lo[g]
-    r = _npsum(room[:m])
+    r = npsum(room[:m])
     if r > 0:
         f = (B - lo_sum) / r
         for g in range(m):
