@@ -462,3 +462,29 @@ def test_profile_times_shards_in_a_live_tp_group(tmp_path: Path) -> None:
     def work() -> None:
         clock.seconds += 5.0     # as if a collective of 5 s ran inside the pass
     assert -5.0 < _time(work, 3, exclude=clock) < -4.9
+
+
+@pytest.mark.parametrize("exc, says", [
+    ("exited", "tp degree 2: rank 1 was killed by SIGABRT"),
+    ("raised", "tp degree 2: rank 0 raised RuntimeError: gloo connect timed out"),
+    ("status", "tp degree 2: rank 1 exited with status 3"),
+])
+def test_a_failed_tp_group_profile_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture, exc: str, says: str) -> None:
+    """A rank of `--tp-mode group` that dies or raises gives `dynpar: error: ...` naming the
+    degree, the rank and the cause, not torch's traceback; no layer table is written."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
+    made = {"exited": ProcessExitedException("process 1 terminated with signal SIGABRT", 1, 7, -6, "SIGABRT"),
+            "raised": ProcessRaisedException("\n-- Process 0 terminated with the following error:\nTraceback...\n"
+                                             "RuntimeError: gloo connect timed out\n", 0, 7),
+            "status": ProcessExitedException("process 1 terminated with exit code 3", 1, 7, 3)}[exc]
+
+    def fail(*a: object, **k: object) -> None:
+        raise made
+    monkeypatch.setattr(mp, "start_processes", fail)
+    out = tmp_path / "g.csv"
+    assert main(["profile", "solver.runtime.examples:attn64", "--kind", "cpu", "--repeats", "1",
+                 "--tp-degrees", "2", "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"dynpar: error: {says}" and not out.exists()
