@@ -229,7 +229,8 @@ def test_import_profile_out_and_force(tmp_path, monkeypatch, capsys):
     (["run", DEFAULT, "--V", "-1"], "--V"),
     (["run", DEFAULT, "--V", "nan"], "--V"),
     (["frobnicate"], "frobnicate"),
-    (["run", DEFAULT, "--slots", "1", "--out", "README.md"], "README.md"),
+    (["run", DEFAULT, "--slots", "1", "--out", "README.md"], "--out: cannot create folder README.md"),
+    (["compare", DEFAULT, "--slots", "1", "--out", "README.md"], "--out: cannot create folder README.md"),
 ])
 def test_errors_are_one_line_exit_2(args, needle):
     p = run_cli(*args)

@@ -65,15 +65,23 @@ def compile_note() -> None:
               "cached afterwards)", file=sys.stderr, flush=True)
 
 
+def _out_dir(folder: Path) -> Path:
+    """`folder`, created with its parents; UsageError naming --out when it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
+    return folder
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..model import plan_from_json
     from ..online import run_online
     if args.pricing == "history" and args.policy != "ours":
         raise UsageError(f"--pricing history: prices the budgets for policy ours, not {args.policy!r}")
     inst = _load(args.instance, args.slots)
-    out = Path(args.out) / inst.name / args.policy
+    out = _out_dir(Path(args.out) / inst.name / args.policy)
     v_text = "default rule" if args.V is None else f"{args.V:g}"
-    out.mkdir(parents=True, exist_ok=True)
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}), policy {args.policy}, V={v_text}, budget tolerance "
@@ -220,8 +228,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..online.compare import compare_policies
     policies = _policies(args.policies)
     inst = _load(args.instance, args.slots)
-    out = Path(args.out) / inst.name
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_dir(Path(args.out) / inst.name)
     table = compare_policies(inst, V=args.V, policies=policies, progress=lambda label: progress(label))
     shown = with_units(table, compare_columns(inst.budgets))
     print(table_text(shown))
