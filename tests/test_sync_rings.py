@@ -4,11 +4,16 @@ never slower than the group-order ring."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from solver.cost.sync import EXACT_RINGS_UP_TO, _ring_time, buckets, ring_candidates, sync_time
+from hypothesis import given
+from hypothesis import strategies as st
+
+from solver.cost.sync import (EXACT_RINGS_UP_TO, _ring_time, buckets, ring_candidates, sync_floor, sync_lower_bound,
+                              sync_time)
 from solver.io.synthetic import random_state
 
 
@@ -107,3 +112,41 @@ def test_pareto_rings_keep_exactly_the_front_in_order(seed):
                 want.append(p)
                 least = rlat[p]
         assert keep.tolist() == want
+
+
+@given(seed=st.integers(0, 10**6), m=st.integers(2, 5), L=st.integers(2, 30), lat=st.sampled_from([0.0, 1.0]))
+def test_sync_lower_bound_holds_for_any_cuts(seed, m, L, lat):
+    """The search's sync floor (cost.sync.sync_lower_bound, used to prune before any cut DP) is
+    below the exact sync of every structure over those groups, whatever the cuts."""
+    state = _state(seed, 2 * m + 2, L)
+    rng = np.random.default_rng(seed)
+    if lat:
+        state = replace(state, latency=state.latency * rng.uniform(0.5, 2.0, state.latency.shape))
+    idx = [int(x) for x in rng.permutation(list(state.available_indices))]
+    groups, pos = [], 0
+    for _ in range(m):
+        k = int(rng.integers(1, min(3, L) + 1))
+        groups.append(tuple(idx[pos:pos + k]))
+        pos += k
+    floor = sync_floor(state)
+    bound = sync_lower_bound(floor, groups)
+    for _ in range(4):
+        s = [(g, tuple(sorted(int(x) for x in rng.choice(np.arange(1, L), len(g) - 1, replace=False))) + (L,))
+             for g in groups]
+        assert bound <= sync_time(state, s) * (1 + 1e-12)
+
+
+def test_sync_lower_bound_is_exact_for_two_devices_on_their_best_link():
+    """Two one-device groups that are each other's fastest and lowest-latency peers: one bucket
+    of every parameter byte on that link, which is the floor itself."""
+    state = _state(9_300, 4, 6)
+    a, b = [int(x) for x in state.available_indices[:2]]
+    bw = state.bandwidth.copy()
+    bw[a, b] = bw[b, a] = 10 * bw[np.isfinite(bw)].max()
+    lat = state.latency.copy()
+    lat[a, b] = lat[b, a] = 0.5 * lat[lat > 0].min()
+    state = replace(state, bandwidth=bw, latency=lat)
+    L = state.workload.num_layers
+    s = [((a,), (L,)), ((b,), (L,))]
+    assert sync_lower_bound(sync_floor(state), [(a,), (b,)]) == pytest.approx(sync_time(state, s), rel=1e-12)
+    assert sync_lower_bound(sync_floor(state), [(a, b)]) == 0.0

@@ -338,3 +338,51 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
         for d, cost in zip(col, costs):
             per[d] = per.get(d, 0.0) + cost
     return max(per.values())
+
+
+def sync_floor(state: SlotState) -> tuple[list[float], list[float]] | None:
+    """Per device d, (P / bw_d, lat_d): P the model's parameter bytes, bw_d the largest and lat_d
+    the least nominal link from d to another available device (bytes/s, seconds); None on a
+    state with a network model or TP (their rings are not priced on the nominal links alone).
+
+    The bound it gives (`sync_lower_bound`): in a structure of m >= 2 groups, group g's
+    devices hold disjoint layer ranges of h_j bytes, sum_j h_j = P. Device j is a holder in
+    every bucket of its range, and each bucket's ring leaves j on one link, so its per-device
+    sum is >= c1 h_j / bw_j + c2 lat_j (c1 = 2(m-1)/m, c2 = 2(m-1); lat_j once where h_j > 0).
+    The largest of those over j is >= c1 P / sum_j bw_j (the mediant of the ratios h_j / bw_j)
+    plus c2 min_j lat_j; sync_time, the largest per-device sum, is >= that for every group."""
+    if state.network is not None or state.tp is not None:
+        return None
+    idx = list(state.available_indices)
+    P = float(state.param_prefix[-1] - state.param_prefix[0])
+    per_bytes = [0.0] * state.n
+    per_lat = [0.0] * state.n
+    if len(idx) < 2 or not P > 0:
+        return per_bytes, per_lat
+    bw = state.bandwidth[np.ix_(idx, idx)].astype(float)
+    lat = state.latency[np.ix_(idx, idx)].astype(float)
+    np.fill_diagonal(bw, -np.inf)
+    np.fill_diagonal(lat, np.inf)
+    for i, d in enumerate(idx):
+        b = float(bw[i].max())
+        per_bytes[d] = P / b if b > 0 else 0.0
+        per_lat[d] = max(float(lat[i].min()), 0.0)
+    return per_bytes, per_lat
+
+
+def sync_lower_bound(floor: tuple[list[float], list[float]] | None, groups: Sequence[Sequence[int]]) -> float:
+    """A lower bound (seconds) on sync_time of any cuts of these device groups (sync_floor's
+    rule; 0 for one group or floor None): the largest over groups of
+    c1 / sum_j (1 / (P / bw_j)) + c2 min_j lat_j."""
+    m = len(groups)
+    if m < 2 or floor is None:
+        return 0.0
+    per_bytes, per_lat = floor
+    c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
+    best = 0.0
+    for g in groups:
+        if any(per_bytes[d] <= 0.0 for d in g):
+            continue
+        v = c1 / sum(1.0 / per_bytes[d] for d in g) + c2 * min(per_lat[d] for d in g)
+        best = max(best, v)
+    return best

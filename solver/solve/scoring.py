@@ -23,6 +23,7 @@ from ..cost.costs import cost_coeffs
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import holder_mask, migration_time
 from ..cost.pipeline import GroupCoeffs, float_sum
+from ..cost.sync import sync_floor, sync_lower_bound
 from ..model.plan import Group, Plan
 from ..model.state import SlotState
 from ..status import Status
@@ -93,12 +94,14 @@ class Scorer:
         if len(idx):
             self._inv_fwd[idx] = 1.0 / np.maximum(state.fwd_prefix[idx, self.L], 1e-300)
             self._inv_bwd[idx] = 1.0 / np.maximum(state.bwd_prefix[idx, self.L], 1e-300)
+        self._sync_floor = sync_floor(state)
         self._w_dev = np.zeros(state.n)    # per device: price / idle-power weight in W
         for k, b in enumerate(state.budgets):
             if Q[k] > 0 and b.kind == "money":
                 self._w_dev += Q[k] * np.asarray(state.price, dtype=float)
             elif Q[k] > 0 and b.kind == "energy":
                 self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
+        self._w_list = self._w_dev.tolist()
         self._params, self._param_room = param_room(state)
         self.variants = allowed_variants(options.recompute)
         """The (schedule, recompute) variants this search may choose besides GPipe."""
@@ -240,11 +243,15 @@ class Scorer:
         """A lower bound on the objective of any cuts and shares of these device groups:
         W z with z >= B / sum_g 1 / alpha_lb(g) (compute alone; FLOP-based: work over the summed
         speed, measured times: per-layer fastest member over k) and W from device prices and
-        idle powers (busy energy and F are >= 0)."""
+        idle powers (busy energy and F are >= 0), plus W times a lower bound on the sync
+        (cost.sync.sync_lower_bound: each group's devices must all-reduce every parameter byte
+        over their fastest links)."""
         used = [d for g in groups for d in g]
         inv = max(self._throughput(groups, u) for u in self.micro_batches)
         W = self.V + float(self._w_dev[used].sum())
-        return W * self.B / inv if inv > 0 else 0.0
+        z = W * self.B / inv if inv > 0 else 0.0
+        ts = sync_lower_bound(self._sync_floor, groups)
+        return z + W * ts if ts > 0 else z
 
     def _throughput(self, groups: Sequence[Ordered], u: int) -> float:
         """sum over groups of 1 / alpha_lb (samples per second), every group at micro-batch u;
@@ -296,8 +303,14 @@ class Scorer:
         # z >= B / sum(1/alpha) and z >= max beta + u alpha: a bound before anything costly
         # (plain floats, the same values as numpy's)
         zlb = max(self.B / float_sum([1.0 / a for a in a_list]), max(b + u * a for a, b, u in zip(a_list, b_list, us)))
-        if prune and best is not None and self.V * zlb > best.objective:
-            return None
+        if prune and best is not None:
+            if self.V * zlb > best.objective:
+                return None
+            if m > 1:       # before the cost coefficients and the exact sync: their floors
+                ts_lb = sync_lower_bound(self._sync_floor, [e[0] for e in s])
+                w_lb = self.V + float_sum([self._w_list[d] for e in s for d in e[0]])
+                if ts_lb > 0 and w_lb * (zlb + ts_lb) > best.objective:
+                    return None
         alpha = np.array(a_list)
         beta = np.array(b_list)
         cc = cost_coeffs(self.state, gcs)
