@@ -61,3 +61,40 @@ def test_baselines_are_built_once_per_state_cache():
         assert sc.baselines[f.__name__] is first
     with pytest.raises(ValueError, match="belongs to slot"):
         baselines.gpipe(random_state(8_201, n=6, L=12), cache=sc)
+
+
+@pytest.mark.parametrize("seed,n,L,scale,budget", [(8_300, 8, 30, 1.0, None), (8_301, 8, 24, 30.0, None),
+                                                   (8_302, 12, 40, 10.0, 120), (8_303, 16, 20, 1.0, 60),
+                                                   (8_304, 10, 16, 30.0, 400)])
+def test_repeated_score_groups_give_the_search_of_full_calls(seed, n, L, scale, budget, monkeypatch):
+    """Scorer.score_groups answers a repeated call from its first (scoring.py docstring): with
+    every call made in full instead, the search scores the same structures, spends the same
+    work units (its message) and returns the same plan, also where a small work budget stops it."""
+    from solver import solve_slot
+    from solver.solve.options import SolveOptions
+    from solver.solve.scoring import Scorer
+
+    state = random_state(seed, n=n, L=L, scale=scale)
+    rng = np.random.default_rng(seed)
+    opt = SolveOptions(max_structures=budget)
+    queues = ((), tuple(rng.uniform(0, 5, len(state.budgets))))
+    runs = []
+    for full in (False, True):
+        hits = []
+        original = Scorer.score_groups
+
+        def score_groups(self, groups, source="", prune=True, _full=full, _orig=original):
+            groups = list(groups)
+            if _full:
+                self._groups_done.clear()
+            hits.append((tuple(groups), prune) in self._groups_done)
+            return _orig(self, groups, source, prune)
+
+        monkeypatch.setattr(Scorer, "score_groups", score_groups)
+        for q in queues:
+            r = solve_slot(state, q, options=opt)
+            runs.append((r.status, r.objective, r.plan, r.message))
+        monkeypatch.setattr(Scorer, "score_groups", original)
+        if not full:
+            assert any(hits), "no repeated call: the test would not test the repeat path"
+    assert runs[:2] == runs[2:]

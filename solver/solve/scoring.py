@@ -80,6 +80,8 @@ class Scorer:
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
+        self._groups_done: dict[tuple, tuple[Scored | None, int]] = {}   # score_groups' complete calls
+        self.pruned_charged = 0         # score calls charged a try and pruned (a repeat is charged again)
         self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
         self._nn: dict[frozenset, Ordered] = {}
         self._wanted: dict[Structure, np.ndarray] = {}
@@ -102,6 +104,10 @@ class Scorer:
             elif Q[k] > 0 and b.kind == "energy":
                 self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
         self._w_list = self._w_dev.tolist()
+        self._no_weights = not np.any(Q) and all(math.isfinite(x) for x in state.price) \
+            and all(math.isfinite(d.idle_power_w) for d in state.devices)
+        """Every queue weight is 0 and every price and idle power finite: the cost terms of
+        the objective are 0 for every plan, so score skips cost.costs.cost_coeffs."""
         self._params, self._param_room = param_room(state)
         self.variants = allowed_variants(options.recompute)
         """The (schedule, recompute) variants this search may choose besides GPipe."""
@@ -305,22 +311,30 @@ class Scorer:
         zlb = max(self.B / float_sum([1.0 / a for a in a_list]), max(b + u * a for a, b, u in zip(a_list, b_list, us)))
         if prune and best is not None:
             if self.V * zlb > best.objective:
+                self.pruned_charged += 1
                 return None
             if m > 1:       # before the cost coefficients and the exact sync: their floors
                 ts_lb = sync_lower_bound(self._sync_floor, [e[0] for e in s])
                 w_lb = self.V + float_sum([self._w_list[d] for e in s for d in e[0]])
                 if ts_lb > 0 and w_lb * (zlb + ts_lb) > best.objective:
+                    self.pruned_charged += 1
                     return None
         alpha = np.array(a_list)
         beta = np.array(b_list)
-        cc = cost_coeffs(self.state, gcs)
-        W = self.V + float(self.Q @ cc.R)
-        q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
+        if self._no_weights:    # every queue 0: the cost terms vanish (the same floats as below)
+            W, q, qF = self.V, np.zeros(m), 0.0
+        else:
+            cc = cost_coeffs(self.state, gcs)
+            W = self.V + float(self.Q @ cc.R)
+            q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
+            qF = float(self.Q @ cc.F)
         if prune and best is not None:
-            lb = W * zlb + float(np.min(q)) * self.B + float(self.Q @ cc.F)
+            lb = W * zlb + float(np.min(q)) * self.B + qF
             if lb > best.objective:
+                self.pruned_charged += 1
                 return None
-            if W * (zlb + self.sync(s)) + float(np.min(q)) * self.B + float(self.Q @ cc.F) > best.objective:
+            if W * (zlb + self.sync(s)) + float(np.min(q)) * self.B + qF > best.objective:
+                self.pruned_charged += 1
                 return None
         self._seen[key] = None
         if shares is None and m == 1:      # solve_shares' one-group case: the whole batch when it fits
@@ -345,7 +359,7 @@ class Scorer:
         mig = 0.0
         if self.prev is not None:
             mig = migration_time(self.prev, plan, self.state, self.prev_held)
-        obj = W * (z + ts + mig / max(self.opt.iterations_per_slot, 1)) + float(q @ b) + float(self.Q @ cc.F)
+        obj = W * (z + ts + mig / max(self.opt.iterations_per_slot, 1)) + float(q @ b) + qF
         sc = Scored(obj, z + ts, plan, s, mig, source)
         self._seen[key] = sc
         if self.opt.keep_candidates:
@@ -360,11 +374,31 @@ class Scorer:
         """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
         for a larger share and score again. Every group at the workload's u (other sizes:
-        solve.micro_batch, which searches each size on its own state, and micro_batch_entries)."""
+        solve.micro_batch, which searches each size on its own state, and micro_batch_entries).
+
+        A repeated call (the local search meets the same neighbours from one step to the next)
+        returns what the first returned, charging the tries it would charge again, without
+        re-walking the cuts and reliefs: every structure it scores is then known or still
+        pruned (the incumbent only improves), so the answer and the work count are those of a
+        full call. Only calls that ran without the budget or a deadline stopping them, and
+        repeats that cannot reach the budget, take that path."""
         groups = list(groups)
         if prune and self.best is not None and (self.exhausted()
                                                 or self.device_bound(groups) > self.best.objective):
             return None
+        key = (tuple(groups), prune)
+        done = self._groups_done.get(key)
+        if done is not None and self.deadline == math.inf and self.tries + done[1] < self.budget:
+            self.tries += done[1]
+            self.pruned_charged += done[1]
+            return done[0]
+        p0 = self.pruned_charged
+        sc = self._score_groups(groups, source, prune)
+        if self.deadline == math.inf and self.tries < self.budget:
+            self._groups_done[key] = (sc, self.pruned_charged - p0)
+        return sc
+
+    def _score_groups(self, groups: list[Ordered], source: str, prune: bool) -> Scored | None:
         s = []
         for d in groups:
             c = self.cuts(d)
