@@ -1,6 +1,7 @@
 """Baseline plans: valid whenever returned; expected shapes; infeasible states give None."""
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, strategies as st
 
 from solver import baselines
@@ -82,3 +83,23 @@ def test_dapple_takes_its_fastest_configuration(seed, n, L, scale):
         assert got is None
     else:
         assert got is not None and evaluate(got, state).batch_time == min(times)
+
+
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 8), q=st.sampled_from([(), (0.0, 3.0), (2.0, 0.0), (1.0, 1.0)]))
+def test_single_holder_cost_floor_is_below_its_evaluation(seed, n, q):
+    """cheapest skips a one-device plan whose floor cannot reach the best key: the floor
+    (weighted cost, batch time) is below the plan's own evaluation on every holder."""
+    from solver.baselines.reconstructions import _single_cost_floor, cost_weights
+    from solver.model import Group, Plan
+    from solver.subproblems.cache import SlotCache
+
+    state = random_state(seed, n=n, L=12)
+    w = cost_weights(state, q[:len(state.budgets)] if q else ())
+    floor = _single_cost_floor(state, w)
+    cache = SlotCache(state)
+    L, B = state.workload.num_layers, state.workload.batch
+    for d in baselines.holders(state, cache=cache):
+        ev = cache.evaluation(Plan((Group((d,), (L,), B),)))
+        c_lo, t_lo = floor[(d,)]
+        assert t_lo <= ev.batch_time * (1 + 1e-12)
+        assert c_lo <= float(np.dot(w, ev.costs)) * (1 + 1e-12) + 1e-300

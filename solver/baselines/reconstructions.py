@@ -346,8 +346,15 @@ def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Pla
     if plans is None:
         plans = [f(state, cache=sc) for f in ALL.values()]
     cands += [p for p in plans if p is not None]
+    floor = _single_cost_floor(state, w)
     best, key = None, None
     for p in cands:
+        if key is not None and len(p.groups) == 1 and p.groups[0].devices in floor:
+            # a single holder costs at least its floor (batch time >= B x its seconds per
+            # sample): one that cannot reach the best key is neither validated nor evaluated
+            c_lo, t_lo = floor[p.groups[0].devices]
+            if c_lo > key[0] + 1e-9 * abs(key[0]) or (not np.any(w) and t_lo > key[1] * (1 + 1e-9)):
+                continue
         if p.validate(state):
             continue
         ev = sc.evaluation(p)
@@ -355,6 +362,27 @@ def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Pla
         if key is None or k < key:
             best, key = p, k
     return best
+
+
+def _single_cost_floor(state: SlotState, w: np.ndarray) -> dict[tuple[int, ...], tuple[float, float]]:
+    """Per available device d (as a one-device group): lower bounds on (sum_k w_k c_k, batch
+    time) of the whole batch on d alone: the time is at least B x its forward + backward
+    seconds per sample, money at least its price times that time and energy its busy power
+    (idle power plus the busy extra over its compute, solve.bounds) times it (egress and
+    per-device budgets are >= 0, w >= 0)."""
+    B = state.workload.batch
+    extra = np.maximum(state.extra_power_w, 0.0)
+    out = {}
+    for d in state.available_indices:
+        t = B * per_sample_time(state, d)
+        rate = 0.0
+        for wk, b in zip(w, state.budgets):
+            if b.kind == "money":
+                rate += float(wk) * float(state.price[d])
+            elif b.kind == "energy":
+                rate += float(wk) * (float(state.devices[d].idle_power_w) + float(extra[d]))
+        out[(d,)] = (rate * t if rate > 0 else 0.0, t)
+    return out
 
 
 __all__ = ["ALL", "LABELS", "cheapest", "dapple", "even_dp", "even_split", "gpipe", "hetpipe", "holders",
