@@ -16,7 +16,8 @@ Ordered = tuple[int, ...]
 def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     """Pipeline order keeping fast links adjacent: start at the fastest device, then always
     the remaining device with the fastest link from the last one (ties: faster device)."""
-    rest = sorted(devices, key=lambda d: (-state.speed[d], d))
+    bw, speed = _lists(state)
+    rest = sorted(devices, key=lambda d: (-speed[d], d))
     if len(rest) <= 2:
         return tuple(rest)
     out = [rest.pop(0)]
@@ -30,11 +31,20 @@ def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
             left = np.delete(left, pick)
         return tuple(out)
     while rest:
-        last = out[-1]
-        nxt = max(rest, key=lambda d: (state.bandwidth[last, d], state.speed[d], -d))
+        row = bw[out[-1]]
+        nxt = max(rest, key=lambda d: (row[d], speed[d], -d))
         rest.remove(nxt)
         out.append(nxt)
     return tuple(out)
+
+
+def _lists(state: SlotState) -> tuple[list[list[float]], list[float]]:
+    """The state's bandwidth matrix and speeds as Python lists (the same floats; kept on the
+    state): nn_order compares them element by element, where numpy scalars cost the most."""
+    got = state.__dict__.get("_nn_lists")
+    if got is None:
+        got = state.__dict__["_nn_lists"] = (state.bandwidth.tolist(), np.asarray(state.speed, dtype=float).tolist())
+    return got
 
 
 def speed_order(state: SlotState, devices: Iterable[int]) -> Ordered:

@@ -252,9 +252,8 @@ class Scorer:
         idle powers (busy energy and F are >= 0), plus W times a lower bound on the sync
         (cost.sync.sync_lower_bound: each group's devices must all-reduce every parameter byte
         over their fastest links)."""
-        used = [d for g in groups for d in g]
         inv = max(self._throughput(groups, u) for u in self.micro_batches)
-        W = self.V + float(self._w_dev[used].sum())
+        W = self.V if self._no_weights else self.V + float_sum([self._w_list[d] for g in groups for d in g])
         z = W * self.B / inv if inv > 0 else 0.0
         ts = sync_lower_bound(self._sync_floor, groups)
         return z + W * ts if ts > 0 else z
