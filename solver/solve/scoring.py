@@ -58,6 +58,10 @@ class Scored:
     source: str
 
 
+_UNSEEN = object()
+"""Scorer.cuts' marker of a key not looked up yet (None is a result: no cut set fits)."""
+
+
 class Scorer:
     """Scores structures in one state for fixed queues and V. Group coefficients, cuts and
     evaluations come from `cache` (the caller's SlotCache of this state; a new one when None);
@@ -76,7 +80,7 @@ class Scorer:
         self.prev = previous_plan if options.replan else None
         self.prev_held = holder_mask(self.prev, state.base or state) if self.prev is not None else None
         self._cuts: dict[tuple, tuple | None] = {}
-        self._levels: dict[tuple, list[tuple[int, tuple | None]]] = {}  # (devices, mb, variant) -> (w, cuts)
+        self._levels: dict[tuple, list[tuple[int, tuple | None, int | None]]] = {}  # (devices, mb, variant) -> (w, cuts, cap)
         self._frontier: dict[tuple, list] = {}
         self._sync: dict[Structure, float] = {}
         self._seen: dict[tuple, Scored | None] = {}
@@ -109,6 +113,7 @@ class Scorer:
         """Every queue weight is 0 and every price and idle power finite: the cost terms of
         the objective are 0 for every plan, so score skips cost.costs.cost_coeffs."""
         self._params, self._param_room = param_room(state)
+        self._room_list = self._param_room.tolist()
         self.variants = allowed_variants(options.recompute)
         """The (schedule, recompute) variants this search may choose besides GPipe."""
         t = self.tuning = options.tuning
@@ -150,11 +155,15 @@ class Scorer:
         key = (devices, min_share) if micro_batch is None else (devices, min_share, int(micro_batch))
         if variant != ("gpipe", False):
             key += variant
-        if key not in self._cuts and float(self._param_room[list(devices)].sum()) < self._params:
-            self._cuts[key] = None          # the group cannot hold the model at one micro-batch
-        if key not in self._cuts:
-            self._cuts[key] = self._cuts_at_level(devices, min_share, micro_batch, variant)
-        return self._cuts[key]
+        got = self._cuts.get(key, _UNSEEN)
+        if got is not _UNSEEN:
+            return got
+        if float_sum([self._room_list[d] for d in devices]) < self._params:
+            got = None          # the group cannot hold the model at one micro-batch
+        else:
+            got = self._cuts_at_level(devices, min_share, micro_batch, variant)
+        self._cuts[key] = got
+        return got
 
     def _cuts_at_level(self, devices: Ordered, min_share: int | None, micro_batch: int | None,
                        variant: tuple[str, bool]) -> tuple[int, ...] | None:
@@ -168,13 +177,13 @@ class Scorer:
         u = self.u if micro_batch is None else int(micro_batch)
         w = u if min_share is None else int(min_share)
         levels = self._levels.setdefault((devices, micro_batch, variant), [])
-        for w0, c0 in levels:
-            if w0 <= w and (c0 is None or self.coeffs(devices, c0, *variant, micro_batch).cap >= w):
+        for w0, c0, cap0 in levels:
+            if w0 <= w and (c0 is None or cap0 >= w):
                 return c0
         self.tries += self.cut_work(len(devices))
         st, cache = self.at(micro_batch)
         c = min_bottleneck_cuts(st, devices, min_share, cache=cache, schedule=variant[0], recompute=variant[1])
-        levels.append((w, c))
+        levels.append((w, c, None if c is None else self.coeffs(devices, c, *variant, micro_batch).cap))
         return c
 
     def frontier(self, devices: Ordered, min_share: int | None = None,
