@@ -16,7 +16,7 @@ Ordered = tuple[int, ...]
 def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     """Pipeline order keeping fast links adjacent: start at the fastest device, then always
     the remaining device with the fastest link from the last one (ties: faster device)."""
-    bw, speed = _lists(state)
+    bw, speed, _ = _lists(state)
     rest = sorted(devices, key=lambda d: (-speed[d], d))
     if len(rest) <= 2:
         return tuple(rest)
@@ -38,24 +38,29 @@ def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     return tuple(out)
 
 
-def _lists(state: SlotState) -> tuple[list[list[float]], list[float]]:
-    """The state's bandwidth matrix and speeds as Python lists (the same floats; kept on the
-    state): nn_order compares them element by element, where numpy scalars cost the most."""
-    got = state.__dict__.get("_nn_lists")
+def _lists(state: SlotState) -> tuple[list[list[float]], list[float], list[float]]:
+    """The state's bandwidth matrix, speeds and memory keys (a device's bytes times its TP
+    degree) as Python lists (the same numbers; kept on the state): the orders compare them
+    element by element, where numpy scalars cost the most."""
+    got = state.__dict__.get("_order_lists")
     if got is None:
-        got = state.__dict__["_nn_lists"] = (state.bandwidth.tolist(), np.asarray(state.speed, dtype=float).tolist())
+        got = state.__dict__["_order_lists"] = (
+            state.bandwidth.tolist(), np.asarray(state.speed, dtype=float).tolist(),
+            [state.devices[d].memory_bytes * state.degree(d) for d in range(state.n)])
     return got
 
 
 def speed_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     """Fastest first."""
-    return tuple(sorted(devices, key=lambda d: (-state.speed[d], d)))
+    speed = _lists(state)[1]
+    return tuple(sorted(devices, key=lambda d: (-speed[d], d)))
 
 
 def memory_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     """Most memory first (the first stages stash the most activations in CNNs), ties by speed; a
     TP unit counts the memory of all its devices (each holds a shard)."""
-    return tuple(sorted(devices, key=lambda d: (-state.devices[d].memory_bytes * state.degree(d), -state.speed[d], d)))
+    _, speed, memory = _lists(state)
+    return tuple(sorted(devices, key=lambda d: (-memory[d], -speed[d], d)))
 
 
 RELOCATE_UP_TO = 8

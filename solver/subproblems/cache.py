@@ -354,9 +354,12 @@ class SlotCache:
         got = self._signatures.get(dev)
         if got is None:
             cls, net = self._device_class, self.state.network
-            links = tuple(self._link(a, b) for a, b in zip(dev[:-1], dev[1:]))
-            srv = None if net is None else [int(net.server[d]) for d in dev]
-            servers = None if srv is None else tuple(srv.index(x) for x in srv)
+            pairs, link = self._pair_class, self._link
+            links = tuple(pairs.get(ab) if ab in pairs else link(*ab) for ab in zip(dev[:-1], dev[1:]))
+            servers = None
+            if net is not None:             # per position, the first position on its server
+                first: dict[int, int] = {}
+                servers = tuple(first.setdefault(int(net.server[d]), i) for i, d in enumerate(dev))
             got = (tuple(cls[d] for d in dev), links, servers)
             if len(self._signatures) >= MAX_STAGE_TIMES:
                 self._signatures.pop(next(iter(self._signatures)))
