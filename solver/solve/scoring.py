@@ -262,10 +262,17 @@ class Scorer:
         (cost.sync.sync_lower_bound: each group's devices must all-reduce every parameter byte
         over their fastest links)."""
         inv = max(self._throughput(groups, u) for u in self.micro_batches)
-        W = self.V if self._no_weights else self.V + float_sum([self._w_list[d] for g in groups for d in g])
+        W = self.w_floor(groups)
         z = W * self.B / inv if inv > 0 else 0.0
         ts = sync_lower_bound(self._sync_floor, groups)
         return z + W * ts if ts > 0 else z
+
+    def w_floor(self, groups: Sequence[Ordered]) -> float:
+        """V plus the queue-weighted prices and idle powers of the groups' devices: W of any plan
+        on them is at least this (per second; device-energy budgets and egress only add)."""
+        if self._no_weights:
+            return self.V
+        return self.V + float_sum([self._w_list[d] for g in groups for d in g])
 
     def _throughput(self, groups: Sequence[Ordered], u: int) -> float:
         """sum over groups of 1 / alpha_lb (samples per second), every group at micro-batch u;
@@ -323,7 +330,7 @@ class Scorer:
                 return None
             if m > 1:       # before the cost coefficients and the exact sync: their floors
                 ts_lb = sync_lower_bound(self._sync_floor, [e[0] for e in s])
-                w_lb = self.V + float_sum([self._w_list[d] for e in s for d in e[0]])
+                w_lb = self.w_floor([e[0] for e in s])
                 if ts_lb > 0 and w_lb * (zlb + ts_lb) > best.objective:
                     self.pruned_charged += 1
                     return None
