@@ -125,8 +125,9 @@ class SlotState:
                         np.concatenate([[0.0], np.cumsum(wl.stash_bytes)]))
         return cache[t]
 
-    @property
+    @cached_property
     def available_indices(self) -> tuple[int, ...]:
+        """Indices of the available devices, ascending (kept: the state is frozen)."""
         return tuple(int(i) for i in np.flatnonzero(self.available))
 
     def device_index(self, name: str) -> int:

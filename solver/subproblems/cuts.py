@@ -12,7 +12,8 @@ over stages and boundaries. So the minimum of X + Y lies on the (X, Y) Pareto fr
 
     b_1 = min Y;  a_1 = min X s.t. Y <= b_1;  b_2 = min Y s.t. X < a_1;  a_2 = ...
 
-stopping when b_i + min X can no longer beat the best a_i + b_i. Each DP is
+stopping when b_i + min X can no longer beat the best a_i + b_i, or once a_i = min X (no cut
+set has X below it, so b_{i+1} does not exist). Each DP is
 O(k L^2): by default the compiled scalar recurrence of `dp_kernel.cut_dp` (no temporaries;
 its memory rule `maxend` is built from the same need matrix and comparisons as the numpy
 masks); a SlotCache made with dp_backend="numpy" selects the vectorised numpy recurrence

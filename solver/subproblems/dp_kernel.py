@@ -447,7 +447,8 @@ def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.n
     """The (X, Y) Pareto walk of `subproblems.cuts` (min X + Y over cuts, X = max(F, lam),
     Y = max(G, lam)) in one compiled call, the same DPs in the same order as the Python loop
     it replaces: b_1 = min Y; a_i = min X s.t. Y <= b_i; b_{i+1} = min Y s.t. X < a_i; stop
-    when b + min X can no longer beat the best a + b. Fp, Gp (k, L+1) prefix seconds per
+    when b + min X can no longer beat the best a + b, or once a_i = min X (no cut set has a
+    smaller X, so the next DP would find none). Fp, Gp (k, L+1) prefix seconds per
     sample; lam (k-1, L+1); maxend as in cut_dp. Returns (a (p,), b (p,), cuts (p, k)).
     Where a cut set known so far bounds a DP's value (a_min's cuts for b_1, b_i's cuts for a_i),
     that DP visits only the ends within the bound (cut_dp_within: the same value and cuts)."""
@@ -495,6 +496,8 @@ def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.n
         A[n], Bv[n], C[n] = a, b, cuts
         n += 1
         best = min(best, a + b)
+        if a <= a_min:      # no cut set has X < a_min: the next DP would find none
+            break
         a_lim = a
         strict = True
     return A[:n], Bv[:n], C[:n]
