@@ -189,21 +189,32 @@ def _choose_ring(state: SlotState, holders: tuple[int, ...], nbytes: float) -> t
     the group-order ring unless the best of the holders' Pareto front (`_front`) beats it by
     more than the _TIE share (the same choice as scanning ring_candidates in order)."""
     m = len(holders)
-    group = holders[1:] + holders[:1]
     if m <= 2:
-        return group
-    tp = state.tp
-    g_bw = min(float(state.bandwidth[a, b]) * (1.0 if tp is None else min(tp[a], tp[b]))
-               for a, b in zip(holders, group))
-    g_lat = max(float(state.latency[a, b]) for a, b in zip(holders, group))
+        return holders[1:] + holders[:1]
+    group, g_bw, g_lat, members = _group_ring(state, holders)
     g_cost = 2.0 * (m - 1) / m * nbytes / g_bw + 2.0 * (m - 1) * g_lat
-    members = tuple(sorted(holders))
     f_cost, f_next = _front_choice(state, members, nbytes)
     best = min(g_cost, f_cost)
     if g_cost <= best + _TIE * abs(best):
         return group
     succ_of = dict(zip(members, f_next))
     return tuple(succ_of[d] for d in holders)
+
+
+def _group_ring(state: SlotState, holders: tuple[int, ...]) -> tuple[tuple[int, ...], float, float, tuple[int, ...]]:
+    """(each holder's successor on the group-order ring, its slowest link bytes/s (times the TP
+    degrees' min), its largest latency seconds, the holders sorted): what `_choose_ring` needs
+    of a holders tuple whatever the bucket's size; cached per state."""
+    memo = state.__dict__.setdefault("_ring_group", {})
+    hit = memo.get(holders)
+    if hit is None:
+        group = holders[1:] + holders[:1]
+        tp = state.tp
+        g_bw = min(float(state.bandwidth[a, b]) * (1.0 if tp is None else min(tp[a], tp[b]))
+                   for a, b in zip(holders, group))
+        g_lat = max(float(state.latency[a, b]) for a, b in zip(holders, group))
+        hit = memo[holders] = (group, g_bw, g_lat, tuple(sorted(holders)))
+    return hit
 
 
 def _front_choice(state: SlotState, members: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
@@ -213,13 +224,24 @@ def _front_choice(state: SlotState, members: tuple[int, ...], nbytes: float) -> 
     key = (members, nbytes)
     hit = memo.get(key)
     if hit is None:
-        succ, ring_bw, ring_lat = _front(state, members)
+        ring_bw, ring_lat, nexts = _front_lists(state, members)
         m = len(members)
-        cost = [2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat
-                for bw, lat in zip(ring_bw.tolist(), ring_lat.tolist())]
+        cost = [2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat for bw, lat in zip(ring_bw, ring_lat)]
         best = min(cost)
         pick = next(i for i, c in enumerate(cost) if c <= best + _TIE * abs(best))
-        hit = memo[key] = (cost[pick], tuple(members[i] for i in succ[pick].tolist()))
+        hit = memo[key] = (cost[pick], nexts[pick])
+    return hit
+
+
+def _front_lists(state: SlotState, members: tuple[int, ...]) -> tuple[list[float], list[float], list[tuple[int, ...]]]:
+    """`_front` of the members as Python lists: each front ring's slowest link, largest latency
+    and each member's successor (device indices); cached per state."""
+    memo = state.__dict__.setdefault("_ring_front_lists", {})
+    hit = memo.get(members)
+    if hit is None:
+        succ, ring_bw, ring_lat = _front(state, members)
+        hit = memo[members] = (ring_bw.tolist(), ring_lat.tolist(),
+                               [tuple(members[i] for i in row) for row in succ.tolist()])
     return hit
 
 
@@ -319,7 +341,7 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
         return 0.0
     cols = [[int(d[bisect_right(c, a)]) for a, _ in spans] for d, c in structure]
     memo = state.__dict__.setdefault("_ring_choice", {})
-    bwm, latm = state.bandwidth, state.latency
+    bwm, latm = state.bandwidth_rows, state.latency_rows
     c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
     lam = state.allreduce_latency
     costs = []
@@ -328,10 +350,10 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
         succ = memo.get((holders, nb))
         if succ is None:
             succ = memo[(holders, nb)] = _choose_ring(state, holders, nb)
-        bw = min(float(bwm[h, x]) for h, x in zip(holders, succ))
+        bw = min(bwm[h][x] for h, x in zip(holders, succ))
         if not bw > 0:
             return None
-        cost = c1 * nb / bw + c2 * max(float(latm[h, x]) for h, x in zip(holders, succ))
+        cost = c1 * nb / bw + c2 * max(latm[h][x] for h, x in zip(holders, succ))
         costs.append(cost + lam if lam else cost)
     per: dict[int, float] = {}
     for col in cols:

@@ -147,6 +147,17 @@ class SlotState:
         return cache[u]
 
     @cached_property
+    def bandwidth_rows(self) -> list[list[float]]:
+        """bandwidth as Python lists (the same numbers): for code that reads it entry by entry,
+        where numpy scalars cost the most."""
+        return self.bandwidth.tolist()
+
+    @cached_property
+    def latency_rows(self) -> list[list[float]]:
+        """latency as Python lists (the same numbers), like bandwidth_rows."""
+        return self.latency.tolist()
+
+    @cached_property
     def memory_bytes(self) -> np.ndarray:
         """(n,) usable memory of each device, bytes."""
         return np.array([d.memory_bytes for d in self.devices], dtype=float)

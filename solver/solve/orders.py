@@ -45,7 +45,7 @@ def _lists(state: SlotState) -> tuple[list[list[float]], list[float], list[float
     got = state.__dict__.get("_order_lists")
     if got is None:
         got = state.__dict__["_order_lists"] = (
-            state.bandwidth.tolist(), np.asarray(state.speed, dtype=float).tolist(),
+            state.bandwidth_rows, np.asarray(state.speed, dtype=float).tolist(),
             [state.devices[d].memory_bytes * state.degree(d) for d in range(state.n)])
     return got
 

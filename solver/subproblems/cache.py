@@ -222,7 +222,7 @@ class SlotCache:
         if k == 0 or k > L:
             return None
         s = u if (min_share is None or k == 1) else max(int(min_share), u)
-        dev = tuple(int(x) for x in devices)
+        dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
         if (schedule, bool(recompute)) != ("gpipe", False) and k > 1 and st.tp is None:
             return self._variant_arrays(dev, s, schedule, bool(recompute))
         key = (dev, s)

@@ -262,7 +262,7 @@ def _kernel_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray, constrain
     val = float(val)
     if not val < INF:
         return INF, None
-    return val, (tuple(int(x) for x in cut) if cuts else None)
+    return val, (tuple(cut.tolist()) if cuts else None)
 
 
 def _minmax_dp(ga: GroupArrays, prefix: np.ndarray, bound: np.ndarray,
@@ -310,7 +310,7 @@ def _alpha_frontier_uncached(ga: GroupArrays) -> list[tuple[float, float, Cuts]]
     if ga.dp == "compiled":
         A, Bv, C = dp_kernel.alpha_frontier(np.ascontiguousarray(Fp, dtype=float), np.ascontiguousarray(Gp, dtype=float),
                                             np.ascontiguousarray(lam, dtype=float), _maxend(ga))
-        return [(float(a), float(b), tuple(int(x) for x in c) if a < INF else None) for a, b, c in zip(A, Bv, C)]
+        return [(a, b, tuple(c) if a < INF else None) for a, b, c in zip(A.tolist(), Bv.tolist(), C.tolist())]
     a_min, b_min = _min_xy_numpy(ga)
     if not a_min < INF:
         return []
