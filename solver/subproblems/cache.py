@@ -115,6 +115,7 @@ class SlotCache:
         self._signatures: dict[tuple[int, ...], tuple] = {}
         self._device_class: list[int] | None = None
         self._alike = False
+        self._server_of: list[int] | None = None      # each device's server index (a network), as ints
         self._link_class: dict[tuple, int] = {}
         self._pair_class: dict[tuple[int, int], int] = {}
         self._sync: dict[tuple, float] = {}
@@ -349,18 +350,23 @@ class SlotCache:
         if self._device_class is None:
             self._device_class = self._classes()
             self._alike = len(set(self._device_class)) < len(self._device_class)
+            net = self.state.network
+            self._server_of = None if net is None else [int(x) for x in net.server]
         if not self._alike:
             return dev                          # no two devices alike: every group is its own class
         got = self._signatures.get(dev)
         if got is None:
-            cls, net = self._device_class, self.state.network
-            pairs, link = self._pair_class, self._link
-            links = tuple(pairs.get(ab) if ab in pairs else link(*ab) for ab in zip(dev[:-1], dev[1:]))
+            cls, pairs = self._device_class, self._pair_class
+            links = []
+            for ab in zip(dev[:-1], dev[1:]):
+                c = pairs.get(ab)
+                links.append(self._link(*ab) if c is None else c)
             servers = None
-            if net is not None:             # per position, the first position on its server
+            if self._server_of is not None:     # per position, the first position on its server
                 first: dict[int, int] = {}
-                servers = tuple(first.setdefault(int(net.server[d]), i) for i, d in enumerate(dev))
-            got = (tuple(cls[d] for d in dev), links, servers)
+                server_of = self._server_of
+                servers = tuple([first.setdefault(server_of[d], i) for i, d in enumerate(dev)])
+            got = (tuple([cls[d] for d in dev]), tuple(links), servers)
             if len(self._signatures) >= MAX_STAGE_TIMES:
                 self._signatures.pop(next(iter(self._signatures)))
             self._signatures[dev] = got

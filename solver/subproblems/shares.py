@@ -423,18 +423,21 @@ def mixed_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
             lo_i = mid + 1
     z = z_all[lo_i:]
     cost_min = C(float(z[-1]))[0]
-    # continuous bound per z: room above one micro-batch each, cheapest q first, fractional
-    order = np.argsort(qq, kind="stable")
-    room = np.maximum(np.minimum((z[:, None] - c) / a, (capn * us).astype(float)) - us, 0.0)[:, order]
-    lb = W * z + (_fill(room, float(B - us.sum())) @ qq[order]) + float(qq @ us)
     best_z = float(z[0])
     cz, best_t = C(best_z)
     best_f = W * best_z + cz
     tol = 1e-12 * max(1.0, abs(best_f))
+    lb = None
     for i in range(1, len(z)):
         zi = float(z[i])
         if W * zi + cost_min >= best_f - tol:
             break
+        if lb is None:      # the continuous bound per z (built only when a later z may win: with
+            # q constant the first feasible z always does): room above one micro-batch each,
+            # cheapest q first, fractional
+            order = np.argsort(qq, kind="stable")
+            room = np.maximum(np.minimum((z[:, None] - c) / a, (capn * us).astype(float)) - us, 0.0)[:, order]
+            lb = W * z + (_fill(room, float(B - us.sum())) @ qq[order]) + float(qq @ us)
         if lb[i] >= best_f - tol:
             continue
         cz, t = C(zi)
