@@ -6,17 +6,20 @@
 Cases: random slots n = 8, L = 50; n = 16, L = 50; n = 64, L = 200; n = 8 with a 354-layer
 imported model (the PipeDream resnet50 profile of instances/pipedream_resnet50_layers.csv,
 177 layers, stacked twice); n = 1024, L = 50 (one slot). Half the slots have zero queues,
-half positive ones. Each case runs in two worker processes, one importing this tree's solver
-(or --new COMMIT's) and one importing --against COMMIT's (a `git worktree` of it in a
-temporary folder; default: the commit before the compiled cut DP), on the same seeded slots, one after the other, so both see the
-same machine load. Wall seconds per solve_slot call (after one untimed warm-up solve per
-worker: imports, HiGHS, numba's compiled kernels; --clock cpu: CPU seconds of the worker
-process instead, which a shared machine's other work inflates far less). Prints per case the medians, their ratio,
-how many answers (plan and objective to 12 digits) are identical and the least and largest
-new / old objective ratio over the slots (below 1: the new plan is better); writes
-OUTDIR/speed.csv (default benchmarks/results/). --rounds R runs the two workers R times in
-turn (old, new, old, new, ...) and keeps each slot's least time, so that a machine whose load
-changes during the run biases neither side.
+half positive ones. Each case runs in two serving worker processes, one importing this tree's
+solver (or --new COMMIT's) and one importing --against COMMIT's (a `git worktree` of it in a
+temporary folder; default: the commit before the compiled cut DP), on the same seeded slots;
+each slot is solved by one solver right after the other (which goes first alternates), each
+time on a cold copy of the slot (nothing kept from an earlier solve), so the two runs of a pair
+meet the same machine speed, which on this shared machine drifts by up to 1.4x over seconds.
+Wall seconds per solve_slot call (after an untimed warm-up per worker: imports, HiGHS, numba's
+compiled kernels; --clock cpu: CPU seconds of the worker process instead, which a shared
+machine's other work inflates far less). --rounds R makes R such passes over the slots. Prints
+per case the medians of each slot's least time, the speedup (the median over every pair of
+old / new seconds, with its quartiles: the figure to read), how many answers (plan and
+objective to 12 digits) are identical and the least and largest new / old objective ratio over
+the slots (below 1: the new plan is better); writes OUTDIR/speed.csv (default
+benchmarks/results/).
 """
 from __future__ import annotations
 
@@ -62,42 +65,89 @@ def _states(name: str, n: int, L: int, slots: int):
     return [inst.state(t) for t in range(slots)]
 
 
-def worker(spec: dict) -> dict:
-    """Solve each case's slots; returns {case: [(seconds, answer line), ...]}."""
+def _fresh(state):
+    """A copy of a state with nothing kept on it (its cached properties and memos are dropped, the
+    arrays shared): each timed solve starts cold, as on a new slot."""
+    return state.__class__(**{f: getattr(state, f) for f in state.__dataclass_fields__})
+
+
+def serve(spec: dict) -> None:
+    """Worker loop: build one case's slots, warm up (untimed: numba loads each kernel on its first
+    call, rings of three or more groups included), print "ready", then for each slot index read
+    on stdin solve a cold copy of that slot and print [seconds, answer line]."""
     from solver.io.synthetic import random_state
     from solver.solve import solve_slot
-    for n in (4, 8):        # warm-up, untimed: numba loads each kernel on its first call (rings of
-        solve_slot(random_state(0, n=n, L=8), (1.0, 0.5), 1.0)     # three or more groups included)
+    for n in (4, 8):
+        solve_slot(random_state(0, n=n, L=8), (1.0, 0.5), 1.0)
     clock = time.process_time if spec.get("clock") == "cpu" else time.perf_counter
-    out = {}
-    for name, n, L, slots in spec["cases"]:
-        rows = []
-        for r, state in enumerate(_states(name, n, L, slots)):
-            Q = (0.0,) * len(state.budgets) if r % 2 == 0 else tuple([2.0, 0.5, 1.0][:len(state.budgets)])
-            t0 = clock()
-            res = solve_slot(state, Q, 1.0)
-            dt = clock() - t0
-            plan = None if res.plan is None else [[list(g.devices), list(g.cuts), g.share] for g in res.plan.groups]
-            rows.append((dt, json.dumps([plan, f"{res.objective:.12g}"])))
-        out[name] = rows
-    return out
+    name, n, L, slots = spec["case"]
+    states = _states(name, n, L, slots)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        r = int(line)
+        state = _fresh(states[r])
+        Q = (0.0,) * len(state.budgets) if r % 2 == 0 else tuple([2.0, 0.5, 1.0][:len(state.budgets)])
+        t0 = clock()
+        res = solve_slot(state, Q, 1.0)
+        dt = clock() - t0
+        plan = None if res.plan is None else [[list(g.devices), list(g.cuts), g.share] for g in res.plan.groups]
+        print(json.dumps([dt, json.dumps([plan, f"{res.objective:.12g}"])]), flush=True)
 
 
-def _run_worker(tree: Path, cases: list, clock: str = "wall") -> dict:
-    env = dict(os.environ, BENCH_SPEED_TREE=str(tree))
-    p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker",
-                        json.dumps({"cases": cases, "clock": clock})],
-                       capture_output=True, text=True, env=env, cwd=tree)
-    if p.returncode != 0:
-        raise SystemExit(f"bench_speed worker in {tree} failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+class _Worker:
+    """One serving worker process on a solver tree (module doc)."""
+
+    def __init__(self, tree: Path, case: tuple, clock: str) -> None:
+        env = dict(os.environ, BENCH_SPEED_TREE=str(tree))
+        self.tree = tree
+        self.p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve",
+                                   json.dumps({"case": case, "clock": clock})],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env, cwd=tree)
+        self._read("ready")
+
+    def _read(self, what: str) -> str:
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.kill()
+            raise SystemExit(f"bench_speed worker in {self.tree} failed ({what}):\n{self.p.stderr.read()[-3000:]}")
+        return line.strip()
+
+    def solve(self, r: int) -> tuple[float, str]:
+        self.p.stdin.write(f"{r}\n")
+        self.p.stdin.flush()
+        sec, answer = json.loads(self._read(f"slot {r}"))
+        return float(sec), answer
+
+    def close(self) -> None:
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
 
 
-def _least(kept: list | None, rows: list) -> list:
-    """Per slot, the (seconds, answer) of the faster of two runs (the answers are the same)."""
-    if kept is None:
-        return rows
-    return [b if b[0] < a[0] else a for a, b in zip(kept, rows)]
+def paired(old_tree: Path, new_tree: Path, case: tuple, rounds: int, clock: str
+           ) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[float]]:
+    """Both solvers in their own serving process, each slot solved by one right after the other
+    (which goes first alternates), `rounds` passes over the slots: per slot the least seconds of
+    each with its answer, and every pair's old / new seconds (the two runs of a pair meet the
+    same machine speed, which drifts over seconds on a shared machine)."""
+    old_w, new_w = _Worker(old_tree, case, clock), _Worker(new_tree, case, clock)
+    slots = case[3]
+    least: dict[str, list] = {"old": [None] * slots, "new": [None] * slots}
+    ratios = []
+    try:
+        for k in range(max(1, rounds)):
+            for r in range(slots):
+                got = {}
+                for who, w in ((("old", old_w), ("new", new_w)) if (k + r) % 2 == 0 else
+                               (("new", new_w), ("old", old_w))):
+                    got[who] = w.solve(r)
+                    if least[who][r] is None or got[who][0] < least[who][r][0]:
+                        least[who][r] = got[who]
+                ratios.append(got["old"][0] / max(got["new"][0], 1e-12))
+    finally:
+        for w in (old_w, new_w):
+            w.close()
+    return least["old"], least["new"], ratios
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,14 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", default=None, help="commit of the new solver (default: this working tree)")
     ap.add_argument("--no-1024", action="store_true", help="leave out the n = 1024 case")
     ap.add_argument("--only", default=None, help="comma-separated case names to run (default: all)")
-    ap.add_argument("--rounds", type=int, default=1, help="run both solvers R times in turn, keep each slot's least time")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="passes over the slots, each slot solved by both solvers one right after the other; "
+                         "each slot's least time is kept, and every pair's ratio")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall seconds (default) or CPU seconds of the worker process (the solver is "
                          "single-threaded; on a loaded machine CPU time is the steadier figure)")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+    if args.serve:
+        serve(json.loads(args.serve))
         return 0
     cases = case_list(args.quick, not (args.quick or args.no_1024))
     if args.only:
@@ -136,10 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                            check=True, capture_output=True)
         try:
             for case in cases:
-                old, new = None, None
-                for _ in range(max(1, args.rounds)):
-                    old = _least(old, _run_worker(old_tree, [case], args.clock)[case[0]])
-                    new = _least(new, _run_worker(new_tree, [case], args.clock)[case[0]])
+                old, new, pairs = paired(old_tree, new_tree, case, args.rounds, args.clock)
                 same = sum(a[1] == b[1] for a, b in zip(old, new))
                 for who, res in (("old", old), ("new", new)):
                     for r, (sec, answer) in enumerate(res):
@@ -148,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                 mo, mn = float(np.median([x[0] for x in old])), float(np.median([x[0] for x in new]))
                 ratio = [float(json.loads(b[1])[1]) / float(json.loads(a[1])[1]) for a, b in zip(old, new)]
                 table.append(dict(case=case[0], slots=len(new), old_ms=1e3 * mo, new_ms=1e3 * mn,
-                                  speedup=mo / mn, target_ms=TARGET_MS[case[0]], same_answers=f"{same}/{len(new)}",
+                                  speedup=float(np.median(pairs)), speedup_q1=float(np.percentile(pairs, 25)),
+                                  speedup_q3=float(np.percentile(pairs, 75)),
+                                  target_ms=TARGET_MS[case[0]], same_answers=f"{same}/{len(new)}",
                                   objective_new_old_min=min(ratio), objective_new_old_max=max(ratio)))
                 print(f"{case[0]}: old {1e3 * mo:.1f} ms, new {1e3 * mn:.1f} ms", flush=True)
         finally:
@@ -156,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                                capture_output=True)
     print(f"median {args.clock} ms per solve_slot (least of {max(1, args.rounds)} rounds per slot); old = {args.against}, "
-          f"new = {args.new or 'this working tree'}")
+          f"new = {args.new or 'this working tree'}; speedup: the median over every pair of runs (one slot, old right "
+          f"after new or new right after old) of old / new seconds, with its quartiles")
     print(pd.DataFrame(table).round(2).to_string(index=False))
     out = Path(args.outdir or args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -140,8 +140,15 @@ def _plain_group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence
         state.memory_bytes, float(wl.opt_factor), float(wl.input_bytes), 1.0 + MEM_RTOL)
     if cap == -2:
         return None
-    return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), float(ab[0]), float(ab[1]),
+    return GroupCoeffs(_int_tuple(devices), _int_tuple(cuts), float(ab[0]), float(ab[1]),
                        NO_CAP if cap == -1 else int(cap), F, G, lam, busy, schedule, bool(recompute))
+
+
+def _int_tuple(x: Sequence[int]) -> tuple[int, ...]:
+    """x as a tuple of Python ints (x itself when it is one already)."""
+    if type(x) is tuple and all(type(v) is int for v in x):
+        return x
+    return tuple(int(v) for v in x)
 
 
 def float_sum(x: Sequence[float]) -> float:

@@ -73,6 +73,15 @@ def device_throughputs(state: SlotState, devices: Sequence[int], profile: int | 
     """theta_d (samples per second) of the module docstring for each of `devices`, with the
     reference profile ref the mean over `devices` (profile None) or the per-layer times of
     devices[profile] at each micro-batch size."""
+    key = (tuple(int(x) for x in devices), profile)
+    known = state.__dict__.setdefault("_device_throughputs", {})
+    if key not in known:
+        known[key] = _device_throughputs(state, key[0], profile)
+        known[key].flags.writeable = False
+    return known[key]
+
+
+def _device_throughputs(state: SlotState, devices: tuple[int, ...], profile: int | None) -> np.ndarray:
     d = np.asarray(devices, dtype=int)
     best = np.zeros(len(d))
     for u in state.workload.micro_batch_options():
@@ -280,11 +289,13 @@ def reference_profiles(state: SlotState, most: int = MAX_PROFILES) -> list[int |
         return [None]
     w = np.diff(state.fwd_prefix[idx] + state.bwd_prefix[idx], axis=1)
     tot = w.sum(axis=1, keepdims=True)
-    shape = np.round(np.where(tot > 0, w / np.where(tot > 0, tot, 1.0), 0.0), 9)
-    _, first = np.unique(shape, axis=0, return_index=True)
+    shape = np.round(np.where(tot > 0, w / np.where(tot > 0, tot, 1.0), 0.0), 9) + 0.0   # -0.0 as 0.0
+    first: dict[bytes, int] = {}
+    for i, row in enumerate(shape):
+        first.setdefault(row.tobytes(), i)
     if len(first) <= 1:
         return [None]
-    return [None] + sorted(int(i) for i in first)[:most]
+    return [None] + list(first.values())[:most]
 
 
 def slot_lower_bound(state: SlotState, Q: np.ndarray, V: float, single_plan_objective: float | None = None
