@@ -288,6 +288,26 @@ def test_search_reports_whether_its_budget_stopped_it(tmp_path):
     assert half.plan == whole.plan and half.objective == whole.objective
 
 
+def test_time_limit_is_one_deadline_for_the_whole_solve(tmp_path):
+    """SolveOptions.time_limit_s bounds the whole solve, TP descent and full searches together:
+    a limit already spent leaves the fixed candidates' plan (sound, no better than the full
+    search's) and says which configurations were not started; a limit never reached changes
+    nothing; the exact oracle refuses a limit it would ignore."""
+    eight = [(f"{srv}{i}", "V100", srv) for srv in "AB" for i in range(4)]
+    s = instance(tmp_path, eight, memory_gb=24).state(0)
+    full = solve_slot(s, V=1.0)
+    spent = solve_slot(s, V=1.0, options=SolveOptions(time_limit_s=0.0))
+    far = solve_slot(s, V=1.0, options=SolveOptions(time_limit_s=1e6))
+    assert spent.success and spent.plan.validate(s) == []
+    assert spent.objective >= full.objective * (1 - 1e-12)
+    assert "not started (time limit)" in spent.message and "stopped by the time limit" in spent.message
+    assert spent.candidates < full.candidates
+    assert far.plan == full.plan and far.objective == full.objective
+    assert "time limit" not in far.message
+    with pytest.raises(ValueError, match="time_limit_s: the exact oracle runs to completion"):
+        solve_slot(s, V=1.0, options=SolveOptions(exact=True, time_limit_s=1.0))
+
+
 def test_tp_degrees_checked(tmp_path):
     inst = instance(tmp_path, FOUR)
     with pytest.raises(ValueError, match="tp_degrees: expected a non-empty sequence of integers >= 1"):

@@ -82,8 +82,10 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     best objective found before it (then it is not searched; the message names it). The best
     screened size is searched again on the full budget when its screening objective is within
     SearchTuning.size_recheck of the best objective found (so a size that screens far behind
-    is not given the full budget). A time limit (options.time_limit_s) is split evenly between
-    the sizes."""
+    is not given the full budget). A time limit (options.time_limit_s) is one deadline for the
+    whole call: each screen gets an even share of it (at most the time left), the full search
+    and the polish the time left; a size whose turn comes after the deadline is not searched
+    (the message names it)."""
     t0 = time.perf_counter()
     sizes = micro_batch_sizes(state)
     u0 = state.workload.micro_batch
@@ -93,12 +95,19 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     score_incumbents(state, sc, Q, previous_plan, recut_previous=False)
     full = options.max_structures if options.max_structures is not None \
         else tune.work_budget(len(state.available_indices))
-    per_size = options if options.time_limit_s is None else \
-        replace(options, time_limit_s=options.time_limit_s / len(sizes))
-    screen_opt = per_size if tune.size_explore >= 1 else screening(per_size, tune.size_explore * full)
+    deadline = math.inf if options.time_limit_s is None else t0 + options.time_limit_s
+    share = math.inf if options.time_limit_s is None else options.time_limit_s / len(sizes)
+    screen_opt = options if tune.size_explore >= 1 else screening(options, tune.size_explore * full)
     found: dict[int, SlotResult] = dict(known or {})
     screens: dict[int, SlotResult] = {u: r for u, r in (screened or {}).items() if u not in found}
     skipped: list[int] = []
+    late: list[int] = []
+
+    def left(opt: SolveOptions, most: float = math.inf) -> SolveOptions:
+        """opt with the time limit min(most, the time left) (opt itself without a limit)."""
+        if deadline == math.inf:
+            return opt
+        return replace(opt, time_limit_s=max(0.0, min(most, deadline - time.perf_counter())))
 
     def search(u: int, opt: SolveOptions) -> SlotResult:
         prev = None
@@ -121,12 +130,15 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         if sc.best is not None and slot_lower_bound(single_size(state, u), Q, V) >= sc.best.objective:
             skipped.append(u)
             continue
-        screens[u] = search(u, screen_opt)
-    if screen_opt is not per_size and screens:
+        if deadline < time.perf_counter():
+            late.append(u)
+            continue
+        screens[u] = search(u, left(screen_opt, share))
+    if screen_opt is not options and screens and deadline >= time.perf_counter():
         u, res = min(screens.items(), key=lambda kv: (kv[1].objective, kv[1].batch_time))
         if res.plan is not None and res.objective <= (1 + tune.size_recheck) * sc.best.objective:
             del screens[u]
-            found[u] = search(u, per_size)
+            found[u] = search(u, left(options))
     if sc.best is None:
         why = "; ".join(f"u={u}: {r.message}" for u, r in {**found, **screens}.items())
         return SlotResult.infeasible(f"slot {state.t}: no plan at any micro-batch size ({why})",
@@ -134,20 +146,23 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     if options.local_search:
         sc.restart_budget(POLISH_SHARE * full)
         small = tune.small(len(state.available_indices), sc.L)
-        polish(state, sc, sc.best, math.inf, tune.all_orders_small if small else tune.all_orders_polish,
+        polish(state, sc, sc.best, deadline, tune.all_orders_small if small else tune.all_orders_polish,
                tune.polish_rounds)
     chosen = sorted({g.micro_batch or u0 for g in sc.best.plan.groups})
+    stopped = ", stopped by the time limit" if deadline < time.perf_counter() else ""
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
-                       f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped)}), "
-                       f"then each group at every size; best at u = {chosen}, {sc.best.source}", t0)
+                       f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped, late)}), "
+                       f"then each group at every size{stopped}; best at u = {chosen}, {sc.best.source}", t0)
 
 
 def _per_size(sizes: Sequence[int], found: Mapping[int, SlotResult], screens: Mapping[int, SlotResult],
-              skipped: Sequence[int]) -> str:
+              skipped: Sequence[int], late: Sequence[int] = ()) -> str:
     """'u=1: 65.44, u=2: 78.79 (screened), u=8: not searched (lower bound)' for the message."""
     def one(u: int) -> str:
         if u in skipped:
             return f"u={u}: not searched (lower bound above the best)"
+        if u in late:
+            return f"u={u}: not searched (time limit)"
         r = found.get(u) or screens[u]
         how = " (screened)" if u not in found else ""
         return f"u={u}: {r.objective:.6g}{how}" if r.plan is not None else f"u={u}: none"

@@ -176,7 +176,9 @@ class SolveOptions:
     time is amortised over; keep_candidates: return every scored plan; max_structures:
     deterministic work budget, the most structures the search tries after the fixed candidates
     (work units, see default_work_budget; None: default_work_budget(n, L)); time_limit_s: optional extra wall-clock limit (seconds,
-    opt-in: it makes results depend on machine load); the fixed candidates (baselines, cheapest,
+    opt-in: it makes results depend on machine load) on the whole solve, every TP configuration and
+    micro-batch size together (searches started after it has passed are left out, and the message says
+    so; not with exact); the fixed candidates (baselines, cheapest,
     previous plan) are always scored; tuning: the search's tuning numbers (SearchTuning);
     schedules: also try 1F1B and activation recomputation per group where a memory cap binds
     (solve.schedules; False: GPipe without recomputation only, except plans the baselines or

@@ -50,6 +50,9 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
     Q = check_queues(state, queues)
     V = check_V(V)
     if opt.exact:
+        if opt.time_limit_s is not None:
+            raise ValueError(f"time_limit_s: the exact oracle runs to completion; expected None with exact=True, "
+                             f"got {opt.time_limit_s!r}")
         return solve_exact(state, queues, V, previous_plan=previous_plan if opt.replan else None,
                            iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
                            cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees, recompute=opt.recompute)
@@ -70,8 +73,12 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
     never stopped the screen. Degree 1 everywhere, when its screen came within
     SearchTuning.tp_recheck of the winner's, is searched in full too at every size, as the
     degree-1 search would, so that TP does not lose to it. Other configurations
-    that lose at u are not searched at other sizes (the oracle, n <= 6, tries every one)."""
+    that lose at u are not searched at other sizes (the oracle, n <= 6, tries every one).
+    A time limit (opt.time_limit_s) is one deadline for all of it: each search gets the time
+    left, and once it has passed no further configuration or full search is started (the
+    message says how many were left out)."""
     n = len(state.available_indices)
+    deadline = _deadline(opt, t0)
     full = opt.max_structures if opt.max_structures is not None else opt.tuning.work_budget(n)
     trial_opt = opt if opt.tuning.tp_explore >= 1 else screening(opt, opt.tuning.tp_explore * full)
     sizes = micro_batch_sizes(state)
@@ -85,8 +92,8 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         def explore(ust: SlotState, uc: SlotCache) -> SlotResult:
             one = single_size(ust, u)
             how: dict = {}
-            res = _search(one, queues, Q, V, previous_plan, trial_opt, uc.at_size(one), time.perf_counter(),
-                          how)
+            res = _search(one, queues, Q, V, previous_plan, time_left(trial_opt, deadline), uc.at_size(one),
+                          time.perf_counter(), how)
             screened[id(ust)] = res
             if not how["ran_out"]:
                 complete.add((id(ust), u))
@@ -96,7 +103,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
             return slot_lower_bound(single_size(ust, u), Q, V)
 
         return search_configurations(state, opt.tp_degrees, explore, bound, cache, explore(state, cache),
-                                      opt.tuning.tp_pool_steps_up_to), screened
+                                      opt.tuning.tp_pool_steps_up_to, stop=lambda: _past(deadline)), screened
 
     for u in dict.fromkeys([sizes[0], min(sizes)]):
         found, screened = descend(u)
@@ -109,14 +116,18 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         full_already = trial_opt is opt or (id(ust), u) in complete     # a full-budget search would repeat it
         if len(sizes) == 1 and full_already:
             return None
+        if _past(deadline):
+            found.late += 1
+            return None
         found.runs += 1
+        left = time_left(opt, deadline)
         if len(sizes) == 1:
             one = single_size(ust, u)
-            return physical_result(_search(one, queues, Q, V, previous_plan, opt, uc.at_size(one),
+            return physical_result(_search(one, queues, Q, V, previous_plan, left, uc.at_size(one),
                                            time.perf_counter()), ust)
         done = {u: screened[id(ust)]} if id(ust) in screened else {}
         return physical_result(solve_by_micro_batch(ust, queues, Q, V, _without_tp, previous_plan=previous_plan,
-                                                    options=opt, cache=uc,
+                                                    options=left, cache=uc,
                                                     **{"known" if full_already else "screened": done}), ust)
 
     best = found.best
@@ -160,7 +171,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
     tune = opt.tuning
     small = tune.small(n, sc.L)
     max_depth = tune.depth(n, sc.L)
-    deadline = t0 + opt.time_limit_s if opt.time_limit_s is not None else math.inf
+    deadline = _deadline(opt, t0)
     sc.deadline = deadline
 
     # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
@@ -202,7 +213,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter)
         polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
     if report is not None:      # tries only grow and the budget only rises: below the first budget, never stopped
-        report["ran_out"] = sc.tries >= budget or (deadline < math.inf and time.perf_counter() > deadline)
+        report["ran_out"] = sc.tries >= budget or _past(deadline)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units"
                        f"{past_budget(sc)}); best: {describe(sc.best.source)}", t0)
@@ -210,8 +221,27 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
 
 def past_budget(sc: Scorer) -> str:
     """The message part saying that a search went on past its work budget while it was still
-    improving (Scorer.exhausted), or ""."""
+    improving (Scorer.exhausted), or that its time limit stopped it, or ""."""
+    if _past(sc.deadline):
+        return ", stopped by the time limit"
     return ", past its work budget while still improving" if sc.extended else ""
+
+
+def _deadline(opt: SolveOptions, t0: float) -> float:
+    """The perf_counter time at which opt's time limit, counted from t0, has passed (inf: none)."""
+    return t0 + opt.time_limit_s if opt.time_limit_s is not None else math.inf
+
+
+def _past(deadline: float) -> bool:
+    return deadline < math.inf and time.perf_counter() > deadline
+
+
+def time_left(opt: SolveOptions, deadline: float) -> SolveOptions:
+    """opt with its time limit set to the seconds left before `deadline` (perf_counter; at least
+    0); opt itself when there is no deadline."""
+    if deadline == math.inf:
+        return opt
+    return replace(opt, time_limit_s=max(0.0, deadline - time.perf_counter()))
 
 
 def _without_tp(state: SlotState, queues: Sequence[float] | None, V: float, *, options: SolveOptions,

@@ -157,7 +157,8 @@ class Descent:
     """What search_configurations found: the best result (over physical devices), its
     configuration and unit state, the searches run, the configurations skipped because their
     lower bound was no better than the incumbent's objective, and every lower bound seen (of
-    the searched and of the skipped configurations: together a bound over all visited)."""
+    the searched and of the skipped configurations: together a bound over all visited), and
+    the configurations and full searches not started because the time limit had passed."""
     best: SlotResult
     config: Configuration
     state: SlotState
@@ -166,6 +167,7 @@ class Descent:
     pruned: int = 0
     pool_steps: bool = False
     bounds: list[float] = field(default_factory=list)
+    late: int = 0
 
 
 Bound = Callable[[SlotState], float]
@@ -173,12 +175,14 @@ Bound = Callable[[SlotState], float]
 
 
 def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, bound: Bound,
-                          cache: SlotCache, plain: SlotResult, max_pools: int = 0) -> Descent:
+                          cache: SlotCache, plain: SlotResult, max_pools: int = 0,
+                          stop: Callable[[], bool] = lambda: False) -> Descent:
     """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
     result of `explore`: each trial configuration whose lower bound (`bound` on its unit
     state) is below the incumbent's objective is searched by `explore`. Where the slot has at
     most `max_pools` (kind, server) pools, a second pass gives each pool in turn each allowed
-    degree of its own (SearchTuning.tp_pool_steps_up_to)."""
+    degree of its own (SearchTuning.tp_pool_steps_up_to). Once `stop()` is true (a time limit
+    has passed), the configurations not yet tried are counted in Descent.late, not searched."""
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
     out = Descent(plain, one, state, cache, bounds=[plain.lower_bound])
@@ -189,6 +193,9 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
         if units in tried:          # configurations that form the same units are one
             return
         tried.add(units)
+        if stop():
+            out.late += 1
+            return
         ust, ucache = units_state(state, list(units), cache)
         lb = bound(ust)
         if out.best.plan is not None and lb >= out.best.objective:
@@ -245,6 +252,7 @@ def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotSt
     chosen = describe_configuration(found.config, state)
     if degree_one:
         chosen = f"tp1 (its full search beat the descent's {chosen})"
-    msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped} (coordinate descent over {how}), " \
-          f"chosen: {chosen}; lower bound over the configurations visited"
+    late = f", {found.late} configurations or full searches not started (time limit)" if found.late else ""
+    msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped}{late} (coordinate descent over " \
+          f"{how}), chosen: {chosen}; lower bound over the configurations visited"
     return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)
