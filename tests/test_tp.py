@@ -243,6 +243,29 @@ def test_tp_search_result_is_sound(tmp_path_factory, seed):
     assert evaluate(plan, s).batch_time == pytest.approx(res.evaluation.batch_time, rel=1e-12)   # scored right
 
 
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=12)
+def test_tp_lower_bound_holds_at_every_micro_batch_size(tmp_path_factory, seed):
+    """With TP and several micro-batch sizes the descent bounds one size; the result's lower
+    bound must hold for the plan chosen at any size (each size timed at its own speed)."""
+    from dataclasses import replace
+    rng = np.random.default_rng(seed)
+    kinds = ["V100", "A100-SXM4-40GB"]
+    devs = [(f"d{i}", kinds[int(rng.integers(0, 2))], "AB"[int(rng.integers(0, 2))]) for i in range(int(rng.integers(3, 7)))]
+    s = instance(tmp_path_factory.mktemp("u"), devs, memory_gb=float(rng.choice([12, 20, 40]))).state(0)
+    wl = s.workload
+    by_u = {}
+    for u in (1, 2, 4, 8):
+        f = float(rng.uniform(0.3, 1.5))
+        by_u[u] = {d.kind: (tuple(np.asarray(wl.fwd_flops) / (0.5 * d.peak_flops) * f),
+                            tuple(np.asarray(wl.bwd_flops) / (0.5 * d.peak_flops) * f)) for d in s.devices}
+    s = replace(s, workload=replace(wl, measured=by_u[wl.micro_batch], measured_by_micro_batch=by_u))
+    res = solve_slot(s, [float(rng.choice([0.0, 5.0]))], 1.0)
+    if res.success:
+        assert res.lower_bound <= res.objective * (1 + 1e-9), res.message
+        assert res.plan.validate(s) == []
+
+
 def test_oracle_over_units_no_worse_than_the_search(tmp_path):
     inst = instance(tmp_path, FOUR, memory_gb=24)
     s = inst.state(0)

@@ -130,6 +130,8 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
                                                     options=left, cache=uc,
                                                     **{"known" if full_already else "screened": done}), ust)
 
+    # the descent's bounds are at size u; a result at other sizes needs each configuration's over every size
+    every_size = None if len(sizes) == 1 else (lambda ust: slot_lower_bound(ust, Q, V))
     best = found.best
     one = screened.get(id(state))
     recheck = found.state is not state and one is not None and one.plan is not None \
@@ -145,8 +147,8 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         # group at u = 8, 13% faster than the TP plan)
         res = finish(state, cache)
         if res is not None and better(res, best):
-            return tp_result(res, found, time.perf_counter() - t0, state, degree_one=True)
-    return tp_result(best, found, time.perf_counter() - t0, state)
+            return tp_result(res, found, time.perf_counter() - t0, state, degree_one=True, bound=every_size)
+    return tp_result(best, found, time.perf_counter() - t0, state, bound=every_size)
 
 
 def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,

@@ -168,6 +168,9 @@ class Descent:
     pool_steps: bool = False
     bounds: list[float] = field(default_factory=list)
     late: int = 0
+    visited: list[SlotState] = field(default_factory=list)
+    """The unit states of the configurations visited (searched or skipped by their bound), the
+    slot's own first."""
 
 
 Bound = Callable[[SlotState], float]
@@ -185,7 +188,7 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     has passed), the configurations not yet tried are counted in Descent.late, not searched."""
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
-    out = Descent(plain, one, state, cache, bounds=[plain.lower_bound])
+    out = Descent(plain, one, state, cache, bounds=[plain.lower_bound], visited=[state])
     tried = {tuple(configuration_units(state, one))}
 
     def trial(cfg: Configuration) -> None:
@@ -197,6 +200,7 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
             out.late += 1
             return
         ust, ucache = units_state(state, list(units), cache)
+        out.visited.append(ust)
         lb = bound(ust)
         if out.best.plan is not None and lb >= out.best.objective:
             out.pruned += 1
@@ -240,12 +244,14 @@ def check_degrees(degrees: Sequence[int]) -> None:
 
 
 def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotState,
-              degree_one: bool = False) -> SlotResult:
+              degree_one: bool = False, bound: Bound | None = None) -> SlotResult:
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
     of the configurations visited (a bound over those, not over every way of forming units)
     and the configuration in the message; degree_one: the result is degree 1 everywhere's full
-    search, which beat the descent's choice."""
-    finite = [b for b in found.bounds if not math.isnan(b)]
+    search, which beat the descent's choice. bound: where the descent's bounds hold for one
+    micro-batch size only and the result may use others, the bound of a unit state over
+    every size (solve.bounds.slot_lower_bound), taken over the visited configurations instead."""
+    finite = [b for b in (found.bounds if bound is None else map(bound, found.visited)) if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
     skipped = f", {found.pruned} skipped by their lower bound" if found.pruned else ""
     how = "each kind's degree, then each server's" if found.pool_steps else "each kind's degree"
