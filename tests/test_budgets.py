@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.cost import evaluate
+from solver.io.instance import load_instance
 from solver.io.synthetic import random_instance
 from solver.model import Budget
 from solver.online import run_online
@@ -224,6 +225,24 @@ def test_history_price_of_an_unreachable_target():
     ok = h.price([1.15])
     assert ok.raised == (False,) and ok.lam[0] == pytest.approx(1.0 / 0.7)
 
+
+
+def test_history_price_of_a_hopeless_budget():
+    """A budget whose limit is 1e-30 of the costs (points of 1e27 budgets' worth): priced at the
+    cap without the LP, whose numbers it would break; the other budget gets the price the LP
+    over it alone gives; a run with such a budget says it cannot be met and completes."""
+    from solver.online.pricing import History
+    h, alone = History(), History()
+    h.add(np.array([[1.0, 1.5, 3e27], [2.0, 0.8, 1e27]]))
+    alone.add(np.array([[1.0, 1.5], [2.0, 0.8]]))
+    pr = h.price([1.15, 1.0])
+    assert pr.ok and pr.raised == (False, True) and pr.lam[1] == pytest.approx(pr.cap)
+    assert pr.lam[0] == pytest.approx(alone.price([1.15]).lam[0]) and pr.lam[0] == pytest.approx(1.0 / 0.7)
+    inst = load_instance(Path(__file__).resolve().parents[1] / "instances" / "default.toml")
+    tiny = replace(inst, budgets=(replace(inst.budgets[0], limit=1e-30), *inst.budgets[1:]))
+    run = run_online(tiny, V=1.0, stop=2)
+    assert run.status == Status.FEASIBLE and len(run.rows) == 2
+    assert any("cannot be met on average" in n and "e+" in n for n in run.notes)
 
 
 @settings(max_examples=10, deadline=None)

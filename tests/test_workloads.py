@@ -86,6 +86,12 @@ def test_bad_table_header_and_batch(tmp_path):
         read_workload_csv(TABLES[0], 10, 4)
     with pytest.raises(InstanceError, match="cannot read"):
         read_workload_csv(tmp_path / "absent.csv", 8, 4)
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\nx,0,0,3,4,5\ny,0,0,3,4,5\n")
+    with pytest.raises(InstanceError, match="every layer is 0 FLOPs"):
+        read_workload_csv(p, 8, 4)
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:T4,bwd_s:T4\nx,1,2,3,4,5,0,0\n")
+    with pytest.raises(InstanceError, match="'fwd_s:T4', 'bwd_s:T4': every layer takes 0 s on T4"):
+        read_workload_csv(p, 8, 4)
 
 
 def test_hardware_table():

@@ -386,6 +386,13 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             vals.append(_number(path, lineno, c, cells[c]))
     if not layers:
         raise InstanceError(f"{path}: no layer rows")
+    for k, (f, b) in measured.items():
+        if not any(f) and not any(b):
+            raise InstanceError(f"{path}: columns 'fwd_s:{k}', 'bwd_s:{k}': every layer takes 0 s on {k}; "
+                                f"expected some compute (a positive time in some row)")
+    if not any(l.fwd_flops or l.bwd_flops for l in layers) and not measured:
+        raise InstanceError(f"{path}: columns 'fwd_flops', 'bwd_flops': every layer is 0 FLOPs and no kind's times "
+                            f"are measured; expected some compute (a positive FLOP count in some row)")
     if input_bytes is None:
         cell = meta.get("input_bytes", "0")
         input_bytes = _number(path, 1, "input_bytes", cell)

@@ -451,7 +451,7 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
     if over:
         message += "; average cost vs limit: " + ", ".join(over)
     if notes:
-        message += "; " + " ".join(notes)
+        message += "; " + "; ".join(notes)
     s.update({"status": str(status), "success": status.success, "message": message, "notes": list(notes),
               "V": vc.V if vc else float("nan"), "V_rule": vc.to_dict() if vc else None,
               "budget_tolerance": tolerance, "pricing": pricing,

@@ -40,7 +40,8 @@ last slot (`margin`). A target the history's plans cannot reach
 costing PRICE_CAP * T_max per budget's worth (T_max the history's slowest batch time), so the
 LP always solves, a budget it cannot reach gets the price PRICE_CAP * T_max (the search then
 spends as little of it as it can, as docs/BUDGETS.md's rule for an unattainable budget asks),
-and `Price.raised` says which.
+and `Price.raised` says which. A budget some plan uses more than HOPELESS budgets' worth of
+(a limit at 1e-9 of the costs or below) gets that price without the LP.
 
 The window is the last WINDOW slots (a trace whose devices change keeps a price that follows
 them). Units: seconds (T), budgets' worth (y), seconds per budget's worth (lambda).
@@ -57,6 +58,9 @@ from ..subproblems.highs import quiet_highs
 WINDOW = 200
 BRACKET = 3.0     # the frontier of a slot is searched at the last price, and at it times and over this
 PRICE_CAP = 1e4  # the elastic budget rows' price, in slowest batch times per budget's worth
+HOPELESS = 1e9    # budgets' worth a plan may use and still enter the LP: a budget with a point beyond it
+# (its limit 1e-9 of the costs or less, unattainable: tracking.preflight says so) is priced at the cap
+# directly, as its elastic row would be, since such numbers break the LP (HiGHS: model status 'Empty')
 MAX_POINTS = 64   # per slot, after pruning: the frontier points kept, spread over the batch-time range
 TIE = 1e-6         # relative: slot objectives (and frontier points) this close are tied
 MARGIN = 0.1      # the target's margin with n slots in the history: MARGIN / sqrt(n) budgets' worth per slot
@@ -143,9 +147,21 @@ class History:
         if n == 0 or K == 0:
             return Price((0.0,) * K, tuple(g), (False,) * K, 0.0, n, "Optimal")
         sizes = [len(p) for p in pts]
-        N = sum(sizes)
         allp = np.vstack(pts)
         cap = PRICE_CAP * float(allp[:, 0].max())
+        far = ~(np.abs(allp[:, 1:]) <= HOPELESS).all(axis=0)
+        if far.any():       # priced at the cap, the LP over the other budgets
+            rest = History([np.asarray(q)[:, np.r_[True, ~far]].tolist() for q in pts])
+            sub = rest.price(g[~far])
+            lam, raised, j = [], [], 0
+            for k in range(K):
+                if far[k]:
+                    lam.append(cap), raised.append(True)
+                else:
+                    lam.append(sub.lam[j]), raised.append(sub.raised[j])
+                    j += 1
+            return Price(tuple(lam), tuple(float(x) for x in g), tuple(raised), cap, n, sub.status, sub.last)
+        N = sum(sizes)
         h = quiet_highs()
         lp = highspy.HighsLp()
         # columns: x_tp (N), then one elastic slack per budget; rows: K budget rows, n slot rows

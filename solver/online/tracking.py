@@ -130,7 +130,7 @@ def preflight(instance: Instance, slots: Sequence[int], tolerance: float,
         attainable.append(ok)
         if not ok:
             lines.append(f"budget {b.name} cannot be met on average: the cheapest achievable average is "
-                         f"{best[k]:.6g} per iteration, {100 * (best[k] / b.limit - 1):.1f}% over its limit "
+                         f"{best[k]:.6g} per iteration, {_pct(best[k] / b.limit - 1)} over its limit "
                          f"{b.limit:.6g}; the other budgets are kept first and {b.name} as low as the "
                          f"controller can")
     return Preflight(slots, plans, tuple(tuple(float(x) for x in r) for r in costs), tuple(float(x) for x in best),
@@ -194,7 +194,7 @@ class Tracker:
         for k, name in enumerate(names):
             if y[k] > a[k] + 1e-12 and not self.noted[k]:
                 self.noted[k] = True
-                self.notes.append(f"slot {t}: even the cheapest plan uses {100 * (y[k] + 1):.1f}% of budget "
+                self.notes.append(f"slot {t}: even the cheapest plan uses {_pct(y[k] + 1)} of budget "
                                   f"{name} with {100 * a[k] / max(self.horizon, 1):.2f}% of the run's tolerance "
                                   f"left; guarantee (c) does not cover {name} from here")
 
@@ -305,3 +305,7 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     best = min(ok, key=lambda x: x[1].objective(queues, V))
     return Tracked(best[0], best[1], best[2], time.perf_counter() - t0)
 
+
+def _pct(x: float) -> str:
+    """x (a fraction) as a percentage: one decimal, in powers of ten beyond 1e6 %."""
+    return f"{100 * x:.1f}%" if abs(100 * x) < 1e6 else f"{100 * x:.3g}%"
