@@ -279,3 +279,25 @@ def test_optimizer_step_seconds_travel_in_opt_s_columns(tmp_path):
     (tmp_path / "t.toml").write_text(toml.format(m="bad.csv"))
     with pytest.raises(InstanceError, match=r"column 'opt_s:V100' matches no device kind \('V100' is an alias"):
         load_instance(tmp_path / "t.toml")
+
+
+def test_bad_profiles_are_refused_naming_the_file(tmp_path, capsys):
+    """Numbers no instance could load (NaN or negative) refuse the import with nothing written;
+    a zero tp / bs in a Metis name and a Sailor profile of the wrong shape name the file."""
+    p = tmp_path / "g" / "graph.txt"
+    p.parent.mkdir()
+    p.write_text(graph("602112.0").replace("forward_compute_time=8.0", "forward_compute_time=nan"))
+    out = tmp_path / "g.csv"
+    assert main(["import-profile", str(p), "--minibatch", "8", "--out", str(out)]) == 2
+    assert "would not load" in capsys.readouterr().err and not out.exists()
+    assert not list(tmp_path.glob(".*partial"))
+    m = tmp_path / "m"
+    m.mkdir()
+    metis_file(m, "A100", 0, 1, [3.0, 30.0, 6.0], None, act=[1, 2, 3])
+    with pytest.raises(InstanceError, match="tp0_bs1.json: tp and bs in the name: expected integers >= 1"):
+        import_any("metis", m)
+    (tmp_path / "s").mkdir()
+    root = sailor_root(tmp_path / "s")
+    (root / "profiles" / "Toy" / "A100-40" / "profile.json").write_text(json.dumps({"1": [1, 2]}))
+    with pytest.raises(InstanceError, match=r"A100-40/profile.json: not a Sailor profile"):
+        import_any("sailor", root / "profiles" / "Toy")

@@ -113,6 +113,17 @@ def test_resume_reproduces_unbroken_run(tmp_path):
         assert len(again) == len(full)
     with pytest.raises(ValueError, match="another run"):
         run_online(inst, V=3.0, policy="ours", state_path=tmp_path / "state3.json")
+    # the same settings on other inputs (a batch or a device changed in the file): refused, naming them
+    wl = inst.workload
+    for other in (replace(inst, workload=replace(wl, batch=wl.batch * 2)),
+                  replace(inst, devices=(replace(inst.devices[0], memory_bytes=inst.devices[0].memory_bytes / 2),
+                                         *inst.devices[1:]))):
+        with pytest.raises(ValueError, match="another run.*inputs"):
+            run_online(other, V=2.0, policy="ours", state_path=tmp_path / "state3.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bad")
+    with pytest.raises(ValueError, match=f"controller state {bad}: not a saved run"):
+        run_online(inst, V=2.0, policy="ours", state_path=bad)
 
 
 def test_resume_stateful_policies(tmp_path):

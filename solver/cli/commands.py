@@ -265,7 +265,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_import_profile(args: argparse.Namespace) -> int:
+    from ..errors import InstanceError
     from ..io.importers import import_any, write_table
+    from ..io.workloads import read_workload_csv
     imp = import_any(args.format, args.path, minibatch=args.minibatch, kind=args.kind, precision=args.precision,
                      activation_bytes=args.activation_bytes)
     wl = imp.workload
@@ -277,6 +279,12 @@ def cmd_import_profile(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: {out} exists; pass --force to overwrite it, or choose another --out")
     tmp = out.with_name(f".{out.name}.partial")
     write_table(imp, tmp)
+    try:        # the table as an instance would read it: a profile with bad numbers is refused here
+        read_workload_csv(tmp, wl.micro_batch, wl.micro_batch)
+    except InstanceError as e:
+        tmp.unlink()
+        raise InstanceError(f"{args.path}: the imported layer table would not load "
+                            f"({str(e).replace(str(tmp), out.name)}); nothing written") from None
     tmp.replace(out)
     sizes = sorted({(b, t) for _, b, t in imp.variants})
     print(f"{wl.name}: {wl.num_layers} layers, {wl.total_flops:.4g} FLOP per sample, "

@@ -82,16 +82,20 @@ def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProf
     for gpu_dir in sorted(p for p in folder.glob("*") if p.is_dir()) if folder.is_dir() else []:
         prof = _load(gpu_dir / "profile.json")
         kind = SAILOR_KINDS.get(gpu_dir.name, gpu_dir.name)
-        for mbs, per_tp in prof.items():
-            layers = per_tp.get(str(tp))
-            if layers is None:
-                continue
-            if sorted(layers, key=int) != idx:
-                notes.append(f"{gpu_dir / 'profile.json'}: mbs {mbs} tp {tp}: {len(layers)} layers, llm_info.json "
-                             f"has {L}: skipped")
-                continue
-            cols = [tuple(float(layers[i][c]) for i in idx) for c in range(3)]
-            times.setdefault(kind, {})[int(mbs)] = (cols[0], cols[1], cols[2])
+        try:
+            for mbs, per_tp in prof.items():
+                layers = per_tp.get(str(tp))
+                if layers is None:
+                    continue
+                if sorted(layers, key=int) != idx:
+                    notes.append(f"{gpu_dir / 'profile.json'}: mbs {mbs} tp {tp}: {len(layers)} layers, llm_info.json "
+                                 f"has {L}: skipped")
+                    continue
+                cols = [tuple(float(layers[i][c]) for i in idx) for c in range(3)]
+                times.setdefault(kind, {})[int(mbs)] = (cols[0], cols[1], cols[2])
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:
+            raise InstanceError(f"{gpu_dir / 'profile.json'}: not a Sailor profile ({type(e).__name__}: {e}); expected "
+                                "{micro-batch size: {tp degree: {layer: [forward s, backward s, update s]}}}") from None
     return SailorProfile(model, int(tp), names, tuple(float(rows[i]["params_bytes"]) for i in idx),
                          tuple(float(rows[i]["act_output_bytes"]) for i in idx),
                          tuple(float(rows[i]["act_mem_bytes"]) for i in idx),

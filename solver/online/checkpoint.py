@@ -4,16 +4,20 @@ With state_path, run_online writes the controller state (queues, previous plan, 
 own state, next slot and every row so far) to a JSON file after each slot (atomically), and a
 later call with the same path continues from it: a run stopped after slot t and resumed gives
 exactly the rows of an unbroken run (solve_time aside). `extra` holds the run's first slot, the V
-in force (online.vrule) and the budget tracker's state (online.tracking). Version-1 files (no
-extra) still load.
+in force (online.vrule) and the budget tracker's state (online.tracking). A saved run resumes only
+with the same settings and inputs (`run_config`, `inputs_digest`).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..model.plan import Plan, plan_from_dict, plan_to_dict
 from ..model.state import Instance
@@ -58,7 +62,44 @@ class ControllerState:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ControllerState":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """The state saved at `path`; ValueError naming the file when it is not one."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"controller state {path}: not a saved run ({type(e).__name__}: {e}); delete it to "
+                             f"start afresh") from None
+
+
+def inputs_digest(instance: Instance) -> str:
+    """A SHA-256 of everything in `instance` that plans depend on (workload, devices, network,
+    traces, budgets: every field but where it was read from, arrays by their bytes), so that a saved run is resumed only
+    on the same inputs."""
+    h = hashlib.sha256()
+
+    def feed(x: Any) -> None:
+        if isinstance(x, np.ndarray):
+            h.update(f"array{x.shape}{x.dtype}".encode())
+            h.update(np.ascontiguousarray(x).tobytes())
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            h.update(type(x).__name__.encode())
+            for f in dataclasses.fields(x):
+                if f.name == "source":      # where the instance was read from: moving its folder changes nothing
+                    continue
+                h.update(f.name.encode())
+                feed(getattr(x, f.name))
+        elif isinstance(x, (tuple, list)):
+            h.update(f"seq{len(x)}".encode())
+            for v in x:
+                feed(v)
+        elif isinstance(x, dict):
+            h.update(f"map{len(x)}".encode())
+            for k in sorted(x, key=repr):
+                feed(k)
+                feed(x[k])
+        else:
+            h.update(repr(x).encode())
+    feed(instance)
+    return h.hexdigest()
 
 
 def run_config(instance: Instance, policy: str, V: float | None, replan: bool, iterations_per_slot: int,
@@ -67,4 +108,5 @@ def run_config(instance: Instance, policy: str, V: float | None, replan: bool, i
     return {"instance": instance.name, "num_slots": instance.num_slots, "policy": policy,
             "V": None if V is None else float(V), "budget_tolerance": budget_tolerance, "pricing": pricing,
             "replan": bool(replan), "iterations_per_slot": int(iterations_per_slot),
-            "options": repr(options), "budgets": [[b.name, b.kind, float(b.limit)] for b in instance.budgets]}
+            "options": repr(options), "budgets": [[b.name, b.kind, float(b.limit)] for b in instance.budgets],
+            "inputs": inputs_digest(instance)}

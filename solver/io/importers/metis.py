@@ -62,6 +62,9 @@ def import_metis(path: str | Path, minibatch: int | None = None, kinds: dict[str
     matched = [(f, m) for f, m in matched if m is not None]
     if not matched:
         raise InstanceError(f"{path}: no Metis profile (files named DeviceType.<GPU>_tp<t>_bs<b>.json)")
+    for f, m in matched:
+        if int(m.group(2)) < 1 or int(m.group(3)) < 1:
+            raise InstanceError(f"{f}: tp and bs in the name: expected integers >= 1, got tp{m.group(2)} bs{m.group(3)}")
     docs = {(m.group(1), int(m.group(2)), int(m.group(3))): (f, _read(f)) for f, m in matched}
     first_file, first = next(iter(docs.values()))
     L = len(first["params"])
@@ -78,7 +81,11 @@ def import_metis(path: str | Path, minibatch: int | None = None, kinds: dict[str
     act = next(((f, d) for (_, _, b), (f, d) in docs.items() if d["act"] is not None), None)
     if act is not None:
         b = int(FILE.match(act[0].name).group(3))
-        out = [float(x) / b for x in act[1]["act"]]
+        try:
+            out = [float(x) / b for x in act[1]["act"]]
+        except (TypeError, ValueError) as e:
+            raise InstanceError(f"{act[0]}: model.parameters.activation_parameters_bytes: expected numbers, got "
+                                f"{act[1]['act']!r} ({e})") from None
         if len(out) != L:
             raise InstanceError(f"{act[0]}: {len(out)} activation_parameters_bytes for {L} layers")
     elif activation_bytes is not None:

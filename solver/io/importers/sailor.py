@@ -23,12 +23,11 @@ the mixed factor: do not give it for these files).
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from ...errors import InstanceError
-from ..sailor import SAILOR_KINDS, read_sailor_profile
+from ..sailor import SAILOR_KINDS, _load, read_sailor_profile
 from .grid import from_grid
 from .table import Imported, Times
 
@@ -68,10 +67,16 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     """The Sailor profile at `path` as an Imported layer table (module doc)."""
     path = Path(path)
     root, model, gpu = _root(path)
-    info = json.loads((root / "llm_info.json").read_text())
+    info = _load(root / "llm_info.json")
+    if not isinstance(info, dict) or not isinstance(info.get(model, {}), dict):
+        raise InstanceError(f"{root / 'llm_info.json'}: expected {{model: {{tp degree: {{layer: bytes}}}}}}, got "
+                            f"{type(info).__name__ if not isinstance(info, dict) else type(info[model]).__name__}")
     if model not in info:
         raise InstanceError(f"{root / 'llm_info.json'}: model: expected one of {sorted(info)}, got {model!r}")
-    degrees = sorted(int(t) for t in info[model])
+    try:
+        degrees = sorted(int(t) for t in info[model])
+    except ValueError as e:
+        raise InstanceError(f"{root / 'llm_info.json'}: {model}: tp degrees: expected integers ({e})") from None
     names = dict(SAILOR_KINDS, **(kinds or {}))
     wanted = None if gpu is None else names.get(gpu, gpu)
     variants: dict[tuple[str, int, int], Times] = {}
@@ -94,7 +99,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     for prof_file in sorted(folder.glob("*/profile.json")):
         if gpu is not None and prof_file.parent.name != gpu:
             continue
-        extra = sorted({int(t) for per_tp in json.loads(prof_file.read_text()).values() for t in per_tp} - set(degrees))
+        extra = sorted({int(t) for per_tp in _load(prof_file).values() for t in per_tp} - set(degrees))
         if extra:
             notes.append(f"{prof_file.parent.name}: tp {', '.join(map(str, extra))} timed but llm_info.json has no "
                          f"bytes for {model} at that degree: not imported")
