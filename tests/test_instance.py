@@ -179,6 +179,8 @@ BAD = {
     "speed_factor_1e6": (None, GOOD_DEVICES.replace("1,0.9,1.5", "1,1e6,1.5", 1), None, ["speed_factor", "1e6"]),
     "money_limit_1e300": (sub("limit = 0.01", "limit = 1e300"), None, None, ["budgets[0].limit", "USD per iteration"]),
     "num_slots_1e9": (sub("num_slots = 3", "num_slots = 1000000000"), None, None, ["num_slots", "1000000000"]),
+    "duplicate_link": (sub("gbps = 5.0", 'gbps = 5.0\n\n[[links]]\na = "gpu1"\nb = "gpu0"\ngbps = 50.0'), None, None,
+                       ["links[1]", "gpu1-gpu0", "already set by links[0]"]),
 }
 
 

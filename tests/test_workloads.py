@@ -92,6 +92,9 @@ def test_bad_table_header_and_batch(tmp_path):
     p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:T4,bwd_s:T4\nx,1,2,3,4,5,0,0\n")
     with pytest.raises(InstanceError, match="'fwd_s:T4', 'bwd_s:T4': every layer takes 0 s on T4"):
         read_workload_csv(p, 8, 4)
+    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_sec:T4\nx,1,2,3,4,5,100\n")
+    with pytest.raises(InstanceError, match="unknown column.*'fwd_sec:T4'"):
+        read_workload_csv(p, 8, 4)
 
 
 def test_hardware_table():

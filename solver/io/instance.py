@@ -285,11 +285,16 @@ def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple
     bw = np.where(same, v["intra_server_gbps"], v["inter_server_gbps"]) * GBIT
     lat = np.where(same, v["intra_server_latency_ms"], v["inter_server_latency_ms"]) / 1000.0
     index = {n: i for i, n in enumerate(names)}
+    seen: dict[frozenset, int] = {}
     for k, link in enumerate(f.tables(doc, "links", _LINK)):
         at = f"links[{k}]"
         i, j = (_device_ref(f, link, key, f"{at}.{key}", index) for key in ("a", "b"))
         if i == j:
             raise f.error(f"{at}.b", "a link needs two different devices", link["b"])
+        if frozenset((i, j)) in seen:
+            raise f.error(at, f"the pair {names[i]}-{names[j]} is already set by links[{seen[frozenset((i, j))]}]; "
+                              "expected one entry per pair")
+        seen[frozenset((i, j))] = k
         if "gbps" not in link and "latency_ms" not in link:
             raise f.error(at, "missing required field: gbps or latency_ms")
         if "gbps" in link:

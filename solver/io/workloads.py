@@ -354,6 +354,12 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     missing = [c for c in BASE_COLUMNS if c not in header]
     if missing:
         raise InstanceError(f"{path}: row {start + 1}: missing column(s) {', '.join(map(repr, missing))}")
+    unknown = [h for h in header if h not in BASE_COLUMNS and h != UNSPLIT_COLUMN and "@" not in h
+               and not h.startswith(("fwd_s:", "bwd_s:", "opt_s:"))]
+    if unknown:
+        raise InstanceError(f"{path}: row {start + 1}: unknown column(s) {', '.join(map(repr, unknown))}; expected "
+                            f"{', '.join(BASE_COLUMNS)}, {UNSPLIT_COLUMN}, fwd_s:KIND / bwd_s:KIND / opt_s:KIND "
+                            "and their @mbsB@tpT variants")
     variants, problems = variant_columns(header)
     if problems:
         raise InstanceError(f"{path}: row {start + 1}: {problems[0]}")
