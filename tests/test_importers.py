@@ -301,3 +301,19 @@ def test_bad_profiles_are_refused_naming_the_file(tmp_path, capsys):
     (root / "profiles" / "Toy" / "A100-40" / "profile.json").write_text(json.dumps({"1": [1, 2]}))
     with pytest.raises(InstanceError, match=r"A100-40/profile.json: not a Sailor profile"):
         import_any("sailor", root / "profiles" / "Toy")
+
+
+def test_options_a_format_would_ignore_are_refused(tmp_path):
+    """--activation-bytes outside Metis and a --kind GPU the profile does not have are errors,
+    not silently ignored."""
+    (tmp_path / "s").mkdir()
+    root = sailor_root(tmp_path / "s")
+    with pytest.raises(InstanceError, match="--activation-bytes: only Metis profiles"):
+        import_any("sailor", root / "profiles" / "Toy", activation_bytes=5.0)
+    with pytest.raises(InstanceError, match="--kind: V100-16: no such GPU"):
+        import_any("sailor", root / "profiles" / "Toy", kind="V100-16=V100-SXM2-16GB")
+    m = tmp_path / "m"
+    m.mkdir()
+    metis_file(m, "A100", 1, 1, [3.0, 30.0, 6.0], None, act=[1, 2, 3])
+    with pytest.raises(InstanceError, match="--kind: H100: no such GPU .* its GPUs: A100"):
+        import_any("metis", m, kind="H100=H100-PCIe-80GB")

@@ -186,6 +186,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if not 0 <= args.slot < inst.num_slots:
         raise UsageError(f"--slot: must be 0..{inst.num_slots - 1} (instance {inst.name!r} has {inst.num_slots} "
                          f"slots), got {args.slot}")
+    if args.plot and Path(args.plot).is_dir():
+        raise UsageError(f"--plot: {args.plot} is a folder; give the path of the PNG file to write")
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
     compile_note()

@@ -368,9 +368,9 @@ class _Csv:
             v = float(cell)
         except ValueError:
             raise self.error(lineno, col, "not a number", cell) from None
-        if not math.isfinite(v) or v < 0 or (strict and v == 0):
-            raise self.error(lineno, col, "must be > 0" if strict else "must be >= 0", cell)
-        problem = rng.problem(v) if rng is not None else None
+        problem = rng.problem(v) if rng is not None else None      # the whole range where there is one
+        if problem is None and (not math.isfinite(v) or v < 0 or (strict and v == 0)):
+            problem = "must be > 0" if strict else "must be >= 0"
         if problem:
             raise self.error(lineno, col, problem, cell)
         return v

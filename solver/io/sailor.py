@@ -50,7 +50,8 @@ class SailorProfile:
         return len(self.names)
 
 
-def _load(path: Path) -> dict:
+def load_json(path: Path) -> dict:
+    """The JSON document at `path`; InstanceError naming the file when it is absent or not JSON."""
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -62,7 +63,7 @@ def _load(path: Path) -> dict:
 def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProfile:
     """The profile of `model` at tensor-parallel degree `tp` from Sailor's folder `root`."""
     root = Path(root)
-    info = _load(root / "llm_info.json")
+    info = load_json(root / "llm_info.json")
     if model not in info:
         raise InstanceError(f"{root / 'llm_info.json'}: model: expected one of {sorted(info)}, got {model!r}")
     by_tp = info[model]
@@ -80,7 +81,7 @@ def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProf
     notes: list[str] = []
     folder = root / "profiles" / model
     for gpu_dir in sorted(p for p in folder.glob("*") if p.is_dir()) if folder.is_dir() else []:
-        prof = _load(gpu_dir / "profile.json")
+        prof = load_json(gpu_dir / "profile.json")
         kind = SAILOR_KINDS.get(gpu_dir.name, gpu_dir.name)
         try:
             for mbs, per_tp in prof.items():

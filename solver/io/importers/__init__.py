@@ -42,6 +42,11 @@ def import_any(fmt: str, path: str | Path, *, minibatch: int | None = None, kind
     path = Path(path)
     if not path.exists():
         raise InstanceError(f"{path}: not found")
+    if activation_bytes is not None and fmt != "metis":
+        raise InstanceError(f"--activation-bytes: only Metis profiles lack the boundary bytes; a {fmt} profile "
+                            f"has its own (got {activation_bytes!r})")
+    if activation_bytes is not None and not (activation_bytes >= 0 and activation_bytes < float("inf")):
+        raise InstanceError(f"--activation-bytes: expected a finite number of bytes >= 0, got {activation_bytes!r}")
     single, mapping = parse_kinds(kind)
     if fmt in ("pipedream", "dapple"):
         if mapping:

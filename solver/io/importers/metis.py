@@ -71,6 +71,10 @@ def import_metis(path: str | Path, minibatch: int | None = None, kinds: dict[str
     for (gpu, t, b), (f, d) in docs.items():
         if d["params"] != first["params"]:
             raise InstanceError(f"{f}: parameters_per_layer_bytes differ from {first_file.name}'s (one model per folder)")
+    unused = sorted(set(kinds or {}) - {gpu for gpu, _, _ in docs})
+    if unused:
+        raise InstanceError(f"--kind: {', '.join(unused)}: no such GPU in {path}; its GPUs: "
+                            f"{', '.join(sorted({gpu for gpu, _, _ in docs}))}")
     kind_of = {gpu: (kinds or {}).get(gpu) or _kind(gpu) for gpu, _, _ in docs}
     variants: dict[tuple[str, int, int], Times] = {}
     for (gpu, t, b), (f, d) in docs.items():

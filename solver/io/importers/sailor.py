@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from ...errors import InstanceError
-from ..sailor import SAILOR_KINDS, _load, read_sailor_profile
+from ..sailor import SAILOR_KINDS, load_json, read_sailor_profile
 from .grid import from_grid
 from .table import Imported, Times
 
@@ -67,7 +67,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     """The Sailor profile at `path` as an Imported layer table (module doc)."""
     path = Path(path)
     root, model, gpu = _root(path)
-    info = _load(root / "llm_info.json")
+    info = load_json(root / "llm_info.json")
     if not isinstance(info, dict) or not isinstance(info.get(model, {}), dict):
         raise InstanceError(f"{root / 'llm_info.json'}: expected {{model: {{tp degree: {{layer: bytes}}}}}}, got "
                             f"{type(info).__name__ if not isinstance(info, dict) else type(info[model]).__name__}")
@@ -77,6 +77,11 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
         degrees = sorted(int(t) for t in info[model])
     except ValueError as e:
         raise InstanceError(f"{root / 'llm_info.json'}: {model}: tp degrees: expected integers ({e})") from None
+    folder = root / "profiles" / model
+    gpus = sorted(d.name for d in folder.glob("*") if d.is_dir()) if folder.is_dir() else []
+    unused = sorted(set(kinds or {}) - set(gpus))
+    if unused:
+        raise InstanceError(f"--kind: {', '.join(unused)}: no such GPU in {folder}; its GPUs: {', '.join(gpus)}")
     names = dict(SAILOR_KINDS, **(kinds or {}))
     wanted = None if gpu is None else names.get(gpu, gpu)
     variants: dict[tuple[str, int, int], Times] = {}
@@ -95,11 +100,10 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
             for mbs, (fw, bw, opt) in by_mbs.items():
                 variants[(kind, int(mbs), t)] = (tuple(x / mbs for x in fw), tuple(x / mbs for x in bw))
                 steps[(kind, int(mbs), t)] = tuple(float(x) for x in opt)
-    folder = root / "profiles" / model
     for prof_file in sorted(folder.glob("*/profile.json")):
         if gpu is not None and prof_file.parent.name != gpu:
             continue
-        extra = sorted({int(t) for per_tp in _load(prof_file).values() for t in per_tp} - set(degrees))
+        extra = sorted({int(t) for per_tp in load_json(prof_file).values() for t in per_tp} - set(degrees))
         if extra:
             notes.append(f"{prof_file.parent.name}: tp {', '.join(map(str, extra))} timed but llm_info.json has no "
                          f"bytes for {model} at that degree: not imported")
