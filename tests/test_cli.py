@@ -187,6 +187,9 @@ def test_compare_rejects_a_bad_policy_before_running(tmp_path, monkeypatch, caps
     assert main(["compare", DEFAULT, "--policies", "ours,bogus", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "bogus" in err and "--policies" in err and ran == [] and not (tmp_path / "default").exists()
+    for empty in ("", "ours,"):
+        assert main(["compare", DEFAULT, "--policies", empty, "--out", str(tmp_path)]) == 2
+        assert "expected comma-separated policy names" in capsys.readouterr().err and ran == []
 
 
 def test_import_profile(tmp_path, shared_data, capsys):

@@ -216,9 +216,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def _policies(text: str) -> list[str] | None:
     """--policies checked against the known names before anything runs (None: all)."""
-    if not text:
+    if text is None:
         return None
-    names = [p.strip() for p in text.split(",") if p.strip()]
+    names = [p.strip() for p in text.split(",")]
+    if "" in names:
+        raise UsageError(f"--policies: expected comma-separated policy names, got {text!r}; known: "
+                         f"{', '.join(POLICY_NAMES)}")
     bad = [p for p in names if p not in POLICY_NAMES]
     if bad or not names:
         raise UsageError(f"--policies: unknown policy {', '.join(map(repr, bad)) or repr(text)}; "
@@ -404,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="every policy side by side (table + plot)")
     c.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
     c.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP + " (default 1)")
-    c.add_argument("--policies", default="", help="comma-separated subset of the policies (default all)")
+    c.add_argument("--policies", default=None, help="comma-separated subset of the policies (default all)")
     c.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/ (default results)")
     c.add_argument("--slots", type=int, help="only the first SLOTS slots (default all)")
     c.add_argument("--no-plots", action="store_true", help="write no PNG plots")

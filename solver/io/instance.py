@@ -55,7 +55,7 @@ Format (units in the key names; paths are relative to the instance file):
     [traces]                       # optional; a missing trace means constant over the slots
     devices = "default_devices.csv"   # columns slot, device, available (0/1), speed_factor (> 0),
                                       # price_per_hour (USD); every slot x device exactly once;
-                                      # speed_factor and price_per_hour columns may be omitted
+                                      # available (1), speed_factor and price_per_hour columns may be omitted
     links = "default_links.csv"       # columns slot, a, b, gbps; every listed pair in every slot
 
 Optional cluster sections, [[kinds]] (device kinds besides the packaged table), [[servers]]
@@ -339,6 +339,8 @@ class _Csv:
 
     def __init__(self, f: _File, field: str, name: str, required: tuple[str, ...], optional: tuple[str, ...]):
         self.path = (f.path.parent / name)
+        if self.path.is_dir():
+            raise f.error(field, f"{self.path} is a folder; expected a CSV file", name)
         if not self.path.is_file():
             raise f.error(field, f"trace file not found: {self.path}", name)
         text = read_text(self.path, "trace file")
@@ -451,6 +453,7 @@ def load_instance(path: str | Path) -> Instance:
     doc = _read_toml(path)
     f.known_keys(doc, _TOP, "")
     name = f.string(doc, "name", "name", path.stem)
+    f.string(doc, "description", "description", "")
     if not NAME_RULE.fullmatch(name):
         field = "name" if "name" in doc else "name (from the file name; set name = \"...\" in the file)"
         raise f.error(field, "must be one plain path component: letters, digits and ._+-, starting with a "
