@@ -4,6 +4,7 @@ the plain model, validation, JSON, migration, and the search and oracle choosing
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 import math
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def test_tp_stage_cost_hand_worked(tmp_path):
 def test_tp_split_of_saved_activations():
     from solver.io.synthetic import random_workload
     wl = random_workload(np.random.default_rng(3), 5, 8, 2)
-    from dataclasses import replace
+
     whole = tuple(0.25 * l.stash_bytes for l in wl.layers)
     w4 = replace(wl, tp_unsplit_stash=whole).at_tp(4)
     for a, b, w in zip(w4.layers, wl.layers, whole):
@@ -248,7 +249,7 @@ def test_tp_search_result_is_sound(tmp_path_factory, seed):
 def test_tp_lower_bound_holds_at_every_micro_batch_size(tmp_path_factory, seed):
     """With TP and several micro-batch sizes the descent bounds one size; the result's lower
     bound must hold for the plan chosen at any size (each size timed at its own speed)."""
-    from dataclasses import replace
+
     rng = np.random.default_rng(seed)
     kinds = ["V100", "A100-SXM4-40GB"]
     devs = [(f"d{i}", kinds[int(rng.integers(0, 2))], "AB"[int(rng.integers(0, 2))]) for i in range(int(rng.integers(3, 7)))]
@@ -264,6 +265,25 @@ def test_tp_lower_bound_holds_at_every_micro_batch_size(tmp_path_factory, seed):
     if res.success:
         assert res.lower_bound <= res.objective * (1 + 1e-9), res.message
         assert res.plan.validate(s) == []
+
+
+def test_a_tp_previous_plan_whose_units_the_descent_never_forms_is_kept(tmp_path):
+    """Keeping the previous plan is always a candidate: a TP plan whose pairs are not the
+    descent's index-order chunks (a1+a2 where the descent pairs a0+a1, a2+a3) is scored on its
+    own units, so with a dear migration the result is no worse than keeping it."""
+    eight = [(f"{srv}{i}", "V100", srv) for srv in "AB" for i in range(4)]
+    s = instance(tmp_path, eight, memory_gb=6).state(0)
+    first = solve_slot(s, V=1.0)
+    assert first.success and first.plan.uses_tp
+    turn = {0: 1, 1: 2, 2: 3, 3: 0, 4: 5, 5: 6, 6: 7, 7: 4}     # the same devices and links, pairs shifted by one
+    prev = Plan(tuple(replace(g, devices=tuple(turn[d] for d in g.devices),
+                              tp_peers=tuple(tuple(turn[d] for d in p) for p in g.tp_peers)) for g in first.plan.groups))
+    assert prev.validate(s) == []
+    assert evaluate(prev, s).batch_time == pytest.approx(first.batch_time, rel=1e-9)
+    res = solve_slot(s, V=1.0, previous_plan=prev, options=SolveOptions(iterations_per_slot=1))
+    assert res.success and res.plan.validate(s) == []
+    assert res.objective <= evaluate(prev, s).batch_time * (1 + 1e-9)
+    assert res.lower_bound <= res.objective * (1 + 1e-9)
 
 
 def test_oracle_over_units_no_worse_than_the_search(tmp_path):

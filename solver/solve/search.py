@@ -31,7 +31,8 @@ from .orders import memory_order, nn_order
 from .oracle import solve_exact
 from .scoring import Scorer, slot_result
 from .sources import describe
-from .tp import Descent, better, check_degrees, physical_result, search_configurations, tp_applies, tp_result
+from .tp import (Descent, better, check_degrees, physical_result, search_configurations, tp_applies, tp_result,
+                 units_state)
 
 
 def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
@@ -147,8 +148,39 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         # group at u = 8, 13% faster than the TP plan)
         res = finish(state, cache)
         if res is not None and better(res, best):
-            return tp_result(res, found, time.perf_counter() - t0, state, degree_one=True, bound=every_size)
-    return tp_result(best, found, time.perf_counter() - t0, state, bound=every_size)
+            best, found.degree_one = res, True
+    kept = _previous_kept(state, Q, V, previous_plan, opt, cache)
+    if kept is not None:        # its units are visited too: the lower bound covers them
+        found.visited.append(kept[1])
+        found.bounds.append(slot_lower_bound(kept[1], Q, V))
+        kept = kept[0]
+    if kept is not None and better(kept, best):
+        best, found.degree_one, found.kept_previous = kept, False, True
+    return tp_result(best, found, time.perf_counter() - t0, state, degree_one=found.degree_one, bound=every_size)
+
+
+def _previous_kept(state: SlotState, Q, V: float, previous_plan: Plan | None, opt: SolveOptions,
+                   cache: SlotCache) -> tuple[SlotResult, SlotState] | None:
+    """A previous plan with TP stages, kept (and re-shared), scored on the unit state of its own
+    units at every micro-batch size (over physical devices): the descent's configurations need
+    not form its units, nor its screens hold its sizes, so without this a TP result could lose
+    to keeping the previous plan. Returns (that result, the unit state), or None when there is
+    none, it has no TP stage or it is not valid in this slot."""
+    if previous_plan is None or not previous_plan.uses_tp or previous_plan.validate(state):
+        return None
+    own = [u for g in previous_plan.groups for u in g.units()]
+    used = {d for u in own for d in u}
+    units = sorted(own + [(i,) for i in range(state.n) if i not in used])
+    try:
+        ust, uc = units_state(state, units, cache)
+    except ValueError:      # its units cannot be formed in this slot any more
+        return None
+    sc = Scorer(ust, Q, V, opt, previous_plan, cache=uc)
+    score_incumbents(ust, sc, Q, previous_plan, recut_previous=False)
+    if sc.best is None:
+        return None
+    return physical_result(slot_result(ust, sc, Q, V, Status.FEASIBLE, "the previous plan's TP units: "
+                                       f"best: {describe(sc.best.source)}", time.perf_counter()), ust), ust
 
 
 def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,

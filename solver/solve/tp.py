@@ -168,6 +168,10 @@ class Descent:
     pool_steps: bool = False
     bounds: list[float] = field(default_factory=list)
     late: int = 0
+    degree_one: bool = False
+    """The result is degree 1 everywhere's full search, which beat the descent's choice."""
+    kept_previous: bool = False
+    """The result keeps the previous plan on its own TP units, which beat every search."""
     visited: list[SlotState] = field(default_factory=list)
     """The unit states of the configurations visited (searched or skipped by their bound), the
     slot's own first."""
@@ -258,6 +262,8 @@ def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotSt
     chosen = describe_configuration(found.config, state)
     if degree_one:
         chosen = f"tp1 (its full search beat the descent's {chosen})"
+    elif found.kept_previous:
+        chosen = f"the previous plan's units (keeping it beat the descent's {chosen})"
     late = f", {found.late} configurations or full searches not started (time limit)" if found.late else ""
     msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped}{late} (coordinate descent over " \
           f"{how}), chosen: {chosen}; lower bound over the configurations visited"
