@@ -33,7 +33,9 @@ def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], 
                split_all: bool = False) -> Iterable[tuple[str, list[frozenset]]]:
     """Device-set moves: move, swap, drop, add (to a group or alone), split (speed-balanced,
     chain halves; with split_all, every split of a group of up to SPLIT_ALL_UP_TO devices, also
-    with an unused device added), merge."""
+    with an unused device added), merge; with split_all, replace (a used device by an unused one:
+    a slower device that costs less energy in place of a fast one is neither a drop nor an add
+    that improves alone)."""
     used = set().union(*groups) if groups else set()
     unused = [d for d in avail if d not in used]
     m = len(groups)
@@ -77,15 +79,24 @@ def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], 
                 for d in unused:
                     for part in _splits(g | {d}):
                         yield "add-split", rest + [part, (g | {d}) - part]
+    if split_all:       # a used device replaced by an unused one: a drop and an add that alone need not improve
+        for gi, g in enumerate(groups):
+            for d in g:
+                for e in unused:
+                    yield "replace", [x if i != gi else x - {d} | {e} for i, x in enumerate(groups)]
 
 
 def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_depth: int
                        ) -> Iterable[tuple[str, list[tuple[int, ...]]]]:
     """Moves that keep the order of every group: an unused device inserted at each position of
-    a group, a device of another group moved to each position of a group, a device removed."""
+    a group or put in place of one of its devices, a device of another group moved to each
+    position of a group, a device removed."""
     used = {d for g in groups for d in g}
     unused = [d for d in avail if d not in used]
     for gi, g in enumerate(groups):
+        for j in range(len(g)):
+            for d in unused:
+                yield "replace-at", groups[:gi] + [g[:j] + (d,) + g[j + 1:]] + groups[gi + 1:]
         if len(g) > 1:
             for j in range(len(g)):
                 yield "remove", groups[:gi] + [g[:j] + g[j + 1:]] + groups[gi + 1:]

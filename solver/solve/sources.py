@@ -21,6 +21,8 @@ MOVES = {
     "insert": "a device inserted into a group where it stands",
     "move-at": "a device moved into another group where it stands",
     "add-split": "a device added to a group, then the group split in two",
+    "replace": "a device replaced by an unused one",
+    "replace-at": "a device replaced by an unused one where it stands",
 }
 """Local-search moves (solve.local.neighbours)."""
 
