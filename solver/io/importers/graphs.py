@@ -34,6 +34,9 @@ def import_graph(path: str | Path, fmt: str, minibatch: int | None = None, kind:
         note = f"profiled batch {minibatch} from the file name (pbs-{minibatch})"
     wl = pipedream.import_profile(path, kind=kind or pipedream.DEFAULT_KIND, minibatch=minibatch)
     mb = minibatch or pipedream.profiled_minibatch(pipedream.parse_profile(path), path)
+    if minibatch is None:
+        note = (f"profiled minibatch {mb}: inferred from the graph (its Input node's image bytes, or the model "
+                "folder's known setting); --minibatch N sets it")
     notes = tuple(n for n in (note, pipedream.BOUNDARY_NOTE,
                               f"fwd_flops, bwd_flops: the measured seconds x 0.5 x {wl.measured and next(iter(wl.measured))}'s "
                               "peak FP32 FLOP/s: estimates, used only for kinds without measured times") if n)
