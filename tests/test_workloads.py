@@ -74,27 +74,27 @@ def test_bad_table_names_file_row_column_value(tmp_path, case):
     assert all(s in str(info.value) for s in ["bad.csv", *expected]), str(info.value)
 
 
+BAD_TABLES = [     # (table text, what the message must match)
+    ("name,fwd_flops,out_bytes\nx,1,2\n", "bwd_flops"),
+    ("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:T4\nx,1,2,3,4,5,1\n", "bwd_s:T4"),
+    ("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\nx,0,0,3,4,5\ny,0,0,3,4,5\n", "every layer is 0 FLOPs"),
+    ("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:T4,bwd_s:T4\nx,1,2,3,4,5,0,0\n",
+     "'fwd_s:T4', 'bwd_s:T4': every layer takes 0 s on T4"),
+    ("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_sec:T4\nx,1,2,3,4,5,100\n",
+     "unknown column.*'fwd_sec:T4'"),
+]
+
+
 def test_bad_table_header_and_batch(tmp_path):
     p = tmp_path / "h.csv"
-    p.write_text("name,fwd_flops,out_bytes\nx,1,2\n")
-    with pytest.raises(InstanceError, match="bwd_flops"):
-        read_workload_csv(p, 8, 4)
-    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:T4\nx,1,2,3,4,5,1\n")
-    with pytest.raises(InstanceError, match="bwd_s:T4"):
-        read_workload_csv(p, 8, 4)
+    for text, expected in BAD_TABLES:
+        p.write_text(text)
+        with pytest.raises(InstanceError, match=expected):
+            read_workload_csv(p, 8, 4)
     with pytest.raises(InstanceError, match="batch 10.*micro_batch 4"):
         read_workload_csv(TABLES[0], 10, 4)
     with pytest.raises(InstanceError, match="cannot read"):
         read_workload_csv(tmp_path / "absent.csv", 8, 4)
-    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\nx,0,0,3,4,5\ny,0,0,3,4,5\n")
-    with pytest.raises(InstanceError, match="every layer is 0 FLOPs"):
-        read_workload_csv(p, 8, 4)
-    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:T4,bwd_s:T4\nx,1,2,3,4,5,0,0\n")
-    with pytest.raises(InstanceError, match="'fwd_s:T4', 'bwd_s:T4': every layer takes 0 s on T4"):
-        read_workload_csv(p, 8, 4)
-    p.write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_sec:T4\nx,1,2,3,4,5,100\n")
-    with pytest.raises(InstanceError, match="unknown column.*'fwd_sec:T4'"):
-        read_workload_csv(p, 8, 4)
 
 
 def test_hardware_table():
