@@ -109,6 +109,13 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
             return opt
         return replace(opt, time_limit_s=max(0.0, min(most, deadline - time.perf_counter())))
 
+    charged: dict[int, float] = {}     # per size: its plan's objective in this slot, migration charged
+
+    def charge(u: int, plan: Plan) -> None:
+        got = sc.score(tuple(group_entry(g, u0) for g in plan.groups), plan.shares, source=f"search@u{u}")
+        if got is not None:
+            charged[u] = got.objective
+
     def search(u: int, opt: SolveOptions) -> SlotResult:
         prev = None
         if previous_plan is not None and all((g.micro_batch or u0) == u for g in previous_plan.groups):
@@ -117,13 +124,13 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         res = solve(one, queues, V, previous_plan=prev, options=opt, cache=cache.at_size(one))
         if res.plan is not None:
             plan = _at_size(res.plan, None if u == u0 else u)
-            sc.score(tuple(group_entry(g, u0) for g in plan.groups), plan.shares, source=f"search@u{u}")
+            charge(u, plan)
         return res
 
     for u, res in (*found.items(), *screens.items()):
         if res.plan is not None:
             plan = _at_size(res.plan, None if u == u0 else u)
-            sc.score(tuple(group_entry(g, u0) for g in plan.groups), plan.shares, source=f"search@u{u}")
+            charge(u, plan)
     for u in sizes:
         if u in found or u in screens:
             continue
@@ -151,13 +158,15 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     chosen = sorted({g.micro_batch or u0 for g in sc.best.plan.groups})
     stopped = ", stopped by the time limit" if deadline < time.perf_counter() else ""
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
-                       f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped, late)}), "
+                       f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped, late, charged)}), "
                        f"then each group at every size{stopped}; best at u = {chosen}, {sc.best.source}", t0)
 
 
 def _per_size(sizes: Sequence[int], found: Mapping[int, SlotResult], screens: Mapping[int, SlotResult],
-              skipped: Sequence[int], late: Sequence[int] = ()) -> str:
-    """'u=1: 65.44, u=2: 78.79 (screened), u=8: not searched (lower bound)' for the message."""
+              skipped: Sequence[int], late: Sequence[int] = (), charged: Mapping[int, float] | None = None) -> str:
+    """'u=1: 65.44, u=2: 78.79 (screened), u=8: not searched (lower bound)' for the message: each
+    size's objective as scored in this slot (`charged`: migration from the previous plan included,
+    which a search at a size the previous plan does not use leaves out), else its search's."""
     def one(u: int) -> str:
         if u in skipped:
             return f"u={u}: not searched (lower bound above the best)"
@@ -165,5 +174,6 @@ def _per_size(sizes: Sequence[int], found: Mapping[int, SlotResult], screens: Ma
             return f"u={u}: not searched (time limit)"
         r = found.get(u) or screens[u]
         how = " (screened)" if u not in found else ""
-        return f"u={u}: {r.objective:.6g}{how}" if r.plan is not None else f"u={u}: none"
+        obj = (charged or {}).get(u, r.objective)
+        return f"u={u}: {obj:.6g}{how}" if r.plan is not None else f"u={u}: none"
     return ", ".join(one(u) for u in sizes)
