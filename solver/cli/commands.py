@@ -223,8 +223,8 @@ def _policies(text: str) -> list[str] | None:
         raise UsageError(f"--policies: expected comma-separated policy names, got {text!r}; known: "
                          f"{', '.join(POLICY_NAMES)}")
     bad = [p for p in names if p not in POLICY_NAMES]
-    if bad or not names:
-        raise UsageError(f"--policies: unknown policy {', '.join(map(repr, bad)) or repr(text)}; "
+    if bad:
+        raise UsageError(f"--policies: unknown policy {', '.join(map(repr, bad))}; "
                          f"known: {', '.join(POLICY_NAMES)}")
     return names
 

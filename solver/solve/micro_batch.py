@@ -24,7 +24,7 @@ from ..subproblems.cache import SlotCache, slot_cache
 from .bounds import slot_lower_bound
 from .incumbents import score_incumbents
 from .local import polish
-from .options import SlotResult, SolveOptions, screening
+from .options import SlotResult, SolveOptions, deadline_of, past, screening, time_left
 from .schedules import group_entry
 from .scoring import Scorer, slot_result
 
@@ -95,19 +95,13 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     score_incumbents(state, sc, Q, previous_plan, recut_previous=False)
     full = options.max_structures if options.max_structures is not None \
         else tune.work_budget(len(state.available_indices))
-    deadline = math.inf if options.time_limit_s is None else t0 + options.time_limit_s
+    deadline = deadline_of(options, t0)
     share = math.inf if options.time_limit_s is None else options.time_limit_s / len(sizes)
     screen_opt = options if tune.size_explore >= 1 else screening(options, tune.size_explore * full)
     found: dict[int, SlotResult] = dict(known or {})
     screens: dict[int, SlotResult] = {u: r for u, r in (screened or {}).items() if u not in found}
     skipped: list[int] = []
     late: list[int] = []
-
-    def left(opt: SolveOptions, most: float = math.inf) -> SolveOptions:
-        """opt with the time limit min(most, the time left) (opt itself without a limit)."""
-        if deadline == math.inf:
-            return opt
-        return replace(opt, time_limit_s=max(0.0, min(most, deadline - time.perf_counter())))
 
     charged: dict[int, float] = {}     # per size: its plan's objective in this slot, migration charged
 
@@ -137,15 +131,15 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         if sc.best is not None and slot_lower_bound(single_size(state, u), Q, V) >= sc.best.objective:
             skipped.append(u)
             continue
-        if deadline < time.perf_counter():
+        if past(deadline):
             late.append(u)
             continue
-        screens[u] = search(u, left(screen_opt, share))
-    if screen_opt is not options and screens and deadline >= time.perf_counter():
+        screens[u] = search(u, time_left(screen_opt, deadline, share))
+    if screen_opt is not options and screens and not past(deadline):
         u, res = min(screens.items(), key=lambda kv: (kv[1].objective, kv[1].batch_time))
         if res.plan is not None and res.objective <= (1 + tune.size_recheck) * sc.best.objective:
             del screens[u]
-            found[u] = search(u, left(options))
+            found[u] = search(u, time_left(options, deadline))
     if sc.best is None:
         why = "; ".join(f"u={u}: {r.message}" for u, r in {**found, **screens}.items())
         return SlotResult.infeasible(f"slot {state.t}: no plan at any micro-batch size ({why})",
@@ -156,7 +150,7 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
         polish(state, sc, sc.best, deadline, tune.all_orders_small if small else tune.all_orders_polish,
                tune.polish_rounds)
     chosen = sorted({g.micro_batch or u0 for g in sc.best.plan.groups})
-    stopped = ", stopped by the time limit" if deadline < time.perf_counter() else ""
+    stopped = ", stopped by the time limit" if past(deadline) else ""
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped, late, charged)}), "
                        f"then each group at every size{stopped}; best at u = {chosen}, {sc.best.source}", t0)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 
 from ..cost.evaluate import Evaluation
@@ -255,6 +256,24 @@ def default_work_budget(n: int, L: int, tuning: SearchTuning | None = None) -> i
     cutting a k-device group costs Scorer.cut_work(k) units (so deep models spend the budget
     faster)."""
     return (tuning or SearchTuning()).work_budget(n)
+
+
+def deadline_of(options: SolveOptions, t0: float) -> float:
+    """The perf_counter time at which options' time limit, counted from t0, has passed (inf: none)."""
+    return t0 + options.time_limit_s if options.time_limit_s is not None else math.inf
+
+
+def past(deadline: float) -> bool:
+    """True once `deadline` (perf_counter seconds) has passed."""
+    return deadline < math.inf and time.perf_counter() > deadline
+
+
+def time_left(options: SolveOptions, deadline: float, most: float = math.inf) -> SolveOptions:
+    """options with its time limit set to min(most, the seconds left before `deadline`), at least
+    0; options itself when there is no deadline."""
+    if deadline == math.inf:
+        return options
+    return replace(options, time_limit_s=max(0.0, min(most, deadline - time.perf_counter())))
 
 
 def screening(options: SolveOptions, budget: float) -> SolveOptions:

@@ -11,7 +11,6 @@ so the result never loses to a baseline.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import Sequence
@@ -26,7 +25,7 @@ from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .local import local_search, polish
 from .micro_batch import micro_batch_sizes, single_size, solve_by_micro_batch
-from .options import SlotResult, SolveOptions, screening
+from .options import SlotResult, SolveOptions, deadline_of, past, screening, time_left
 from .orders import memory_order, nn_order
 from .oracle import solve_exact
 from .scoring import Scorer, slot_result
@@ -79,7 +78,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
     left, and once it has passed no further configuration or full search is started (the
     message says how many were left out)."""
     n = len(state.available_indices)
-    deadline = _deadline(opt, t0)
+    deadline = deadline_of(opt, t0)
     full = opt.max_structures if opt.max_structures is not None else opt.tuning.work_budget(n)
     trial_opt = opt if opt.tuning.tp_explore >= 1 else screening(opt, opt.tuning.tp_explore * full)
     sizes = micro_batch_sizes(state)
@@ -104,7 +103,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
             return slot_lower_bound(single_size(ust, u), Q, V)
 
         return search_configurations(state, opt.tp_degrees, explore, bound, cache, explore(state, cache),
-                                      opt.tuning.tp_pool_steps_up_to, stop=lambda: _past(deadline)), screened
+                                      opt.tuning.tp_pool_steps_up_to, stop=lambda: past(deadline)), screened
 
     for u in dict.fromkeys([sizes[0], min(sizes)]):
         found, screened = descend(u)
@@ -117,7 +116,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         full_already = trial_opt is opt or (id(ust), u) in complete     # a full-budget search would repeat it
         if len(sizes) == 1 and full_already:
             return None
-        if _past(deadline):
+        if past(deadline):
             found.late += 1
             return None
         found.runs += 1
@@ -156,7 +155,7 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
         kept = kept[0]
     if kept is not None and better(kept, best):
         best, found.degree_one, found.kept_previous = kept, False, True
-    return tp_result(best, found, time.perf_counter() - t0, state, degree_one=found.degree_one, bound=every_size)
+    return tp_result(best, found, time.perf_counter() - t0, state, bound=every_size)
 
 
 def _previous_kept(state: SlotState, Q, V: float, previous_plan: Plan | None, opt: SolveOptions,
@@ -205,7 +204,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
     tune = opt.tuning
     small = tune.small(n, sc.L)
     max_depth = tune.depth(n, sc.L)
-    deadline = _deadline(opt, t0)
+    deadline = deadline_of(opt, t0)
     sc.deadline = deadline
 
     # 1. the baselines (own shares and re-optimised), the cheapest plan, the previous plan
@@ -247,7 +246,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter)
         polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
     if report is not None:      # tries only grow and the budget only rises: below the first budget, never stopped
-        report["ran_out"] = sc.tries >= budget or _past(deadline)
+        report["ran_out"] = sc.tries >= budget or past(deadline)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units"
                        f"{past_budget(sc)}); best: {describe(sc.best.source)}", t0)
@@ -256,26 +255,9 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
 def past_budget(sc: Scorer) -> str:
     """The message part saying that a search went on past its work budget while it was still
     improving (Scorer.exhausted), or that its time limit stopped it, or ""."""
-    if _past(sc.deadline):
+    if past(sc.deadline):
         return ", stopped by the time limit"
     return ", past its work budget while still improving" if sc.extended else ""
-
-
-def _deadline(opt: SolveOptions, t0: float) -> float:
-    """The perf_counter time at which opt's time limit, counted from t0, has passed (inf: none)."""
-    return t0 + opt.time_limit_s if opt.time_limit_s is not None else math.inf
-
-
-def _past(deadline: float) -> bool:
-    return deadline < math.inf and time.perf_counter() > deadline
-
-
-def time_left(opt: SolveOptions, deadline: float) -> SolveOptions:
-    """opt with its time limit set to the seconds left before `deadline` (perf_counter; at least
-    0); opt itself when there is no deadline."""
-    if deadline == math.inf:
-        return opt
-    return replace(opt, time_limit_s=max(0.0, deadline - time.perf_counter()))
 
 
 def _without_tp(state: SlotState, queues: Sequence[float] | None, V: float, *, options: SolveOptions,

@@ -248,11 +248,11 @@ def check_degrees(degrees: Sequence[int]) -> None:
 
 
 def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotState,
-              degree_one: bool = False, bound: Bound | None = None) -> SlotResult:
+              bound: Bound | None = None) -> SlotResult:
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
     of the configurations visited (a bound over those, not over every way of forming units)
-    and the configuration in the message; degree_one: the result is degree 1 everywhere's full
-    search, which beat the descent's choice. bound: where the descent's bounds hold for one
+    and the configuration in the message (Descent.degree_one / kept_previous: what beat the
+    descent's choice). bound: where the descent's bounds hold for one
     micro-batch size only and the result may use others, the bound of a unit state over
     every size (solve.bounds.slot_lower_bound), taken over the visited configurations instead."""
     finite = [b for b in (found.bounds if bound is None else map(bound, found.visited)) if not math.isnan(b)]
@@ -260,7 +260,7 @@ def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotSt
     skipped = f", {found.pruned} skipped by their lower bound" if found.pruned else ""
     how = "each kind's degree, then each server's" if found.pool_steps else "each kind's degree"
     chosen = describe_configuration(found.config, state)
-    if degree_one:
+    if found.degree_one:
         chosen = f"tp1 (its full search beat the descent's {chosen})"
     elif found.kept_previous:
         chosen = f"the previous plan's units (keeping it beat the descent's {chosen})"

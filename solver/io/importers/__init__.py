@@ -9,6 +9,7 @@ profile's GPU names map to kinds). --precision: recorded as `# precision: P` in 
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ...errors import InstanceError
@@ -45,7 +46,7 @@ def import_any(fmt: str, path: str | Path, *, minibatch: int | None = None, kind
     if activation_bytes is not None and fmt != "metis":
         raise InstanceError(f"--activation-bytes: only Metis profiles lack the boundary bytes; a {fmt} profile "
                             f"has its own (got {activation_bytes!r})")
-    if activation_bytes is not None and not (activation_bytes >= 0 and activation_bytes < float("inf")):
+    if activation_bytes is not None and not (math.isfinite(activation_bytes) and activation_bytes >= 0):
         raise InstanceError(f"--activation-bytes: expected a finite number of bytes >= 0, got {activation_bytes!r}")
     single, mapping = parse_kinds(kind)
     if fmt in ("pipedream", "dapple"):

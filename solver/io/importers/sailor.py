@@ -69,8 +69,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     root, model, gpu = _root(path)
     info = load_json(root / "llm_info.json")
     if not isinstance(info, dict) or not isinstance(info.get(model, {}), dict):
-        raise InstanceError(f"{root / 'llm_info.json'}: expected {{model: {{tp degree: {{layer: bytes}}}}}}, got "
-                            f"{type(info).__name__ if not isinstance(info, dict) else type(info[model]).__name__}")
+        raise InstanceError(f"{root / 'llm_info.json'}: expected {{model: {{tp degree: {{layer: bytes}}}}}}")
     if model not in info:
         raise InstanceError(f"{root / 'llm_info.json'}: model: expected one of {sorted(info)}, got {model!r}")
     try:
