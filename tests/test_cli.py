@@ -136,12 +136,20 @@ def test_slot0_where_no_plan_fits_memory(tmp_path, capsys):
 
 
 def test_run_with_no_feasible_slot_writes_files_and_exits_1(tmp_path, capsys):
+    """As a partly infeasible run, its files are written (each slot's reason); the one error line
+    says no slot had a plan, why not in the first, and where the files are that hold no plan."""
     path = default_copy(tmp_path, unavailable_at_0=ALL_DEVICES)
     assert main(["run", str(path), "--slots", "1", "--out", str(tmp_path / "r"), "--no-plots"]) == 1
     captured = capsys.readouterr()
-    assert "no slot had a feasible plan" in captured.err
     folder = tmp_path / "r" / "default" / "ours"
-    assert (folder / "slots.csv").is_file()
+    errors = [line for line in captured.err.splitlines() if line.startswith("dynpar:")]
+    assert errors == [(f"dynpar: error: no slot of 1 had a feasible plan (slot 0: no device is available); the "
+                       f"results in {folder} hold no plan, only each slot's reason (status and message columns of "
+                       f"slots.csv)")]
+    assert "plan of slot" not in captured.out and f"wrote {folder / 'slots.csv'}" in captured.out
+    rows = list(csv.DictReader((folder / "slots.csv").open()))
+    assert [(r["status"], r["plan_json"], r["message"]) for r in rows] == [
+        ("infeasible", "null", "slot 0: no device is available")]
     assert json.loads((folder / "summary.json").read_text())["executed_slots"] == 0
 
 
@@ -220,11 +228,19 @@ def test_import_profile_out_and_force(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in target.parent.iterdir()) == ["b.csv"]
 
 
+QUEUE_BELOW_0 = "--queues: money: expected a finite number >= 0 (a virtual queue's backlog, in budgets), got "
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "no/such/file.toml"], "no/such/file.toml"),
     (["solve", DEFAULT, "--slot", "999"], "999"),
     (["solve", DEFAULT, "--slot", "0", "--queues", "1,2,3"], "queue"),
     (["solve", DEFAULT, "--slot", "0", "--queues", "a,b"], "--queues"),
+    (["solve", DEFAULT, "--slot", "0", "--queues", "-1,0"], QUEUE_BELOW_0 + "-1"),
+    (["solve", DEFAULT, "--slot", "0", "--queues=-1,0"], QUEUE_BELOW_0 + "-1"),
+    (["solve", DEFAULT, "--slot", "0", "--que", "0,-2.5"], QUEUE_BELOW_0.replace("money", "energy") + "-2.5"),
+    (["solve", DEFAULT, "--slot", "0", "--queues", "0,inf"], QUEUE_BELOW_0.replace("money", "energy") + "inf"),
+    (["run", DEFAULT, "--V", "-1e-3"], "--V: expected a finite number >= 0, got '-1e-3'"),
     (["run", DEFAULT, "--slots", "0"], "--slots"),
     (["run", DEFAULT, "--slots", "21"], "has 20 slots"),
     (["compare", DEFAULT, "--slots", "500"], "--slots"),

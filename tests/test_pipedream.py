@@ -104,6 +104,17 @@ def test_profile_csv_round_trip(tmp_path):
     ("node1 -- X -- forward_compute_time=abc, backward_compute_time=1, activation_size=1, parameter_size=1\n",
      "forward_compute_time"),
     ("garbage line\n", "line 1"),
+    (("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n"
+      "node2 -- Conv2d(3, 64, kernel_size=(3, 3)) -- forward_compute_time=1, activation_size=1, parameter_size=1\n"),
+     (r"graph.txt: line 2: node 'node2': missing field 'backward_compute_time'; expected 'nodeN -- <description> -- "
+      r"forward_compute_time=F, backward_compute_time=B, activation_size=A, parameter_size=P\[ -- stage_id=S\]'$")),
+    ("node1 -- X -- forward_compute_time=1, backward_compute_time=1\n",
+     "line 1: node 'node1': missing fields 'activation_size', 'parameter_size'"),
+    ("node1 -- X -- forward_compute_time=1, backward_compute_time=, activation_size=1, parameter_size=1\n",
+     "line 1: node 'node1': field 'backward_compute_time' without a value"),
+    ("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=x\n",
+     r"line 1: node 'node1': parameter_size: expected a number or a list \[a; b\], got 'x'"),
+    ("node1 -- node2\n", "line 1: edge 'node1 -- node2': expected an edge line indented"),
     ("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n"
      "\tnode1 -- node9\n", "node9"),
 ])

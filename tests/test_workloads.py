@@ -61,6 +61,7 @@ BAD_ROWS = {
     "negative": ("a,1,-2,3,4,5\n", ["row 3", "bwd_flops", "-2"]),
     "short_row": ("a,1,2\n", ["row 3", "3 cells"]),
     "empty_name": (",1,2,3,4,5\n", ["row 3", "name"]),
+    "duplicate_name": ("ok,1,2,3,4,5\n", ["column 'name'", "'ok' in rows 2, 3"]),
 }
 
 
@@ -72,6 +73,16 @@ def test_bad_table_names_file_row_column_value(tmp_path, case):
     with pytest.raises(InstanceError) as info:
         read_workload_csv(p, 8, 4)
     assert all(s in str(info.value) for s in ["bad.csv", *expected]), str(info.value)
+
+
+def test_duplicate_layer_names_are_named_with_their_rows(tmp_path):
+    p = tmp_path / "dup.csv"
+    p.write_text("# input_bytes: 4\nname,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\n"
+                 "a,1,2,3,4,5\nb,1,2,3,4,5\na,1,2,3,4,5\nc,1,2,3,4,5\nb,1,2,3,4,5\na,1,2,3,4,5\n")
+    with pytest.raises(InstanceError) as info:
+        read_workload_csv(p, 8, 4)
+    assert str(info.value) == (f"{p}: column 'name': expected a different name for each layer, got 2 name(s) used "
+                               "more than once: 'a' in rows 3, 5, 8; 'b' in rows 4, 7")
 
 
 BAD_TABLES = [     # (table text, what the message must match)

@@ -15,15 +15,19 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..io.data import default_instance
 from ..io.pipedream import DEFAULT_KIND
 from ..online.policies import POLICY_NAMES
 from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, plots_skipped, plotting_available, print_slots,
                      progress, slot_columns, summary_keys, table_text, with_units, write_atomic)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_INSTANCE = default_instance()
 """The packaged default instance (solver/data/instances; the checkout's instances/ links to it)."""
@@ -131,21 +135,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         written += plot_run(df, inst, out) + plot_device_map(df, inst, out)
     print("\nwrote " + ", ".join(str(p) for p in written))
     if not len(planned):
-        print("dynpar: no slot had a feasible plan", file=sys.stderr)
+        print(f"dynpar: error: {_no_plan_message(skipped, len(df), out)}", file=sys.stderr)
         return 1
     return 0
 
 
+def _no_plan_message(skipped: pd.DataFrame, total: int, out: Path) -> str:
+    """The one line of a run in which no slot had a feasible plan: the first slot's reason, and
+    that the results written to `out` hold no plan."""
+    shown = "".join(f" ({_slot_reason(int(r.slot), r.message)}" for r in skipped.head(1).itertuples())
+    more = f"; and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+    return (f"no slot of {total} had a feasible plan{shown}{more}{')' if shown else ''}; the results in {out} "
+            "hold no plan, only each slot's reason (status and message columns of slots.csv)")
+
+
 def _queues(text: str, inst) -> tuple[float, ...]:
+    """--queues: one virtual-queue backlog per budget, in budget order, each finite and >= 0."""
     if not text:
         return (0.0,) * len(inst.budgets)
+    cells = [x.strip() for x in text.split(",")]
     try:
-        q = tuple(float(x) for x in text.split(","))
+        q = tuple(float(x) for x in cells)
     except ValueError:
         raise UsageError(f"--queues: expected comma-separated numbers, got {text!r}") from None
     if len(q) != len(inst.budgets):
         names = ", ".join(b.name for b in inst.budgets)
         raise UsageError(f"--queues: expected {len(inst.budgets)} queue value(s) ({names}), got {len(q)}: {text!r}")
+    for b, v, cell in zip(inst.budgets, q, cells):
+        if not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"--queues: {b.name}: expected a finite number >= 0 (a virtual queue's backlog, in "
+                             f"budgets), got {cell}")
     return q
 
 
@@ -349,8 +368,54 @@ TP_HELP = ("tensor-parallel degrees a stage may have, comma-separated (default 1
            "instance declares servers; 1: no tensor parallelism)")
 
 
+NEGATIVE = re.compile(r"^-\.?\d")
+"""A value such as -1, -1,0 or -.5: no option of dynpar starts so."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line: `dynpar: error: ...`, exit status 2."""
+    """argparse whose errors are one line: `dynpar: error: ...`, exit status 2; a negative value
+    after an option that takes one (`--queues -1,0`) is that option's value, as `--queues=-1,0`,
+    so that the option's own check names it (argparse alone takes only plain numbers such as
+    -1 for values, and says `expected one argument` for the rest)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.options: set[str] = set()
+        self.one_value: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.options.update(action.option_strings)
+        if action.option_strings and action.nargs is None:
+            self.one_value.update(action.option_strings)
+        return action
+
+    def takes_one_value(self, arg: str) -> bool:
+        """`arg` names a one-value option, whole or as the unique prefix argparse accepts."""
+        if arg in self.options:
+            return arg in self.one_value
+        named = [o for o in self.options if arg.startswith("--") and o.startswith(arg)] if self.allow_abbrev else []
+        return len(named) == 1 and named[0] in self.one_value
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        return super().parse_known_args(self.joined(sys.argv[1:] if args is None else list(args)), namespace)
+
+    def joined(self, args: list[str]) -> list[str]:
+        """`args` with each one-value option and a negative value after it as one argument."""
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--":
+                return out + args[i:]
+            if i + 1 < len(args) and NEGATIVE.match(args[i + 1]) and self.takes_one_value(a):
+                out.append(f"{a}={args[i + 1]}" if a.startswith("--") else a + args[i + 1])
+                i += 2
+                continue
+            out.append(a)
+            i += 1
+        return out
 
     def error(self, message: str):
         self.exit(2, f"dynpar: error: {self.prog}: {message}\n")
@@ -394,8 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("--slot", type=int, required=True, help="0-based slot index")
     s.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP + " (default 1)")
-    s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order "
-                                                "(default all 0)")
+    s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order, each a "
+                                                "backlog >= 0 in budgets (default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
     s.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")

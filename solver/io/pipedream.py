@@ -51,6 +51,12 @@ KNOWN_MINIBATCH = {"alexnet": 256, "resnet18": 256, "squeezenet1_0": 256, "vgg16
 _NODE = re.compile(r"^(node\d+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
                    r"activation_size=(.+?), parameter_size=([^,\s]+)(?: -- stage_id=(\d+))?\s*$")
 _EDGE = re.compile(r"^\s+(node\d+) -- (node\d+)\s*$")
+_NODE_START = re.compile(r"^(node\d+) -- ")
+FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
+"""The fields of a node line, in the order PipeDream writes them."""
+_FIELDS_START = re.compile(r" -- (?=(?:" + "|".join(FIELDS) + r")=)")
+NODE_FORM = ("nodeN -- <description> -- forward_compute_time=F, backward_compute_time=B, activation_size=A, "
+             "parameter_size=P[ -- stage_id=S]")
 
 
 @dataclass(frozen=True)
@@ -87,18 +93,41 @@ class ProfileGraph:
     edges: tuple[tuple[str, str], ...]
 
 
-def _float(path: Path, lineno: int, field: str, text: str) -> float:
+def _float(path: Path, lineno: int, nid: str, field: str, text: str) -> float:
     text = text.strip()
     try:
         if text.startswith("[") and text.endswith("]"):
             return float(sum(float(x) for x in text[1:-1].split(";") if x.strip()))
         return float(text)
     except ValueError:
-        raise InstanceError(f"{path}: line {lineno}: {field}: not a number: {text!r}") from None
+        raise InstanceError(f"{path}: line {lineno}: node {nid!r}: {field}: expected a number or a list [a; b], "
+                            f"got {text!r}") from None
+
+
+def _node_line_problem(rest: str) -> str:
+    """What is wrong with the text after `nodeN -- ` of a node line that does not parse: the
+    fields missing, without a value, unknown, or out of order."""
+    m = _FIELDS_START.search(rest)
+    fields = re.sub(r" -- stage_id=\S*\s*$", "", rest[m.end():]) if m else ""
+    given: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in fields.split(","))):
+        key, _, value = part.partition("=")
+        given[key.strip()] = value.strip()
+    missing = [f for f in FIELDS if f not in given]
+    if missing:
+        return f"missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
+    empty = [f for f in FIELDS if not given[f]]
+    if empty:
+        return f"field{'s' if len(empty) > 1 else ''} {', '.join(map(repr, empty))} without a value"
+    unknown = [k for k in given if k not in FIELDS]
+    if unknown:
+        return f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+    return f"fields out of order (got {', '.join(given)})"
 
 
 def parse_profile(path: str | Path) -> ProfileGraph:
-    """Parse a graph.txt; Input nodes get zero forward time. InstanceError on a bad line or edge."""
+    """Parse a graph.txt; Input nodes get zero forward time. InstanceError naming the file, line
+    and node on a bad line (a missing field by name) or edge."""
     path = Path(path)
     text = read_text(path, "profile")
     nodes: dict[str, ProfileNode] = {}
@@ -110,17 +139,23 @@ def parse_profile(path: str | Path) -> ProfileGraph:
             edges.append((m.group(1), m.group(2)))
             continue
         m = _NODE.match(line)
+        if m is None and _EDGE.match(f" {line}"):
+            raise InstanceError(f"{path}: line {lineno}: edge {line.strip()!r}: expected an edge line indented by a "
+                                "tab or spaces (a node line has fields after its description)")
+        if m is None and (start := _NODE_START.match(line)):
+            raise InstanceError(f"{path}: line {lineno}: node {start.group(1)!r}: "
+                                f"{_node_line_problem(line[start.end():])}; expected {NODE_FORM!r}")
         if m is None:
             raise InstanceError(f"{path}: line {lineno}: neither a node nor an edge line: {line[:80]!r}")
         nid, desc = m.group(1), m.group(2).strip()
         if nid in nodes:
             raise InstanceError(f"{path}: line {lineno}: duplicate node {nid!r}")
-        fwd = _float(path, lineno, "forward_compute_time", m.group(3))
+        fwd = _float(path, lineno, nid, "forward_compute_time", m.group(3))
         if desc.startswith("Input"):
             fwd = 0.0
-        nodes[nid] = ProfileNode(nid, desc, fwd, _float(path, lineno, "backward_compute_time", m.group(4)),
-                                 _float(path, lineno, "activation_size", m.group(5)),
-                                 _float(path, lineno, "parameter_size", m.group(6)), _parts(m.group(5)))
+        nodes[nid] = ProfileNode(nid, desc, fwd, _float(path, lineno, nid, "backward_compute_time", m.group(4)),
+                                 _float(path, lineno, nid, "activation_size", m.group(5)),
+                                 _float(path, lineno, nid, "parameter_size", m.group(6)), _parts(m.group(5)))
     for a, b in edges:
         for x in (a, b):
             if x not in nodes:

@@ -36,6 +36,7 @@ Columns opt_s:<kind> give each layer's measured optimizer-step seconds per itera
 that kind (Workload.optimizer_seconds, for optimizer_step = "measured"). An optional column
 stash_unsplit_bytes gives the part of stash_bytes that tensor parallelism does not split
 (Workload.tp_unsplit_stash; without it a TP stage keeps all of it on every device).
+Every layer's name differs from the others' (a name used twice is an error naming its rows).
 Regenerate with `python -m solver.io.workloads [outdir]`.
 """
 from __future__ import annotations
@@ -375,6 +376,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     extra: dict[str, list[float]] = {h: [] for h in header if "@" in h or h.startswith("opt_s:")
                                      or h == UNSPLIT_COLUMN}
     layers, measured = [], {k: ([], []) for k in source}
+    rows_of: dict[str, list[int]] = {}
     for lineno, row in enumerate(reader, start=start + 2):
         if not row or all(not c.strip() for c in row):
             continue
@@ -383,6 +385,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
         cells = dict(zip(header, (c.strip() for c in row)))
         if not cells["name"]:
             raise InstanceError(f"{path}: row {lineno}: column 'name': empty")
+        rows_of.setdefault(cells["name"], []).append(lineno)
         vals = [_number(path, lineno, c, cells[c]) for c in BASE_COLUMNS[1:]]
         layers.append(Layer(cells["name"], *vals))
         for k, (fc, bc) in source.items():
@@ -392,6 +395,7 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
             vals.append(_number(path, lineno, c, cells[c]))
     if not layers:
         raise InstanceError(f"{path}: no layer rows")
+    _check_unique_names(path, rows_of)
     for k, (f, b) in measured.items():
         if not any(f) and not any(b):
             raise InstanceError(f"{path}: columns 'fwd_s:{k}', 'bwd_s:{k}': every layer takes 0 s on {k}; "
@@ -425,6 +429,17 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
                     measured_by_micro_batch=dict(sorted(by_u.items())), tp_variants=tp_variants,
                     tp_unsplit_stash=unsplit,
                     optimizer_seconds={h[len("opt_s:"):]: tuple(extra[h]) for h in header if h.startswith("opt_s:")})
+
+
+def _check_unique_names(path: Path, rows_of: dict[str, list[int]], shown: int = 5) -> None:
+    """InstanceError naming every layer name used in more than one row, with those rows."""
+    dups = [(n, rows) for n, rows in rows_of.items() if len(rows) > 1]
+    if not dups:
+        return
+    listed = "; ".join(f"{n!r} in rows {', '.join(map(str, rows))}" for n, rows in dups[:shown])
+    more = f"; and {len(dups) - shown} more" if len(dups) > shown else ""
+    raise InstanceError(f"{path}: column 'name': expected a different name for each layer, got {len(dups)} "
+                        f"name(s) used more than once: {listed}{more}")
 
 
 UNSPLIT_COLUMN = "stash_unsplit_bytes"
