@@ -38,11 +38,13 @@ def test_bench_budget_smoke(tmp_path):
 
 def test_bench_margin_replay_follows_the_recorded_run(tmp_path):
     """bench_margin: replaying the margin in force on a run's recorded frontiers picks the run's
-    own plans (the same average batch time, within float rounding); every rule's ratios to the
-    offline LP over the same points are >= 1; an unknown instance is an error naming it."""
+    own plans (the same average batch time, within float rounding); every rule's ratio to the
+    offline LP over the same points at its own use is >= 1, and to the LP at the limits + TOL
+    too wherever its use is within them (a replay over them may be faster than that LP); an
+    unknown instance is an error naming it."""
     import numpy as np
 
-    from benchmarks.bench_margin import RULES, record, replay
+    from benchmarks.bench_margin import RULES, TOL, record, replay
     from solver.io.synthetic import random_instance
     from solver.online import run_online
     from solver.online.offline import calibrate_budgets
@@ -56,7 +58,8 @@ def test_bench_margin_replay_follows_the_recorded_run(tmp_path):
     assert r["avg_batch_time_s"] == pytest.approx(run.summary["avg_batch_time"], rel=1e-9)
     for name, rule in RULES.items():
         x = replay(F, rule)
-        assert x["ratio"] >= 1 - 1e-9 and x["ratio_lim"] >= 1 - 1e-9, name
+        assert x["ratio"] >= 1 - 1e-9, name
+        assert x["ratio_lim"] >= 1 - 1e-9 or x["worst_use_pct"] > 100 * (1 + TOL), name
     from solver.errors import InstanceError
     with pytest.raises(InstanceError, match="no_such_instance"):
         record("no_such_instance", tmp_path)

@@ -205,6 +205,9 @@ def test_sources_in_a_users_words():
     assert describe("ls-add-alone") == "local search: a device added as its own group"
     assert describe("dapple+lp") == "baseline DAPPLE, with re-optimised shares"
     assert describe("even-dp") == "baseline even DP"
+    assert describe("ls-split+alpha+mem+aligned") == ("local search: a group split in two, each group in its order "
+                                                      "of least bottleneck, re-cut to fit memory, groups of equal "
+                                                      "depth cut alike")
     assert describe("clusters1.25e+10") == "groups of devices linked at 100 Gbit/s or faster"
     state = random_state(4, n=9, L=10)
     sc = Scorer(state, np.zeros(2), 1.0, SolveOptions(), None)

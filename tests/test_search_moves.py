@@ -2,6 +2,8 @@
 memory peaks (solve.local, solve.scoring)."""
 from __future__ import annotations
 
+from dataclasses import replace
+from itertools import permutations
 from math import comb
 
 import numpy as np
@@ -187,3 +189,91 @@ def test_a_used_device_replaced_by_an_unused_one(tmp_path):
     search, exact = solve_slot(s, (1.0,), 0.0), solve_exact(s, (1.0,), 0.0)
     assert exact.success and search.success and search.plan.validate(s) == []
     assert search.objective <= exact.objective * (1 + 1e-9), search.message
+
+
+def _fuzzed(tmp_path, model: str, batch: int, u: int, gbps: tuple[float, float],
+            devices: list[tuple[str, str, float, float, float, float]], budgets: str = "",
+            servers: bool = True, layers: str | None = None):
+    """Slot 0 of a one-slot instance from the fuzzing of 2026-12 (seeds 800000+): devices as
+    (kind, server, efficiency, memory_gb, speed_factor, price_per_hour)."""
+    if layers is not None:
+        (tmp_path / "layers.csv").write_text(layers)
+    body = ['name = "fuzzed"', "num_slots = 1", "[workload]", f'model = "{model}"', f"batch = {batch}",
+            f"micro_batch = {u}", "[network]", f"intra_server_gbps = {gbps[0]}", f"inter_server_gbps = {gbps[1]}", ""]
+    trace = ["slot,device,available,speed_factor,price_per_hour"]
+    for i, (kind, srv, eff, mem, speed, price) in enumerate(devices):
+        body += ["[[devices]]", f'name = "d{i}"', f'kind = "{kind}"', f'server = "{srv}"', f"efficiency = {eff}",
+                 f"memory_gb = {mem}", ""]
+        trace.append(f"0,d{i},1,{speed},{price}")
+    if servers:
+        body += [x for srv in sorted({d[1] for d in devices}) for x in ("[[servers]]", f'name = "{srv}"', "")]
+    body += [budgets, "[traces]", 'devices = "devices.csv"', ""]
+    (tmp_path / "inst.toml").write_text("\n".join(body))
+    (tmp_path / "devices.csv").write_text("\n".join(trace) + "\n")
+    return load_instance(tmp_path / "inst.toml").state(0)
+
+
+def _matches_oracle(s, Q, V, iterations: int) -> None:
+    opt = SolveOptions(iterations_per_slot=iterations)
+    search, exact = solve_slot(s, Q, V, options=opt), solve_slot(s, Q, V, options=replace(opt, exact=True))
+    assert exact.success and search.success and search.plan.validate(s) == []
+    assert search.objective <= exact.objective * (1 + 1e-9), (search.message, exact.message)
+
+
+def test_groups_cut_alike(tmp_path):
+    """Fuzzed seed 801044: BERT on four K80s, 2 samples, tight memory. The oracle's plan is two
+    2-stage groups both cut at layer 5: one gradient ring per stage, where each group's own
+    best cuts (layers 10 and 11) pay a ring per distinct holder set and score 45% above it;
+    the search returned one pipeline 4.9% above the oracle until it tried groups cut alike."""
+    s = _fuzzed(tmp_path, "bert_base", 2, 1, (300.0, 10.0),
+                [("K80", "s0", 0.635, 1.27247, 0.5430, 0.3132), ("K80", "s0", 0.431, 1.27876, 0.9575, 0.2731),
+                 ("K80", "s1", 0.650, 1.4611, 0.9322, 1.1955), ("K80", "s1", 0.695, 1.26228, 0.8864, 4.7329)],
+                servers=False)
+    _matches_oracle(s, (), 0.01, 10_000)
+
+
+def test_tp_units_matched_by_speed(tmp_path):
+    """Fuzzed seed 801157: three K80s in one server, one three times as fast as the other two
+    this slot, beside an A100. The oracle pairs the two slow K80s as a TP unit and keeps the
+    fast one alone; index order paired the fast one with a slow one (a unit computes at its
+    slowest device's pace), 2.6% above it."""
+    layers = ("# input_bytes: 1000\nname,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\n"
+              "l0,1.02729e+10,2.05459e+10,1.34037e+06,702671,0\nl1,6.53386e+08,1.30677e+09,2.04913e+06,3.59962e+06,0\n"
+              "l2,7.99421e+10,1.59884e+11,3.6461e+06,3.80619e+06,0\nl3,3.88227e+08,7.76455e+08,571672,1.62473e+06,0\n"
+              "l4,2.64166e+08,5.28331e+08,2.0357e+06,1.95292e+06,3.08279e+08\n"
+              "l5,2.13406e+09,4.26811e+09,3.56772e+06,4.40664e+06,0\nl6,1.34112e+09,2.68224e+09,3.63242e+06,7.77509e+06,0\n"
+              "l7,8.22241e+10,1.64448e+11,4.20799e+06,5.72108e+06,0\nl8,1.16371e+09,2.32741e+09,3.44459e+06,3.06311e+06,0\n")
+    s = _fuzzed(tmp_path, "layers.csv", 36, 2, (100.0, 25.0),
+                [("K80", "s0", 0.561, 1.5664, 0.9212, 4.2382), ("K80", "s0", 0.516, 1.48175, 0.4401, 3.2185),
+                 ("K80", "s0", 0.598, 1.28378, 0.3912, 1.9319), ("A100-SXM4-40GB", "s1", 0.679, 1.1141, 0.4027, 1.7066)],
+                budgets='[[budgets]]\nkind = "money"\nlimit = 0.000343803\n', layers=layers)
+    _matches_oracle(s, (0.01,), 1000.0, 1)
+
+
+def test_each_schedule_relief_is_scored_where_budgets_weigh(tmp_path):
+    """Fuzzed seed 801195: GPT-2 on three T4s with tight memory, the energy budget's queue high
+    and V = 0. The fastest relief of the 3-stage pipeline is GPipe with recomputation, whose
+    recomputed forwards cost energy; 1F1B without recomputation is slower and cheaper, and the
+    search, which scored only the fastest relief, returned a plan 4.7% above the oracle's."""
+    budgets = ('[[budgets]]\nkind = "energy"\nlimit = 5836.01\n\n[[budgets]]\nkind = "money"\nlimit = 1.55968e-05\n\n'
+               '[[budgets]]\nkind = "device_energy"\nlimit = 27.1853\ndevice = "d0"\n')
+    s = _fuzzed(tmp_path, "gpt2_small", 22, 1, (300.0, 1.0),
+                [("T4", "s0", 0.486, 1.41993, 0.3016, 1.4060), ("T4", "s1", 0.458, 2.2243, 0.7727, 4.2405),
+                 ("T4", "s2", 0.514, 1.55785, 0.7787, 0.3547)], budgets=budgets)
+    _matches_oracle(s, (500.0, 0.01, 0.01), 0.0, 10_000)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_alpha_order_is_the_least_alpha_order(seed):
+    """Scorer.alpha_order of a set of up to 4 devices over 8 layers (every order affordable) has
+    the least GPipe alpha among all its orders, under their min-bottleneck cuts."""
+    s = random_state(70_300 + seed, n=5, L=8)
+    sc = Scorer(s, check_queues(s, None), 1.0, SolveOptions(), None)
+    for k in (2, 3, 4):
+        d = frozenset(s.available_indices[:k])
+        if len(d) < k:
+            continue
+        alphas = {o: sc.coeffs(o, c).alpha for o in permutations(sorted(d)) if (c := sc.cuts(o)) is not None}
+        if alphas:
+            o = sc.alpha_order(d)
+            assert alphas[o] <= min(alphas.values()) * (1 + 1e-12)

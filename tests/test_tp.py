@@ -23,6 +23,7 @@ from solver.model.state import TP_ALLREDUCES, tp_collective_seconds
 from solver.model.units import unit_state
 from solver.solve.oracle import solve_exact
 from solver.solve.options import SearchTuning
+from solver.solve.tp import partitions, speed_matched, unit_throughput
 
 GBIT = 1e9 / 8
 LAYERS = """\
@@ -419,3 +420,46 @@ def test_tp_boundary_bytes_must_be_the_whole_boundary(tmp_path):
                  "stash_bytes@tp2\nl0,1,2,8,4,6,3,4,2\n")
     with pytest.raises(InstanceError, match=r"column 'out_bytes@tp2': expected the layer's out_bytes 8"):
         read_workload_csv(p, batch=4, micro_batch=1)
+
+
+def test_tp_descent_at_another_micro_batch_size_returns_groups_at_that_size(tmp_path):
+    """Fuzzed slot 803121: no group holds one micro-batch of the workload's u = 8, so the TP
+    descent ran at u = 1; its best plan, which the full search at every size only tied, was
+    returned as it was and said nothing of its size, so its groups read as u = 8 with shares of
+    5 (invalid: memory and shares). Each group now carries the size it was searched at."""
+    (tmp_path / "layers.csv").write_text("name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes\n"
+                                         "l0,1.7e10,3.4e10,4e6,4.7e6,0\nl1,3.6e11,7.2e11,3e6,7.5e6,0\n"
+                                         "l2,6.5e11,1.3e12,6e5,1e6,0\n")
+    body = ['name = "mb"', "num_slots = 1", "[workload]", 'model = "layers.csv"', "batch = 64", "micro_batch = 8",
+            "[network]", "intra_server_gbps = 300.0", "inter_server_gbps = 1.0", ""]
+    for i, srv in enumerate(["s0", "s0", "s0", "s1"]):
+        body += ["[[devices]]", f'name = "d{i}"', 'kind = "L4"', f'server = "{srv}"', "memory_gb = 0.05", ""]
+    body += ["[[servers]]", 'name = "s0"', "", "[[servers]]", 'name = "s1"', ""]
+    (tmp_path / "mb.toml").write_text("\n".join(body))
+    s = load_instance(tmp_path / "mb.toml").state(0)
+    wl = s.workload
+    peak = 0.5 * s.devices[0].peak_flops
+    by_u = {u: {"L4": (tuple(np.asarray(wl.fwd_flops) / peak * f), tuple(np.asarray(wl.bwd_flops) / peak * f))}
+            for u, f in ((1, 0.5), (2, 1.0), (4, 1.0), (8, 1.0))}     # u = 1 the fastest per sample
+    s = replace(s, workload=replace(wl, measured=by_u[8], measured_by_micro_batch=by_u))
+    res = solve_slot(s, V=1.0)
+    assert res.success, res.message
+    assert res.plan.validate(s) == []
+    assert all(g.micro_batch == 1 for g in res.plan.groups)
+    assert res.objective == pytest.approx(evaluate(res.plan, s).objective((), 1.0), rel=1e-9)
+
+
+@given(speeds=st.lists(st.floats(0.1, 5.0), min_size=2, max_size=7), t=st.sampled_from([2, 3, 4]))
+@settings(max_examples=60)
+def test_speed_matched_units_hold_the_most_throughput(speeds, t):
+    """tp.speed_matched: len // t units of t devices and the rest alone, each device once, with
+    the most throughput (t x the slowest speed per unit, plus the lone devices') of every such
+    partition (brute force over tp.partitions)."""
+    pool = list(range(len(speeds)))
+    if t > len(pool):
+        return
+    got = speed_matched(pool, t, speeds)
+    assert sorted(d for u in got for d in u) == pool
+    assert sorted(len(u) for u in got) == [1] * (len(pool) % t) + [t] * (len(pool) // t)
+    best = max(unit_throughput(p, speeds) for p in partitions(pool, [t]) if sum(len(u) == t for u in p) == len(pool) // t)
+    assert unit_throughput(got, speeds) >= best * (1 - 1e-12)

@@ -122,9 +122,10 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
     SearchTuning.small_devices devices (whose work budget is more than the search needs) the
     neighbours include every split of small groups, and at a local optimum the order-keeping
     moves (`ordered_neighbours`: a device inserted into or removed from a group where it
-    stands, not re-chained) are tried before stopping; larger slots keep their budget for the
-    other starts and the polish. Stops at a local optimum, when the work budget is spent or
-    past `deadline` (perf_counter seconds)."""
+    stands, not re-chained) are tried before stopping, and each neighbour is also scored with
+    its groups in their least-alpha orders (Scorer.alpha_order) where those differ from the
+    chains; larger slots keep their budget for the other starts and the polish. Stops at a
+    local optimum, when the work budget is spent or past `deadline` (perf_counter seconds)."""
     avail = state.available_indices
     rich = len(avail) <= sc.tuning.small_devices
     cur = start
@@ -143,9 +144,16 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
             if not ng or key in seen:
                 continue
             seen.add(key)
-            cand = sc.score_groups([sc.nn(g) for g in ng], source=f"ls-{name}")
-            if cand is not None and better(cand, best):
-                best = cand
+            chains = [sc.nn(g) for g in ng]
+            tries = [(chains, "")]
+            if rich:
+                alpha = [sc.alpha_order(g) for g in ng]
+                if alpha != chains:
+                    tries.append((alpha, "+alpha"))
+            for orders, tag in tries:
+                cand = sc.score_groups(orders, source=f"ls-{name}{tag}")
+                if cand is not None and better(cand, best):
+                    best = cand
         if best is cur and rich:
             tried: set = set()
             for name, ng in ordered_neighbours([g.devices for g in cur.plan.groups], avail, max_depth):

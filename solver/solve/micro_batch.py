@@ -60,7 +60,7 @@ def single_size(state: SlotState, u: int) -> SlotState:
     return known[u]
 
 
-def _at_size(plan: Plan | None, u: int | None) -> Plan | None:
+def with_micro_batch(plan: Plan | None, u: int | None) -> Plan | None:
     """plan with every group's micro_batch set to u (None: the workload's own)."""
     if plan is None:
         return None
@@ -113,17 +113,17 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     def search(u: int, opt: SolveOptions) -> SlotResult:
         prev = None
         if previous_plan is not None and all((g.micro_batch or u0) == u for g in previous_plan.groups):
-            prev = _at_size(previous_plan, None)
+            prev = with_micro_batch(previous_plan, None)
         one = single_size(state, u)
         res = solve(one, queues, V, previous_plan=prev, options=opt, cache=cache.at_size(one))
         if res.plan is not None:
-            plan = _at_size(res.plan, None if u == u0 else u)
+            plan = with_micro_batch(res.plan, None if u == u0 else u)
             charge(u, plan)
         return res
 
     for u, res in (*found.items(), *screens.items()):
         if res.plan is not None:
-            plan = _at_size(res.plan, None if u == u0 else u)
+            plan = with_micro_batch(res.plan, None if u == u0 else u)
             charge(u, plan)
     for u in sizes:
         if u in found or u in screens:

@@ -83,6 +83,17 @@ class SearchTuning:
     on 16 devices with a 177-layer model, the reliefs of the single pipelines alone spent the
     whole work budget before any local search (bench_budget, seeds 57000+: PipeDream's ResNet-50
     at 0.7 memory was 15.3% off the 16x search, now 0%)."""
+    alpha_orders_up_to: int = 5
+    """Small slots' local search: a group of up to this many devices is also scored in the order
+    of least per-sample bottleneck (Scorer.alpha_order) where that is not its fast-link chain;
+    every order is compared where their cut DPs cost at most `alpha_order_work`, else the
+    chain's relocations. With layers of unequal weight (an embedding first, a vocabulary head
+    last) the chain can leave the heavy layer on a slow stage: fuzzed slot 800108, GPT-2 on
+    four A100s and a V100, one 5-stage pipeline 2.9% faster than the search's two groups, in
+    an order that starts at the V100."""
+    alpha_order_work: float = 60.0
+    """Work units (Scorer.cut_work, summed over the orders) of one group's every-order alpha
+    order; 120 orders of 5 devices over 26 layers cost 46."""
     all_orders_polish: int = 2
     """Other slots, polish: every order of groups up to this many devices."""
     max_depth: int = 16

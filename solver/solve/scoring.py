@@ -88,6 +88,7 @@ class Scorer:
         self.pruned_charged = 0         # score calls charged a try and pruned (a repeat is charged again)
         self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
         self._nn: dict[frozenset, Ordered] = {}
+        self._alpha_order: dict[frozenset, Ordered] = {}
         self._wanted: dict[Structure, np.ndarray] = {}
         self.deadline = math.inf
         self.budget = math.inf          # structures the search may still try (work budget)
@@ -213,6 +214,29 @@ class Scorer:
         o = self._nn.get(devices)
         if o is None:
             o = self._nn[devices] = nn_order(self.state, devices)
+        return o
+
+    def alpha_order(self, devices: frozenset) -> Ordered:
+        """The order of a device set with the least GPipe alpha (seconds/sample) under its
+        min-bottleneck cuts for one micro-batch, among every order where
+        SearchTuning.alpha_order_work affords them, else the fast-link chain's orders
+        (orders.group_orders with every relocation); the chain itself on ties, and for sets of
+        one device or beyond SearchTuning.alpha_orders_up_to. Kept per set."""
+        o = self._alpha_order.get(devices)
+        if o is not None:
+            return o
+        o = chain = self.nn(devices)
+        k = len(chain)
+        if 2 <= k <= self.tuning.alpha_orders_up_to:
+            every = math.factorial(k) * self.cut_work(k) <= self.tuning.alpha_order_work
+            best = math.inf
+            for cand in group_orders(self.state, chain, k if every else 0, relocate=True):
+                c = self.cuts(cand)
+                if c is not None:
+                    a = self.coeffs(cand, c).alpha
+                    if a < best * (1 - 1e-12):
+                        best, o = a, cand
+        self._alpha_order[devices] = o
         return o
 
     def relief_orders(self, d: Ordered) -> list[Ordered]:
@@ -448,13 +472,56 @@ class Scorer:
             # group) spent the budget before the dp x pp shapes (Sailor's 32 GPUs: 65.4 s -> 72-86 s)
             s4 = None if self.exhausted() or self.n_avail > self.tuning.large_devices \
                 else self.relieve_by_variant_cuts(base)
-            if s4 is not None and s4 != s3:
-                cand = self.score(s4, source=source + "+schedule-cuts", prune=prune)
-                if cand is not None and (sc is None or better(cand, sc)):
-                    sc = cand
+            relieved = [s4]
+            if self.n_avail <= self.tuning.small_devices and not self._no_weights and not self.exhausted():
+                # the fastest relief may not be the cheapest: recomputation buys memory with
+                # compute that costs energy, so where budgets weigh, each variant's own is scored
+                # (fuzzed slot 801195: 1F1B without recomputation, 2.4% below the search's)
+                relieved += [self.relieve_by_variant_cuts(base, only=v) for v in self.variants]
+            for x in dict.fromkeys(relieved):
+                if x is not None and x != s3:
+                    cand = self.score(x, source=source + "+schedule-cuts", prune=prune)
+                    if cand is not None and (sc is None or better(cand, sc)):
+                        sc = cand
+        if self.n_avail <= self.tuning.small_devices and not self.exhausted():
+            sc = self.aligned(sc.structure if sc is not None and len(sc.structure) == len(s) else tuple(s),
+                              sc, source, prune)
         return sc
 
-    def relieve_by_variant_cuts(self, s: Structure) -> Structure | None:
+    def aligned(self, s: Structure, best: Scored | None, source: str, prune: bool) -> Scored | None:
+        """`best` or better: groups of s with the same number of stages (two or more), schedule
+        and micro-batch size all given one cut set, each of their own cuts and frontier cut sets
+        (for one micro-batch and, where `best` scored s, for their shares) in turn. The gradient
+        sync all-reduces each layer over the devices holding it, so groups cut alike sync in
+        as many rings as they have stages, where groups cut apart pay a ring per distinct
+        holder set: with few micro-batches per group (where a group's time hardly depends on
+        its cuts) that outweighs each group's own best cuts (fuzzed slot 801044: BERT on four
+        K80s at 2 samples, two 2-stage groups cut alike at layer 5, 4.9% below one pipeline;
+        their own cuts, 10 and 11, score 45% above it)."""
+        classes: dict[tuple, list[int]] = {}
+        for i, e in enumerate(s):
+            if len(e[0]) >= 2:
+                classes.setdefault((len(e[0]), *e[2:]), []).append(i)
+        shares = [g.share for g in best.plan.groups] if best is not None and best.structure == s else None
+        for members in classes.values():
+            if len(members) < 2:
+                continue
+            cut_sets: list[tuple[int, ...]] = []
+            for i in members:
+                d, c, mb = s[i][0], s[i][1], entry_micro_batch(s[i])
+                cut_sets += [c, *self.frontier(d, None, mb)]
+                if shares is not None:
+                    cut_sets += self.frontier(d, shares[i], mb)
+            for c in dict.fromkeys(cut_sets):
+                new = tuple((e[0], c, *e[2:]) if i in members else e for i, e in enumerate(s))
+                if new == s or self.exhausted():
+                    continue
+                cand = self.score(new, source=source + "+aligned", prune=prune)
+                if cand is not None and (best is None or better(cand, best)):
+                    best = cand
+        return best
+
+    def relieve_by_variant_cuts(self, s: Structure, only: tuple[str, bool] | None = None) -> Structure | None:
         """(score_groups calls it in slots of up to SearchTuning.large_devices devices.) For each
         group whose memory cap is below the share it would get without caps: cuts
         found for each 1F1B / recomputation variant's own per-stage peak memory (stage j of a
@@ -464,7 +531,8 @@ class Scorer:
         in slots of up to SearchTuning.small_devices devices the variant's frontier cut sets of
         the VARIANT_FRONTIERS best of those;
         the entry holding that share in the least time (alpha share + beta), else the largest
-        cap. None when no cap binds or nothing changes."""
+        cap; with `only`, among that (schedule, recompute) variant's entries. None when no cap
+        binds or nothing changes."""
         def fix(e: tuple, w: int) -> tuple | None:
             gc = self.coeffs(*e)
             d = e[0]
@@ -480,7 +548,7 @@ class Scorer:
                                     entry(o, c, *v, micro_batch=mb)))
 
             for o in dict.fromkeys(orders):
-                for v in self.variants:
+                for v in self.variants if only is None else (only,):
                     c = self.cuts(o, w, mb, v)
                     if c is not None:
                         add(o, c, v)

@@ -34,9 +34,12 @@ FIXED = {
     "oracle": "exhaustive enumeration",
 }
 
-SUFFIXES = (("+schedule-cuts", "re-cut for its 1F1B or recomputation memory"),
+SUFFIXES = (("+aligned", "groups of equal depth cut alike"),
+            ("+schedule-cuts", "re-cut for its 1F1B or recomputation memory"),
             ("+schedule", "1F1B or recomputation where memory binds"),
-            ("+lp", "with re-optimised shares"), ("+mem", "re-cut to fit memory"))
+            ("+lp", "with re-optimised shares"), ("+mem", "re-cut to fit memory"),
+            ("+alpha", "each group in its order of least bottleneck"))
+"""Tag suffixes, outermost first (a tag carries each at most once, in this order from its end)."""
 
 
 def _family(tag: str) -> str | None:

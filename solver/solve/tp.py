@@ -2,7 +2,11 @@
 
 A TP configuration gives each device kind one degree t (SolveOptions.tp_degrees), and may give
 a (kind, server) pool a degree of its own: inside every server, the available devices of that
-kind, in index order, form units of t devices (the remainder stays alone). The search runs
+kind, in index order, form units of t devices (the remainder stays alone); where a pool's
+devices differ in speed (a straggler, a trace's speed factors), the configuration is also tried
+with its units matched by speed (`speed_matched`), since a unit computes at its slowest
+device's pace (fuzzed slot 801157: the two slow K80s of three paired, the fast one alone,
+2.6% below index order's pair). The search runs
 unchanged on the configuration's unit state (model.units), its plan is read back over physical
 devices (Group.tp_peers), and the best configuration wins. Configurations are visited by
 coordinate descent from degree 1 everywhere: each kind in turn tries each other degree with the
@@ -68,17 +72,61 @@ def tp_applies(state: SlotState, degrees: Sequence[int]) -> bool:
     return state.tp is None and bool(allowed_degrees(state, degrees))
 
 
-def configuration_units(state: SlotState, config: Configuration) -> list[Unit]:
+def configuration_units(state: SlotState, config: Configuration, matched: bool = False) -> list[Unit]:
     """The units of a configuration: per (kind, server) pool, chunks of the kind's degree in
-    index order, the rest alone; then every device outside the pools (unavailable ones) alone."""
+    index order, the rest alone; then every device outside the pools (unavailable ones) alone.
+    With `matched`, a pool whose devices differ in speed is cut by `speed_matched` instead where
+    that holds more throughput."""
     deg = dict(config)
+    speed = [float(x) for x in state.speed]
     units: list[Unit] = []
     for (kind, server), pool in sorted(same_kind_pools(state).items(), key=lambda kv: kv[1][0]):
         t = deg.get((kind, server), deg.get(kind, 1))
         full = len(pool) // t * t
-        units += [tuple(pool[i:i + t]) for i in range(0, full, t)] + [(i,) for i in pool[full:]]
+        plain = [tuple(pool[i:i + t]) for i in range(0, full, t)] + [(i,) for i in pool[full:]]
+        if matched and t > 1:
+            other = speed_matched(pool, t, speed)
+            if unit_throughput(other, speed) > unit_throughput(plain, speed) * (1 + 1e-12):
+                plain = other
+        units += plain
     used = {i for u in units for i in u}
     return units + [(i,) for i in range(state.n) if i not in used]
+
+
+def unit_throughput(units: Sequence[Unit], speed: Sequence[float]) -> float:
+    """Sum over units of t times its slowest device's speed (FLOP/s): a TP unit computes in
+    lockstep, at its slowest shard's pace."""
+    return sum(len(u) * min(speed[i] for i in u) for u in units)
+
+
+def speed_matched(pool: Sequence[int], t: int, speed: Sequence[float]) -> list[Unit]:
+    """The pool cut into len(pool) // t units of t devices and the rest alone, of the most
+    `unit_throughput`: among devices sorted by speed, an optimal cut takes the units as runs of t
+    consecutive ones once the devices left alone are set aside (exchange argument), so a DP
+    over that order chooses which to leave alone,
+
+        f_i(j, p) = max(f_{i-1}(j - 1, p) + s_i,  f_{i-1}(j, p - 1 mod t) + [p = 1] t s_i),
+
+    j devices alone and p devices in the open unit after the i slowest (s_i the i-th speed;
+    a unit's first device is its slowest). Units list their devices in index order, then
+    the devices alone."""
+    order = sorted(pool, key=lambda i: (speed[i], i))
+    r = len(order) % t
+    f: dict[tuple[int, int], tuple[float, tuple]] = {(0, 0): (0.0, ())}
+    for d in order:
+        g: dict[tuple[int, int], tuple[float, tuple]] = {}
+        for (j, p), (v, picks) in f.items():
+            steps = [((j, (p + 1) % t), v + (t * speed[d] if p == 0 else 0.0), picks + ((d, False),))]
+            if j < r:
+                steps.append(((j + 1, p), v + speed[d], picks + ((d, True),)))
+            for key, val, got in steps:
+                if key not in g or val > g[key][0]:
+                    g[key] = (val, got)
+        f = g
+    picks = f[(r, 0)][1]
+    members = [d for d, alone in picks if not alone]
+    return [tuple(sorted(members[i:i + t])) for i in range(0, len(members), t)] + \
+        [(d,) for d, alone in picks if alone]
 
 
 def partitions(pool: Sequence[int], sizes: Sequence[int]) -> Iterator[list[Unit]]:
@@ -193,28 +241,30 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
     out = Descent(plain, one, state, cache, bounds=[plain.lower_bound], visited=[state])
-    tried = {tuple(configuration_units(state, one))}
+    tried = {tuple(sorted(configuration_units(state, one)))}
 
     def trial(cfg: Configuration) -> None:
-        units = tuple(configuration_units(state, cfg))
-        if units in tried:          # configurations that form the same units are one
-            return
-        tried.add(units)
-        if stop():
-            out.late += 1
-            return
-        ust, ucache = units_state(state, list(units), cache)
-        out.visited.append(ust)
-        lb = bound(ust)
-        if out.best.plan is not None and lb >= out.best.objective:
-            out.pruned += 1
-            out.bounds.append(lb)
-            return
-        res = explore(ust, ucache)
-        out.runs += 1
-        out.bounds.append(res.lower_bound)
-        if better(res, out.best):
-            out.best, out.config, out.state, out.cache = physical_result(res, ust), cfg, ust, ucache
+        for matched in (False, True):
+            units = configuration_units(state, cfg, matched)
+            key = tuple(sorted(units))
+            if key in tried:        # configurations that form the same units are one
+                continue
+            tried.add(key)
+            if stop():
+                out.late += 1
+                return
+            ust, ucache = units_state(state, units, cache)
+            out.visited.append(ust)
+            lb = bound(ust)
+            if out.best.plan is not None and lb >= out.best.objective:
+                out.pruned += 1
+                out.bounds.append(lb)
+                continue
+            res = explore(ust, ucache)
+            out.runs += 1
+            out.bounds.append(res.lower_bound)
+            if better(res, out.best):
+                out.best, out.config, out.state, out.cache = physical_result(res, ust), cfg, ust, ucache
 
     if plain.plan is None:      # no start to descend from: every kind at each degree at once first
         for t in sorted({t for ts in allowed.values() for t in ts}):
