@@ -277,3 +277,15 @@ def test_alpha_order_is_the_least_alpha_order(seed):
         if alphas:
             o = sc.alpha_order(d)
             assert alphas[o] <= min(alphas.values()) * (1 + 1e-12)
+
+
+def test_two_devices_replaced_at_once():
+    """bench_quality seed 61000, slot 8: an MLP on five devices at 0.35 of the memory it needs.
+    The search held three fast devices in 1F1B; the oracle's plan (6.5% cheaper) keeps the
+    first and puts the two slow ones with more memory in place of the other two, under GPipe.
+    Either replacement alone needs recomputation and costs more, so only a move that replaces
+    two devices at once reaches it."""
+    from benchmarks.bench_quality import slot, workloads
+
+    s, Q, _ = slot(8, workloads(), 61_000)
+    _matches_oracle(s, Q, 1.0, SolveOptions().iterations_per_slot)

@@ -463,3 +463,16 @@ def test_speed_matched_units_hold_the_most_throughput(speeds, t):
     assert sorted(len(u) for u in got) == [1] * (len(pool) % t) + [t] * (len(pool) // t)
     best = max(unit_throughput(p, speeds) for p in partitions(pool, [t]) if sum(len(u) == t for u in p) == len(pool) // t)
     assert unit_throughput(got, speeds) >= best * (1 - 1e-12)
+
+
+def test_few_units_are_of_the_slowest_devices(tmp_path):
+    """configuration_units(few=k): at most k units per pool, of its slowest devices in speed
+    order, the rest alone (fuzzed slot 803196: the two slowest V100s of four as one TP stage)."""
+    from solver.solve.tp import configuration, configuration_units
+
+    s = instance(tmp_path, [(f"a{i}", "V100", "A") for i in range(4)]).state(0)
+    s = replace(s, speed=np.array([3.4, 3.6, 9.7, 4.8]))
+    cfg = configuration({"V100-SXM2-16GB": 2})
+    assert sorted(configuration_units(s, cfg)) == [(0, 1), (2, 3)]
+    assert sorted(configuration_units(s, cfg, few=1)) == [(0, 1), (2,), (3,)]
+    assert sorted(configuration_units(s, cfg, few=5)) == [(0, 1), (2, 3)]

@@ -23,6 +23,7 @@ MOVES = {
     "add-split": "a device added to a group, then the group split in two",
     "replace": "a device replaced by an unused one",
     "replace-at": "a device replaced by an unused one where it stands",
+    "replace-two": "two devices of a group replaced by two unused ones",
 }
 """Local-search moves (solve.local.neighbours)."""
 

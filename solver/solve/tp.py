@@ -6,9 +6,11 @@ kind, in index order, form units of t devices (the remainder stays alone); where
 devices differ in speed (a straggler, a trace's speed factors), the configuration is also tried
 with its units matched by speed (`speed_matched`), since a unit computes at its slowest
 device's pace (fuzzed slot 801157: the two slow K80s of three paired, the fast one alone,
-2.6% below index order's pair). The search runs
-unchanged on the configuration's unit state (model.units), its plan is read back over physical
-devices (Group.tp_peers), and the best configuration wins. Configurations are visited by
+2.6% below index order's pair), and in small slots with only some of the pool's devices in
+units, the slowest (fuzzed slot 803196: of four V100s, the two slowest as one TP stage in front
+of a pipeline through the other two; the search, pairing all four or none, was 10.3% above
+it). The search runs unchanged on the configuration's unit state (model.units), its plan is read
+back over physical devices (Group.tp_peers), and the best configuration wins. Configurations are visited by
 coordinate descent from degree 1 everywhere: each kind in turn tries each other degree with the
 others fixed, keeping a change when the objective falls (when degree 1 has no plan at all, the
 descent starts from the best of "every kind at degree t" for each t); then, in slots with few
@@ -72,11 +74,13 @@ def tp_applies(state: SlotState, degrees: Sequence[int]) -> bool:
     return state.tp is None and bool(allowed_degrees(state, degrees))
 
 
-def configuration_units(state: SlotState, config: Configuration, matched: bool = False) -> list[Unit]:
+def configuration_units(state: SlotState, config: Configuration, matched: bool = False,
+                        few: int | None = None) -> list[Unit]:
     """The units of a configuration: per (kind, server) pool, chunks of the kind's degree in
     index order, the rest alone; then every device outside the pools (unavailable ones) alone.
     With `matched`, a pool whose devices differ in speed is cut by `speed_matched` instead where
-    that holds more throughput."""
+    that holds more throughput. With `few`, each pool forms at most that many units, of its
+    slowest devices (in speed order), the others alone."""
     deg = dict(config)
     speed = [float(x) for x in state.speed]
     units: list[Unit] = []
@@ -84,7 +88,11 @@ def configuration_units(state: SlotState, config: Configuration, matched: bool =
         t = deg.get((kind, server), deg.get(kind, 1))
         full = len(pool) // t * t
         plain = [tuple(pool[i:i + t]) for i in range(0, full, t)] + [(i,) for i in pool[full:]]
-        if matched and t > 1:
+        if few is not None and t > 1:
+            slow = sorted(pool, key=lambda i: (speed[i], i))[:min(few, len(pool) // t) * t]
+            plain = [tuple(sorted(slow[i:i + t])) for i in range(0, len(slow), t)] + \
+                [(i,) for i in pool if i not in slow]
+        elif matched and t > 1:
             other = speed_matched(pool, t, speed)
             if unit_throughput(other, speed) > unit_throughput(plain, speed) * (1 + 1e-12):
                 plain = other
@@ -231,21 +239,27 @@ Bound = Callable[[SlotState], float]
 
 def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, bound: Bound,
                           cache: SlotCache, plain: SlotResult, max_pools: int = 0,
-                          stop: Callable[[], bool] = lambda: False) -> Descent:
+                          stop: Callable[[], bool] = lambda: False, partial: bool = False) -> Descent:
     """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
     result of `explore`: each trial configuration whose lower bound (`bound` on its unit
     state) is below the incumbent's objective is searched by `explore`. Where the slot has at
     most `max_pools` (kind, server) pools, a second pass gives each pool in turn each allowed
     degree of its own (SearchTuning.tp_pool_steps_up_to). Once `stop()` is true (a time limit
-    has passed), the configurations not yet tried are counted in Descent.late, not searched."""
+    has passed), the configurations not yet tried are counted in Descent.late, not searched.
+    Each configuration is tried with its units in index order and matched by speed
+    (configuration_units); with `partial` (small slots), also with 1, 2, ... units per pool,
+    of its slowest devices."""
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
     out = Descent(plain, one, state, cache, bounds=[plain.lower_bound], visited=[state])
     tried = {tuple(sorted(configuration_units(state, one)))}
 
+    most = max((len(p) for p in same_kind_pools(state).values()), default=0) // 2
+    ways = [(False, None), (True, None)] + ([(False, k) for k in range(1, most)] if partial else [])
+
     def trial(cfg: Configuration) -> None:
-        for matched in (False, True):
-            units = configuration_units(state, cfg, matched)
+        for matched, few in ways:
+            units = configuration_units(state, cfg, matched, few)
             key = tuple(sorted(units))
             if key in tried:        # configurations that form the same units are one
                 continue
