@@ -289,3 +289,21 @@ def test_two_devices_replaced_at_once():
 
     s, Q, _ = slot(8, workloads(), 61_000)
     _matches_oracle(s, Q, 1.0, SolveOptions().iterations_per_slot)
+
+
+def test_deep_small_slots_recut_in_every_order_of_three():
+    """bench_quality seed 81000, slot 25: SqueezeNet (68 layers) on five devices at 0.7 of the
+    memory it needs. The oracle's plan is a 1F1B pipeline of the three fastest devices, the one
+    with the most memory first and then the slower of the other two, beside the two slowest in
+    GPipe with recomputation; no order the reliefs tried (current, speed, memory, reversed)
+    starts that way, and the search was 2.5% above it."""
+    from benchmarks.bench_quality import slot, workloads
+    from solver import evaluate
+    from solver.model import Group, Plan
+
+    s, Q, _ = slot(25, workloads(), 81_000)
+    oracle = Plan((Group((3, 1, 0), (5, 20, 68), 56, "1f1b", False), Group((2, 4), (28, 68), 8, "gpipe", True)))
+    assert oracle.validate(s) == []
+    res = solve_slot(s, Q, 1.0)
+    assert res.success and res.plan.validate(s) == []
+    assert res.objective <= evaluate(oracle, s).objective(Q, 1.0) * (1 + 1e-9)

@@ -71,6 +71,12 @@ class SearchTuning:
     all_orders_small: int = 4
     """Small slots: every order of groups of up to this many devices is tried (4! = 24 orders)
     when re-cutting for memory and in the polish."""
+    all_orders_deep_small: int = 3
+    """Slots of up to `small_devices` devices but more than `small_layers` layers, re-cutting for
+    memory: every order of groups of up to this many devices (3! = 6 cut DPs per variant). The
+    current, speed, memory and reversed orders missed bench_quality seed 81000 slot 25's
+    (SqueezeNet on five devices at 0.7 memory: a 1F1B pipeline with the most memory first, then
+    the slower of the other two; 2.5% above the oracle)."""
     all_orders_memory: int = 0
     """Other slots, re-cutting for memory: every order only up to this many devices (0: the
     current, speed, memory, reversed orders and adjacent swaps only)."""

@@ -120,7 +120,7 @@ class Scorer:
         t = self.tuning = options.tuning
         self.n_avail = len(state.available_indices)
         self.all_orders_up_to = t.all_orders_small if t.small(self.n_avail, self.L) \
-            else t.all_orders_memory
+            else t.all_orders_deep_small if self.n_avail <= t.small_devices else t.all_orders_memory
         self.best: Scored | None = None
         self.pool: list[Scored] = []
         self.count = 0
