@@ -10,8 +10,8 @@ device's pace (fuzzed slot 801157: the two slow K80s of three paired, the fast o
 units, the slowest (fuzzed slot 803196: of four V100s, the two slowest as one TP stage in front
 of a pipeline through the other two; the search, pairing all four or none, was 10.3% above
 it). The search runs unchanged on the configuration's unit state (model.units), its plan is read
-back over physical devices (Group.tp_peers), and the best configuration wins. Configurations are visited by
-coordinate descent from degree 1 everywhere: each kind in turn tries each other degree with the
+back over physical devices (Group.tp_peers), and the best configuration wins. Configurations are
+visited by coordinate descent from degree 1 everywhere: each kind in turn tries each other degree with the
 others fixed, keeping a change when the objective falls (when degree 1 has no plan at all, the
 descent starts from the best of "every kind at degree t" for each t); then, in slots with few
 pools (SearchTuning.tp_pool_steps_up_to), each pool in turn tries each degree of its own. A trial
