@@ -279,15 +279,25 @@ def test_alpha_order_is_the_least_alpha_order(seed):
             assert alphas[o] <= min(alphas.values()) * (1 + 1e-12)
 
 
+def _bench_quality_slot(seed0: int, i: int, workload: str):
+    """(state, queues) of bench_quality's slot i from seed0; skipped without ../shared, whose
+    imported profiles are part of the workload list the slot is drawn from."""
+    from benchmarks.bench_quality import SHARED, slot, workloads
+
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent: bench_quality's slots are drawn from its profiles too")
+    s, Q, info = slot(i, workloads(), seed0)
+    assert info["workload"] == workload
+    return s, Q
+
+
 def test_two_devices_replaced_at_once():
     """bench_quality seed 61000, slot 8: an MLP on five devices at 0.35 of the memory it needs.
     The search held three fast devices in 1F1B; the oracle's plan (6.5% cheaper) keeps the
     first and puts the two slow ones with more memory in place of the other two, under GPipe.
     Either replacement alone needs recomputation and costs more, so only a move that replaces
     two devices at once reaches it."""
-    from benchmarks.bench_quality import slot, workloads
-
-    s, Q, _ = slot(8, workloads(), 61_000)
+    s, Q = _bench_quality_slot(61_000, 8, "mlp")
     _matches_oracle(s, Q, 1.0, SolveOptions().iterations_per_slot)
 
 
@@ -297,11 +307,10 @@ def test_deep_small_slots_recut_in_every_order_of_three():
     with the most memory first and then the slower of the other two, beside the two slowest in
     GPipe with recomputation; no order the reliefs tried (current, speed, memory, reversed)
     starts that way, and the search was 2.5% above it."""
-    from benchmarks.bench_quality import slot, workloads
     from solver import evaluate
     from solver.model import Group, Plan
 
-    s, Q, _ = slot(25, workloads(), 81_000)
+    s, Q = _bench_quality_slot(81_000, 25, "pd_squeezenet1_0")
     oracle = Plan((Group((3, 1, 0), (5, 20, 68), 56, "1f1b", False), Group((2, 4), (28, 68), 8, "gpipe", True)))
     assert oracle.validate(s) == []
     res = solve_slot(s, Q, 1.0)
