@@ -143,10 +143,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _no_plan_message(skipped: pd.DataFrame, total: int, out: Path) -> str:
     """The one line of a run in which no slot had a feasible plan: the first slot's reason, and
     that the results written to `out` hold no plan."""
-    shown = "".join(f" ({_slot_reason(int(r.slot), r.message)}" for r in skipped.head(1).itertuples())
-    more = f"; and {len(skipped) - 1} more" if len(skipped) > 1 else ""
-    return (f"no slot of {total} had a feasible plan{shown}{more}{')' if shown else ''}; the results in {out} "
-            "hold no plan, only each slot's reason (status and message columns of slots.csv)")
+    why = ""
+    if len(skipped):
+        first = skipped.iloc[0]
+        more = f"; and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+        message = first["message"] if isinstance(first["message"], str) else ""     # an empty cell reads as NaN
+        why = f" ({_slot_reason(int(first['slot']), message)}{more})"
+    return (f"no slot of {total} had a feasible plan{why}; the results in {out} hold no plan, only each "
+            "slot's reason (status and message columns of slots.csv)")
 
 
 def _queues(text: str, inst) -> tuple[float, ...]:
