@@ -5,7 +5,9 @@ dividing the batch), the search is run once per size u on the slot with every gr
 (`single_size`: the workload at u with no other option), each with its full work budget. Their
 plans are re-scored on the slot itself (each group's `micro_batch` explicit, the same numbers),
 the best is polished group by group, trying each group at every other size (`local.polish`
-with `Scorer.micro_batch_entries`: mixed sizes, exact shares by `shares.mixed_shares`). So the
+with `Scorer.micro_batch_entries`: mixed sizes, exact shares by `shares.mixed_shares`), then
+every two groups are tried merged into one at every size (`local.merge_at_sizes`: a deeper
+pipeline is what lets a larger micro-batch fit) and the result polished again. So the
 returned objective is never above that of the search at any single size.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from .bounds import slot_lower_bound
 from .incumbents import score_incumbents
-from .local import polish
+from .local import merge_at_sizes, polish
 from .options import SlotResult, SolveOptions, deadline_of, past, screening, time_left
 from .schedules import group_entry
 from .scoring import Scorer, slot_result
@@ -33,8 +35,8 @@ Solve = Callable[..., SlotResult]
 
 
 POLISH_SHARE = 0.25
-"""The mixing polish's work budget, as a fraction of one search's (SolveOptions.max_structures
-or the tuning's default)."""
+"""The mixing polish's work budget, and that of the merges after it (local.merge_at_sizes), as a
+fraction of one search's (SolveOptions.max_structures or the tuning's default)."""
 
 
 def micro_batch_sizes(state: SlotState) -> tuple[int, ...]:
@@ -147,13 +149,18 @@ def solve_by_micro_batch(state: SlotState, queues: Sequence[float] | None, Q: np
     if options.local_search:
         sc.restart_budget(POLISH_SHARE * full)
         small = tune.small(len(state.available_indices), sc.L)
-        polish(state, sc, sc.best, deadline, tune.all_orders_small if small else tune.all_orders_polish,
-               tune.polish_rounds)
+        orders = tune.all_orders_small if small else tune.all_orders_polish
+        polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
+        before = sc.best
+        if len(before.structure) > 1:
+            sc.restart_budget(POLISH_SHARE * full)
+            if merge_at_sizes(sc, before, deadline) is not before:
+                polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
     chosen = sorted({g.micro_batch or u0 for g in sc.best.plan.groups})
     stopped = ", stopped by the time limit" if past(deadline) else ""
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search at each micro-batch size ({_per_size(sizes, found, screens, skipped, late, charged)}), "
-                       f"then each group at every size{stopped}; best at u = {chosen}, {sc.best.source}", t0)
+                       f"then each group and each two merged at every size{stopped}; best at u = {chosen}, {sc.best.source}", t0)
 
 
 def _per_size(sizes: Sequence[int], found: Mapping[int, SlotResult], screens: Mapping[int, SlotResult],

@@ -34,6 +34,7 @@ from ..subproblems.shares import solve_shares
 from ..subproblems.water import water_fill
 from .options import SlotResult, SolveOptions
 from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
+from .symmetry import Symmetry
 from .schedules import (allowed_variants, entry, entry_micro_batch, plain, relieve_by_schedule, relieve_each,
                         simulated_note, variant_entries)
 
@@ -208,6 +209,15 @@ class Scorer:
             return self.cache.evaluation(plan)
         return evaluate(plan, self.state, [self.coeffs(g.devices, g.cuts, g.schedule, g.recompute,
                                                        self.mb(g.micro_batch or self.u)) for g in plan.groups])
+
+    @property
+    def symmetry(self) -> Symmetry:
+        """The structure keys of this state under its like devices (solve.symmetry; built on
+        first use)."""
+        got = self.__dict__.get("_symmetry")
+        if got is None:
+            got = self._symmetry = Symmetry(self.state, self.cache, self.prev_held)
+        return got
 
     def nn(self, devices: frozenset) -> Ordered:
         """orders.nn_order of a device set, kept per set (it depends only on the set)."""
@@ -571,10 +581,14 @@ class Scorer:
         """The group of entry e at every other allowed micro-batch size: its devices with
         min-bottleneck cuts for one micro-batch and for `share` samples (samples), under
         GPipe and under the variants that lift its memory cap there (schedules.variant_entries)."""
+        return self.size_entries(e[0], share, skip=self.u_of(e))
+
+    def size_entries(self, d: Ordered, share: int | None = None, skip: int | None = None) -> list[tuple]:
+        """The ordered group d at every allowed micro-batch size but `skip` (samples): the
+        entries of micro_batch_entries."""
         out: list[tuple] = []
-        d = e[0]
         for u in self.micro_batches:
-            if u == self.u_of(e):
+            if u == skip:
                 continue
             mb = self.mb(u)
             cut_sets = dict.fromkeys(c for c in (self.cuts(d, None, mb),

@@ -347,11 +347,7 @@ class SlotCache:
         (a cluster's symmetry) share it, so their cuts (twin_cuts) and coefficients are computed
         once. Kept per device order."""
         dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
-        if self._device_class is None:
-            self._device_class = self._classes()
-            self._alike = len(set(self._device_class)) < len(self._device_class)
-            net = self.state.network
-            self._server_of = None if net is None else [int(x) for x in net.server]
+        self.device_classes()
         if not self._alike:
             return dev                          # no two devices alike: every group is its own class
         got = self._signatures.get(dev)
@@ -371,6 +367,16 @@ class SlotCache:
                 self._signatures.pop(next(iter(self._signatures)))
             self._signatures[dev] = got
         return got
+
+    def device_classes(self) -> list[int]:
+        """Per device, its class of `signature` (equal for devices whose cut-DP and group-
+        coefficient inputs are the same numbers)."""
+        if self._device_class is None:
+            self._device_class = self._classes()
+            self._alike = len(set(self._device_class)) < len(self._device_class)
+            net = self.state.network
+            self._server_of = None if net is None else [int(x) for x in net.server]
+        return self._device_class
 
     def _classes(self) -> list[int]:
         """A class per device: equal for devices whose per-device inputs are equal (signature)."""
