@@ -537,7 +537,9 @@ class Scorer:
         found for each 1F1B / recomputation variant's own per-stage peak memory (stage j of a
         1F1B pipeline stashes u min(k - j, n) samples, so late stages may hold more layers
         than GPipe's cuts give them), over the group's orders (relief_orders, the reversed speed
-        and memory orders: the least-stashing last stage on the fastest or richest device), and
+        and memory orders: the least-stashing last stage on the fastest or richest device; above
+        SearchTuning.small_devices devices, every variant in the first order that has cuts and
+        only the variant that wins there in the later orders), and
         in slots of up to SearchTuning.small_devices devices the variant's frontier cut sets of
         the VARIANT_FRONTIERS best of those;
         the entry holding that share in the least time (alpha share + beta), else the largest
@@ -557,13 +559,22 @@ class Scorer:
                     options.append((g.cap < w, -min(g.cap, w), g.time(min(g.cap, w)),
                                     entry(o, c, *v, micro_batch=mb)))
 
+            variants = self.variants if only is None else (only,)
+            lazy = self.n_avail > self.tuning.small_devices and len(variants) > 1
             for o in dict.fromkeys(orders):
-                for v in self.variants if only is None else (only,):
+                for v in variants:
                     c = self.cuts(o, w, mb, v)
                     if c is not None:
                         add(o, c, v)
                 if self.exhausted():
                     break
+                if lazy and options:
+                    # beyond small slots, the other orders only under the variant that won in
+                    # the first (bench_budget seeds 96000+: the variants of every order were
+                    # over half the work of deep slots at n = 8-16, which then scored 25
+                    # structures in their budget)
+                    variants = (min(options, key=lambda x: x[:3])[3][2:4],)
+                    lazy = False
             if self.n_avail <= self.tuning.small_devices:
                 # the variant's alpha-beta frontier of the best few (order, variant) pairs: with
                 # few micro-batches a cut of larger alpha and smaller fill-and-drain is faster
