@@ -399,3 +399,22 @@ def test_compiled_cache_is_found_after_a_solve():
     from solver.subproblems.dp_kernel import compiled_cached
     solve_slot(random_state(1, n=4, L=8), (), 1.0)
     assert compiled_cached() in (True, None)
+
+
+def test_results_get_the_permissions_of_a_plain_open(tmp_path):
+    """write_atomic's temporary file (mkstemp: 0600) is given 0666 less the umask before it
+    is renamed, as open() would give a new file."""
+    import os
+    import stat
+
+    from solver.cli.output import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        p = write_atomic(tmp_path / "out" / "summary.json", "{}")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o644
+    assert p.read_text() == "{}"

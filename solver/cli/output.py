@@ -140,13 +140,23 @@ def dumps(value: Any) -> str:
 
 # ---------------------------------------------------------------- files
 
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> Path:
-    """Write `text` to `path` whole: a temporary file in the same folder, then renamed."""
+    """Write `text` to `path` whole: a temporary file in the same folder, then renamed. The
+    file gets the permissions a plain open() would give it (0666 less the umask; mkstemp's
+    own are 0600, which left results unreadable to the rest of a team)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
