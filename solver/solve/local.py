@@ -282,7 +282,8 @@ def merge_at_sizes(sc: Scorer, cur: Scored, deadline: float) -> Scored:
     while True:
         s, shares = cur.structure, cur.plan.shares
         best = cur
-        pairs = sorted(itertools.combinations(range(len(s)), 2), key=lambda p: -(pressure(s[p[0]]) + pressure(s[p[1]])))
+        pairs = sorted(itertools.combinations(range(len(s)), 2),
+                       key=lambda p: -(pressure(s[p[0]]) + pressure(s[p[1]])))
         for i, j in pairs:
             d = sc.nn(frozenset(s[i][0]) | frozenset(s[j][0]))
             rest = tuple(x for k, x in enumerate(s) if k not in (i, j))

@@ -15,8 +15,12 @@ function of the two classes and whether they share a server). With a previous pl
 migration) a device's class also holds what it held, the holders' servers keep their own
 labels, and the links from the holders are checked too (so they need not be available); TP
 states with a previous plan get no key. Then equal keys mean the structures are the same up
-to a relabelling of like devices and like servers, with the same cost under the cost model. The key keeps the order of the groups (with a network, the sync also tries the
-group-order rings), so the same groups listed in another order get another key.
+to a relabelling of like devices and like servers, with the same cost under the cost model
+(one caveat: the sync's ring choice keeps the first of rings whose nominal costs tie, by
+position, and with shared NICs two such rings can differ; `tests/test_symmetry.py` checks
+the objectives equal under random relabellings of a cluster with shared NICs). The key keeps
+the order of the groups (with a network, the sync also tries the group-order rings), so the
+same groups listed in another order get another key.
 """
 from __future__ import annotations
 
