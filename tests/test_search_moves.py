@@ -334,3 +334,24 @@ def test_variant_cuts_of_later_orders_under_the_first_orders_winner():
     res = solve_slot(s, Q, 1.0)
     assert res.success and res.plan.validate(s) == []
     assert res.objective <= 0.10968
+
+
+def test_a_search_out_of_budget_with_few_structures_goes_on():
+    """bench_budget seed 96000, slot 32: PipeDream's ResNet-18 (71 layers) on 8 devices at 0.35
+    of the memory it needs. Every structure costs tens of work units of memory-relief DPs, so
+    the default budget ran out after a few dozen structures, before the local search's drops
+    found the 16x search's plan (0.10025 against 0.11928). SearchTuning.min_structures lets
+    such a search go on (up to extend_cap budgets) until it has scored that many."""
+    from benchmarks.bench_budget import slot
+    from benchmarks.bench_quality import SHARED, workloads
+    from solver.solve.options import SearchTuning
+
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent: bench_budget's slots are drawn from its profiles too")
+    s, Q, info = slot(32, workloads(), (8, 16, 32, 64), 96_000)
+    assert info["workload"] == "pd_resnet18" and info["n"] == 8
+    res = solve_slot(s, Q, 1.0)
+    assert res.success and res.plan.validate(s) == []
+    assert res.objective <= 0.10026
+    without = solve_slot(s, Q, 1.0, options=SolveOptions(tuning=replace(SearchTuning(), min_structures=0)))
+    assert without.objective > 0.11

@@ -125,6 +125,7 @@ class Scorer:
         self.best: Scored | None = None
         self.pool: list[Scored] = []
         self.count = 0
+        self._count0 = 0                # structures scored before the current work budget
 
     # ---- caches -------------------------------------------------------------------------
     def at(self, micro_batch: int | None) -> tuple[SlotState, SlotCache]:
@@ -269,15 +270,19 @@ class Scorer:
         return v
 
     def exhausted(self) -> bool:
-        """True when the work budget (or the opt-in wall-clock limit) is spent. A search still
-        improving runs on past its budget: it stops once its tries reach SearchTuning.patience
-        times those at its last improvement by more than improve_rel (so the last half of
-        its work, at patience 2, found nothing better), or extend_cap times the budget."""
+        """True when the work budget (or the opt-in wall-clock limit) is spent. A search that
+        has scored fewer than SearchTuning.min_structures structures under this budget, or is
+        still improving, runs on past it: the latter stops once its tries reach
+        SearchTuning.patience times those at its last improvement by more than improve_rel (so
+        the last half of its work, at patience 2, found nothing better); both stop at
+        extend_cap times the budget."""
         if self.deadline < math.inf and time.perf_counter() > self.deadline:
             return True
         if self.tries < self.budget:
             return False
         t = self.tuning
+        if self.count - self._count0 < t.min_structures and self.tries < t.extend_cap * self.budget:
+            return False
         if self.tries >= min(t.extend_cap * self.budget, t.patience * self.improved_at):
             return True
         self.extended = True
@@ -286,6 +291,7 @@ class Scorer:
     def restart_budget(self, budget: float) -> None:
         """Count tries from 0 against a new work budget (a later phase of its own)."""
         self.tries, self.budget, self.improved_at = 0, budget, 0.0
+        self._count0 = self.count
         self.extended = False
 
     def device_bound(self, groups: Sequence[Ordered]) -> float:
