@@ -176,6 +176,18 @@ class SearchTuning:
     case the screened sizes are 20-60% behind u = 1, and 0.5 of the budget found the full
     budget's plan at every size but one)."""
 
+    class_from_devices: int = 16
+    """Available devices from which a slot whose devices form few large classes of
+    interchangeable devices is searched over uniform shapes per class (solve.classes) instead
+    of device by device (SolveOptions.classes "auto")."""
+    class_max: int = 4
+    """Most device classes for the class-level search (their options' combinations grow as the
+    product)."""
+    class_min_size: int = 4
+    """Fewest devices in each class for the class-level search."""
+    class_exact: int = 24
+    """Combinations of class shapes scored exactly after the closed-form screen (solve.classes)."""
+
     def small(self, n: int, L: int) -> bool:
         """True for a small slot (n available devices, L layers)."""
         return n <= self.small_devices and L <= self.small_layers
@@ -209,7 +221,10 @@ class SolveOptions:
     (solve.schedules; False: GPipe without recomputation only, except plans the baselines or
     the previous plan bring); recompute: with schedules, activation recomputation may be chosen
     too (False: 1F1B only, for a runtime that cannot recompute); tp_degrees: tensor-parallel
-    degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP)."""
+    degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP);
+    classes: "auto" searches a slot of few large classes of interchangeable devices over uniform
+    shapes per class (solve.classes; SearchTuning.class_from_devices etc. say when), "off" always
+    device by device."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -224,6 +239,7 @@ class SolveOptions:
     schedules: bool = True
     recompute: bool = True
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
+    classes: str = "auto"
 
 
 @dataclass(frozen=True)

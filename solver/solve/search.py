@@ -20,6 +20,7 @@ from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from .bounds import slot_lower_bound
+from .classes import applies, device_classes, solve_by_classes
 from .families import families, split_pipes
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
@@ -57,6 +58,18 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
                            iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
                            cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees, recompute=opt.recompute)
     check_degrees(opt.tp_degrees)
+    if opt.classes not in ("auto", "off"):
+        raise ValueError(f"classes: expected 'auto' or 'off', got {opt.classes!r}")
+    if opt.classes == "auto" and state.tp is None and not infeasible_reason(state):
+        cache = slot_cache(state, cache)
+        found = device_classes(state, cache)
+        if applies(found, len(state.available_indices), opt):
+            res = solve_by_classes(state, found, Q, V, previous_plan, opt, cache, t0)
+            if res is not None:
+                return res
+            res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(opt, classes="off"),
+                             cache=cache)
+            return replace(res, message=f"{res.message} (the class-level search did not apply: some device class holds no uniform shape of its own, or no combination had a plan; searched device by device)")
     if not tp_applies(state, opt.tp_degrees):
         return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
     return _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)

@@ -1,0 +1,100 @@
+"""The class-level search (solve.classes) against the device-level search on clusters of like
+GPUs, side by side in one run: Sailor-style clusters (benchmarks/bench_sailor_cluster.py's
+instance writer: 4 GPUs per server, Sailor's bandwidth fits, prices and memory) of every
+combination of GPU types, servers per type, model, global batch and queue weight given.
+
+    python benchmarks/bench_classes.py [--models M ...] [--kinds A100-40,V100-16 ...] [--nodes 2 4]
+                                       [--batches 2048] [--queues 0 10000] [--tp-degrees 1,2,4,8]
+                                       [--out FILE.csv]
+
+Per case: objective, batch time and solve CPU seconds (time.process_time, each on a fresh
+state, after one untimed warm-up solve of the first case so that compiled kernels are loaded)
+of SolveOptions(classes="auto") and of classes="off", their ratios, and what auto did (the
+class-level search, or the device-level search where the class search did not apply). A
+summary line gives the share of cases within 1% of the device-level search and the median
+speed-up. Needs ../shared/data (exits 1 with a message without it).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import benchmarks.bench_sailor_cluster as sailor  # noqa: E402
+from solver import SolveOptions, load_instance, solve_slot  # noqa: E402
+
+
+def case_state(model: str, kinds: tuple[str, ...], nodes: int, batch: int):
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_instance(sailor.toml(Path(tmp), batch, 1, model, kinds=kinds, nodes=nodes)).state(0)
+
+
+def solve(model: str, kinds: tuple[str, ...], nodes: int, batch: int, q: float, classes: str,
+          degrees: tuple[int, ...]) -> tuple[float, float, float, str]:
+    """(objective, batch time, CPU seconds, message) of one solve on a fresh state."""
+    st = case_state(model, kinds, nodes, batch)
+    t0 = time.process_time()
+    res = solve_slot(st, [q], V=1.0, options=SolveOptions(classes=classes, tp_degrees=degrees))
+    return res.objective, res.batch_time, time.process_time() - t0, res.message
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
+    ap.add_argument("--kinds", nargs="+", default=["A100-40,V100-16", "A100-40,V100-16,GH-96", "A100-40",
+                                                  "V100-16,GH-96"])
+    ap.add_argument("--nodes", nargs="+", type=int, default=[2, 4])
+    ap.add_argument("--batches", nargs="+", type=int, default=[2048])
+    ap.add_argument("--queues", nargs="+", type=float, default=[0.0, 1e4],
+                    help="weights of the money queue (the instance's budget is 1000 USD per iteration)")
+    ap.add_argument("--tp-degrees", default="1,2,4,8")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if not sailor.DATA.is_dir():
+        print(f"needs Sailor's data at {sailor.DATA}", file=sys.stderr)
+        return 1
+    degrees = tuple(int(x) for x in args.tp_degrees.split(","))
+    cases = list(itertools.product(args.models, [tuple(k.split(",")) for k in args.kinds], args.nodes,
+                                   args.batches, args.queues))
+    solve(*cases[0][:4], cases[0][4], "off", degrees)         # warm-up: compiled kernels loaded
+    rows = []
+    print("model | kinds | servers per kind | B | queue | auto obj | off obj | auto/off | auto s | off s | "
+          "speed-up | auto searched")
+    for model, kinds, nodes, batch, q in cases:
+        a = solve(model, kinds, nodes, batch, q, "auto", degrees)
+        o = solve(model, kinds, nodes, batch, q, "off", degrees)
+        how = "classes" if a[3].startswith("class-level") else "devices"
+        ratio = a[0] / o[0] if o[0] > 0 and o[0] != float("inf") else float("nan")
+        row = dict(model=model, kinds="+".join(kinds), nodes=nodes, batch=batch, queue=q, auto_objective=a[0],
+                   off_objective=o[0], ratio=ratio, auto_cpu_s=a[2], off_cpu_s=o[2], speedup=o[2] / max(a[2], 1e-9),
+                   auto_batch_time=a[1], off_batch_time=o[1], auto_searched=how)
+        rows.append(row)
+        print(f"{model} | {'+'.join(kinds)} | {nodes} | {batch} | {q:g} | {a[0]:.5g} | {o[0]:.5g} | {ratio:.4f} | "
+              f"{a[2]:.3f} | {o[2]:.3f} | {row['speedup']:.1f}x | {how}", flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    both = [r for r in rows if r["ratio"] == r["ratio"]]
+    cls = [r for r in both if r["auto_searched"] == "classes"]
+    within = sum(r["ratio"] <= 1.01 for r in cls)
+    print(f"\nclass-level search ran on {len(cls)} of {len(rows)} cases: within 1% of the device-level search on "
+          f"{within} of {len(cls)}, worst ratio {max((r['ratio'] for r in cls), default=float('nan')):.4f}, best "
+          f"{min((r['ratio'] for r in cls), default=float('nan')):.4f}; median CPU {statistics.median(r['auto_cpu_s'] for r in cls) if cls else float('nan'):.3f} s "
+          f"against {statistics.median(r['off_cpu_s'] for r in cls) if cls else float('nan'):.3f} s, median speed-up "
+          f"{statistics.median(r['speedup'] for r in cls) if cls else float('nan'):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

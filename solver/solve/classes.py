@@ -1,0 +1,353 @@
+"""The class-level search: uniform shapes per class of interchangeable devices.
+
+A slot whose available devices fall into a few large classes of interchangeable devices (a
+cloud pool of a few GPU types on like servers: Sailor's 16 A100s and 16 V100s on 8 servers)
+is searched the way Megatron-style planners search it, over device classes instead of
+devices: each class used runs `dp` like pipelines of `pp` stages, each stage a TP unit of `t`
+devices of one server, at one micro-batch size and one (schedule, recomputation) variant; the
+classes' groups then share the batch as data-parallel groups with exact integer shares. The
+device-level search (solve.search) scores thousands of structures that differ only in which of
+several like devices they use; here each class has a few hundred options and their
+combinations are screened in closed form.
+
+1. Classes (`device_classes`): devices are alike when every input of a plan's cost is the
+   same number for both (solve.symmetry.plan_classes, without the previous plan: migration is
+   charged exactly when scoring), every link's figures depend only on the two classes and on
+   whether they share a server (solve.symmetry.symmetric_links), and every server that holds
+   devices of a class holds the same number of them. The search applies (`applies`) from
+   SearchTuning.class_from_devices available devices, with at most class_max classes of at
+   least class_min_size devices each.
+2. Options (`class_options`): for each class c, degree t of SolveOptions.tp_degrees dividing
+   its per-server count (units: t consecutive devices of one server, servers in order), depth
+   p = 1 .. min(units, L) with dp = units // p pipelines of consecutive units, micro-batch
+   size u and variant v (GPipe, then solve.schedules' variants): the min-bottleneck cuts of one
+   pipeline for one micro-batch under v and its coefficients: alpha (s per sample), beta (s)
+   and cap (samples), on the unit state of class c at degree t (the other devices alone). Its
+   pipelines are twins, so one cut DP serves them all; and at one micro-batch a 1F1B stage
+   stashes one micro-batch, as under GPipe, so 1F1B takes GPipe's cuts (with the same
+   recomputation) where those exist (the DP's problem is the same: tests/test_classes.py).
+3. Screen (`screen`): a class's option supplies S(T) = dp min(cap, max(0, (T - sync - beta) /
+   alpha)) samples within a batch time T, sync being its pipelines' own gradient sync (exact
+   for the shape alone at its first cuts; with other classes beside it the rings only grow). Per class and device count, the options on the upper
+   envelope of S at 48 batch times are kept; every combination of kept options (a class may
+   be left out) gets the T* at which the supplies sum to B, by bisection, and the proxy
+   objective (V + sum of the used devices' queue-weighted prices and idle powers) T*. The
+   sync across classes, busy energy, migration and integer shares are left to step 4.
+4. Exact: the best SearchTuning.class_exact combinations by proxy are scored on the unit state
+   of their TP configuration (solve.scoring.Scorer.score: exact integer shares, sync,
+   migration, costs), then re-cut for memory where a cap binds (Scorer.relieve_memory,
+   schedules.relieve_by_schedule). The best of these and of the fixed candidates (baselines,
+   the cheapest plan, the previous plan: solve.incumbents) is the result.
+
+Plans outside these shapes (two shapes in one class, pipelines across classes, a class's
+devices partly used) are not searched; SolveOptions(classes="off") runs the device-level
+search instead. The result's lower bound is the least of the bounds of the TP configurations
+visited (as for the device-level TP descent: a bound over those, not over every way of forming
+units), and the message says how many options and combinations were screened and scored.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from ..model.state import SlotState
+from ..model.units import Unit
+from ..status import Status
+from ..subproblems.cache import SlotCache
+from .bounds import slot_lower_bound
+from .incumbents import score_incumbents
+from .options import SlotResult, SolveOptions
+from .schedules import entry, relieve_by_schedule
+from .scoring import Scored, Scorer, better as better_scored, slot_result
+from .symmetry import plan_classes, symmetric_links
+from .tp import better, physical_result, units_state
+
+GRID = 48
+"""Batch times (geometric) at which the screen compares a class's options' supplies."""
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    """Interchangeable available devices: `members` (physical indices, by server then index),
+    their kind and how many of them each server that holds any holds (`per_server`; all of
+    them when the instance declares no servers)."""
+    members: tuple[int, ...]
+    kind: str
+    per_server: int
+
+    def units(self, t: int) -> list[Unit]:
+        """Units of t consecutive members of one server, servers in order."""
+        return [self.members[i:i + t] for i in range(0, len(self.members), t)]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One class's uniform shape: dp pipelines of p stages of degree-t units at micro-batch u
+    (samples) under (schedule, recompute); cuts of one pipeline (for one micro-batch); alpha
+    (s per sample), beta (s), cap (samples) of one pipeline; sync: the gradient sync (s) of
+    the dp pipelines alone, at the cuts of the shape's first option; devices: dp p t."""
+    cls: int
+    t: int
+    p: int
+    dp: int
+    u: int
+    schedule: str
+    recompute: bool
+    cuts: tuple[int, ...]
+    alpha: float
+    beta: float
+    cap: float
+    sync: float = 0.0
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.p * self.t
+
+
+def device_classes(state: SlotState, cache: SlotCache) -> list[DeviceClass] | None:
+    """The available devices' classes (module doc, step 1), largest first, or None where the
+    slot has none (a device unlike every other, asymmetric links, uneven servers)."""
+    avail = list(state.available_indices)
+    if len(avail) < 2:
+        return None
+    cls = plan_classes(state, cache)
+    if not symmetric_links(state, cls):
+        return None
+    server = None if state.network is None else [int(s) for s in state.network.server]
+    by_cls: dict[int, list[int]] = {}
+    for d in avail:
+        by_cls.setdefault(cls[d], []).append(d)
+    out = []
+    for members in by_cls.values():
+        if server is None:
+            out.append(DeviceClass(tuple(members), state.devices[members[0]].kind, len(members)))
+            continue
+        per: dict[int, list[int]] = {}
+        for d in members:
+            per.setdefault(server[d], []).append(d)
+        counts = {len(v) for v in per.values()}
+        if len(counts) != 1:
+            return None
+        ordered = tuple(d for s in sorted(per) for d in per[s])
+        out.append(DeviceClass(ordered, state.devices[members[0]].kind, counts.pop()))
+    return sorted(out, key=lambda c: (-len(c.members), c.members))
+
+
+def applies(classes: Sequence[DeviceClass] | None, n: int, options: SolveOptions) -> bool:
+    """Whether the class-level search runs on a slot of n available devices (module doc)."""
+    tune = options.tuning
+    return classes is not None and n >= tune.class_from_devices and len(classes) <= tune.class_max \
+        and all(len(c.members) >= tune.class_min_size for c in classes)
+
+
+def _units_of(state: SlotState, classes: Sequence[DeviceClass], degrees: Sequence[int]) -> list[Unit]:
+    """Every device's unit under one degree per class (degree 1: alone), each class's units in
+    its order, then the other devices alone."""
+    units: list[Unit] = []
+    for c, t in zip(classes, degrees):
+        units += c.units(t)
+    used = {d for u in units for d in u}
+    return units + [(i,) for i in range(state.n) if i not in used]
+
+
+class _Configs:
+    """Unit states, their caches and Scorers by TP configuration (one degree per class)."""
+
+    def __init__(self, state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V: float,
+                 opt: SolveOptions, previous_plan, cache: SlotCache) -> None:
+        self.state, self.classes, self.Q, self.V, self.opt, self.prev, self.cache = \
+            state, classes, Q, V, opt, previous_plan, cache
+        self.known: dict[tuple[int, ...], tuple[SlotState, Scorer, list[int]]] = {}
+
+    def get(self, degrees: tuple[int, ...]) -> tuple[SlotState, Scorer, list[int]]:
+        """(unit state, its Scorer, index of each class's first unit in it) of `degrees`."""
+        if degrees not in self.known:
+            units = _units_of(self.state, self.classes, degrees)
+            ust, ucache = units_state(self.state, units, self.cache)
+            first, at = [], 0
+            for c, t in zip(self.classes, degrees):
+                first.append(at)
+                at += len(c.members) // t
+            self.known[degrees] = (ust, Scorer(ust, self.Q, self.V, self.opt, self.prev, cache=ucache), first)
+        return self.known[degrees]
+
+
+def _groups(first: int, units: int, p: int) -> list[tuple[int, ...]]:
+    """The units // p pipelines of p consecutive units from unit index `first`."""
+    return [tuple(range(first + g * p, first + (g + 1) * p)) for g in range(units // p)]
+
+
+def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
+    """Every class's options (module doc, step 2)."""
+    out: list[Option] = []
+    k = len(configs.classes)
+    for ci, c in enumerate(configs.classes):
+        for t in degrees:
+            if c.per_server % t:
+                continue
+            ust, sc, first = configs.get(tuple(t if j == ci else 1 for j in range(k)))
+            units = len(c.members) // t
+            for p in range(1, min(units, sc.L) + 1):
+                groups = _groups(first[ci], units, p)
+                d = groups[0]
+                start = len(out)
+                for u in sc.micro_batches:
+                    mb = sc.mb(u)
+                    gpipe: dict[bool, tuple[int, ...] | None] = {}
+                    for v in (("gpipe", False), *sc.variants):
+                        cuts = gpipe.get(v[1]) if v[0] == "1f1b" else None
+                        if cuts is None:
+                            cuts = sc.cuts(d, None, mb, v)
+                        if v[0] == "gpipe":
+                            gpipe[v[1]] = cuts
+                        if cuts is None:
+                            continue
+                        gc = sc.coeffs(d, cuts, v[0], v[1], mb)
+                        if not (math.isfinite(gc.alpha) and gc.alpha > 0 and gc.cap >= u):
+                            continue
+                        out.append(Option(ci, t, p, units // p, u, v[0], v[1], cuts, float(gc.alpha),
+                                          float(gc.beta), float(min(gc.cap, sc.B))))
+                if len(out) > start and len(groups) > 1:
+                    ts = sc.sync(tuple((g, out[start].cuts) for g in groups))
+                    out[start:] = [replace(o, sync=ts) for o in out[start:]]
+    return out
+
+
+def _supply(opts: Sequence[Option], T: np.ndarray) -> np.ndarray:
+    """(options, times) samples each option's pipelines take in batch time T (module doc)."""
+    a = np.array([o.alpha for o in opts])[:, None]
+    b = np.array([o.beta for o in opts])[:, None]
+    cap = np.array([o.cap for o in opts])[:, None]
+    dp = np.array([o.dp for o in opts], dtype=float)[:, None]
+    ts = np.array([o.sync for o in opts])[:, None]
+    return dp * np.minimum(cap, np.maximum(0.0, (T[None, :] - ts - b) / a))
+
+
+def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: Sequence[float],
+           classes: Sequence[DeviceClass], keep: int) -> list[tuple[Option | None, ...]]:
+    """The `keep` combinations (one option or None per class) of least proxy objective (module
+    doc, step 3), best first; those that cannot take the batch are left out."""
+    if not options:
+        return []
+    lo = min(o.beta + o.sync + o.u * o.alpha for o in options)
+    hi = max(o.beta + o.sync + B * o.alpha for o in options)
+    T = np.geomspace(max(lo, 1e-12), max(hi, lo * 2, 1e-9), GRID)
+    kept: list[list[Option | None]] = []
+    for ci in range(n_classes):
+        mine = [o for o in options if o.cls == ci]
+        chosen: dict[int, Option] = {}
+        by_count: dict[int, list[int]] = {}
+        for i, o in enumerate(mine):
+            by_count.setdefault(o.devices, []).append(i)
+        if mine:
+            S = _supply(mine, T)
+            for idx in by_count.values():
+                for j in set(np.argmax(S[idx], axis=0).tolist()):
+                    chosen[idx[j]] = mine[idx[j]]
+        kept.append([None, *chosen.values()])
+    w_class = [float(np.mean([w_dev[d] for d in c.members])) for c in classes]
+    combos = [x for x in itertools.product(*kept) if any(o is not None for o in x)]
+    if not combos:
+        return []
+    opts = [o for x in combos for o in x if o is not None]
+    row = np.repeat(np.arange(len(combos)), [sum(o is not None for o in x) for x in combos])
+    a = np.array([o.alpha for o in opts])
+    b = np.array([o.beta + o.sync for o in opts])
+    cap = np.array([o.cap for o in opts])
+    dp = np.array([o.dp for o in opts], dtype=float)
+    most = np.bincount(row, weights=dp * cap, minlength=len(combos))
+    ok = most >= B
+    lo_t = np.zeros(len(combos))
+    hi_t = np.full(len(combos), hi * 2 + 1.0)
+    for _ in range(60):
+        mid = 0.5 * (lo_t + hi_t)
+        got = np.bincount(row, weights=dp * np.minimum(cap, np.maximum(0.0, (mid[row] - b) / a)), minlength=len(combos))
+        enough = got >= B
+        hi_t = np.where(enough, mid, hi_t)
+        lo_t = np.where(enough, lo_t, mid)
+    weight = np.array([V + sum(w_class[o.cls] * o.devices for o in x if o is not None) for x in combos])
+    proxy = np.where(ok, weight * hi_t, np.inf)
+    order = [i for i in np.argsort(proxy, kind="stable").tolist() if np.isfinite(proxy[i])]
+    return [combos[i] for i in order[:keep]]
+
+
+def _structure(sc: Scorer, first: Sequence[int], classes: Sequence[DeviceClass],
+               combo: Sequence[Option | None]) -> tuple:
+    """The structure of a combination on its configuration's unit state."""
+    s = []
+    for ci, o in enumerate(combo):
+        if o is None:
+            continue
+        for d in _groups(first[ci], len(classes[ci].members) // o.t, o.p):
+            s.append(entry(d, o.cuts, o.schedule, o.recompute, sc.mb(o.u)))
+    return tuple(s)
+
+
+def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
+    """Score s, then its memory reliefs where a cap binds (the best of them)."""
+    best = sc.score(s, source=source)
+    for how, fix in (("+mem", sc.relieve_memory), ("+schedule", lambda x: relieve_by_schedule(sc, x))):
+        s2 = fix(s)
+        if s2 is not None:
+            got = sc.score(s2, source=source + how)
+            if got is not None and (best is None or better_scored(got, best)):
+                best = got
+    return best
+
+
+def describe_option(o: Option, c: DeviceClass) -> str:
+    v = o.schedule + (" rc" if o.recompute else "")
+    return f"{c.kind} dp{o.dp} pp{o.p} tp{o.t} u{o.u} {v}"
+
+
+def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V: float,
+                     previous_plan, opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult | None:
+    """The class-level search (module doc); None when some class has no uniform shape of its
+    own that holds the model (its devices could only serve in pipelines through other
+    classes, which this search does not form), or no combination has a plan: the caller then
+    runs the device-level search and says so."""
+    degrees = tuple(sorted({1, *opt.tp_degrees}))
+    configs = _Configs(state, classes, Q, V, opt, previous_plan if opt.replan else None, cache)
+    options = class_options(configs, degrees)
+    if {o.cls for o in options} != set(range(len(classes))):
+        return None
+    _, sc0, _ = configs.get(tuple(1 for _ in classes))
+    combos = screen(options, len(classes), sc0.B, V, sc0._w_list, classes, opt.tuning.class_exact)
+    best: SlotResult | None = None
+    bounds = [slot_lower_bound(state, Q, V)]
+    for combo in combos:
+        degs = tuple(1 if o is None else o.t for o in combo)
+        ust, sc, first = configs.get(degs)
+        source = " + ".join(describe_option(o, classes[ci]) for ci, o in enumerate(combo) if o is not None)
+        _score_combo(sc, _structure(sc, first, classes, combo), source)
+    # the fixed candidates on the physical slot, then each configuration's best
+    phys = Scorer(state, Q, V, opt, previous_plan, cache=cache)
+    score_incumbents(state, phys, Q, previous_plan, recut_previous=False)
+    scored = len(options)
+    for degs, (ust, sc, _) in configs.known.items():
+        if sc.best is None:
+            continue
+        bounds.append(slot_lower_bound(ust, Q, V))
+        res = physical_result(slot_result(ust, sc, Q, V, Status.FEASIBLE, f"best: {sc.best.source}", t0), ust)
+        if better(res, best):
+            best = res
+    if not combos or best is None:
+        return None
+    if phys.best is not None:
+        res = slot_result(state, phys, Q, V, Status.FEASIBLE, f"best: {phys.best.source} (a fixed candidate)", t0)
+        if better(res, best):
+            best = res
+    finite = [b for b in bounds if not math.isnan(b)]
+    lb = min(finite) if finite else best.lower_bound
+    msg = (f"class-level search over {len(classes)} device classes "
+           f"({', '.join(f'{len(c.members)} {c.kind}' for c in classes)}): {scored} uniform shapes, "
+           f"{len(combos)} combinations scored exactly; {best.message}; lower bound over the TP configurations "
+           f"visited")
+    return SlotResult(best.plan, best.batch_time, best.costs, best.objective, best.status, msg,
+                      time.perf_counter() - t0, sum(sc.count for _, sc, _ in configs.known.values()) + phys.count,
+                      best.migration_time, best.evaluation, best.candidate_pool, lb)
