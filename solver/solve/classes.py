@@ -18,8 +18,9 @@ combinations are screened in closed form.
    SearchTuning.class_from_devices available devices, with at most class_max classes of at
    least class_min_size devices each.
 2. Options (`class_options`): for each class c, degree t of SolveOptions.tp_degrees dividing
-   its per-server count (units: t consecutive devices of one server, servers in order), depth
-   p = 1 .. min(units, L) with dp = units // p pipelines of consecutive units, micro-batch
+   its per-server count (units: t consecutive devices of one server, servers in order), dp =
+   1 .. units pipelines of p = min(units // dp, L) consecutive units (the deepest for each dp:
+   a shallower pipeline with as many copies leaves units idle), micro-batch
    size u and variant v (GPipe, then solve.schedules' variants): the min-bottleneck cuts of one
    pipeline for one micro-batch under v and its coefficients: alpha (s per sample), beta (s)
    and cap (samples), on the unit state of class c at degree t (the other devices alone). Its
@@ -33,7 +34,9 @@ combinations are screened in closed form.
    be left out) gets the T* at which the supplies sum to B, by bisection, and the proxy
    objective (V + sum of the used devices' queue-weighted prices and idle powers) T*. The
    sync across classes, busy energy, migration and integer shares are left to step 4.
-4. Exact: the best SearchTuning.class_exact combinations by proxy are scored on the unit state
+4. Exact: the best SearchTuning.class_exact combinations by proxy, and the best
+   class_exact_per_set of each set of classes used (the proxy leaves out the sync between
+   classes, which can make a class not worth adding), are scored on the unit state
    of their TP configuration (solve.scoring.Scorer.score: exact integer shares, sync,
    migration, costs), then re-cut for memory where a cap binds (Scorer.relieve_memory,
    schedules.relieve_by_schedule). The best of these and of the fixed candidates (baselines,
@@ -183,7 +186,11 @@ def _groups(first: int, units: int, p: int) -> list[tuple[int, ...]]:
 
 
 def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
-    """Every class's options (module doc, step 2)."""
+    """Every class's options (module doc, step 2). Memory at one micro-batch is monotone in
+    the depth and in the micro-batch size (a deeper pipeline splits stages, a larger size
+    stashes more per micro-batch), so sizes run upwards and depths downwards, and a depth
+    whose pipeline does not fit ends the shallower ones at that size (and all larger sizes
+    when it was the deepest): no cut DP runs where none can fit."""
     out: list[Option] = []
     k = len(configs.classes)
     for ci, c in enumerate(configs.classes):
@@ -192,29 +199,30 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
                 continue
             ust, sc, first = configs.get(tuple(t if j == ci else 1 for j in range(k)))
             units = len(c.members) // t
-            for p in range(1, min(units, sc.L) + 1):
+            depths = sorted({min(units // dp, sc.L) for dp in range(1, units + 1)}, reverse=True)
+            deepest = depths[0]
+            schedules = {rc: [s for s, r in (("gpipe", False), *sc.variants) if r == rc] for rc in (False, True)}
+            dead = {rc: not schedules[rc] for rc in (False, True)}
+            by_depth: dict[int, list[Option]] = {}
+            for u in sorted(sc.micro_batches):
+                mb = sc.mb(u)
+                for rc in (False, True):
+                    for p in depths if not dead[rc] else ():
+                        d = _groups(first[ci], units, p)[0]
+                        cuts = sc.cuts(d, None, mb, ("gpipe", rc))
+                        if cuts is None:
+                            dead[rc] = p == deepest
+                            break
+                        for schedule in schedules[rc]:
+                            gc = sc.coeffs(d, cuts, schedule, rc, mb)
+                            if math.isfinite(gc.alpha) and gc.alpha > 0 and gc.cap >= u:
+                                by_depth.setdefault(p, []).append(
+                                    Option(ci, t, p, units // p, u, schedule, rc, cuts, float(gc.alpha),
+                                           float(gc.beta), float(min(gc.cap, sc.B))))
+            for p, opts in sorted(by_depth.items()):
                 groups = _groups(first[ci], units, p)
-                d = groups[0]
-                start = len(out)
-                for u in sc.micro_batches:
-                    mb = sc.mb(u)
-                    gpipe: dict[bool, tuple[int, ...] | None] = {}
-                    for v in (("gpipe", False), *sc.variants):
-                        cuts = gpipe.get(v[1]) if v[0] == "1f1b" else None
-                        if cuts is None:
-                            cuts = sc.cuts(d, None, mb, v)
-                        if v[0] == "gpipe":
-                            gpipe[v[1]] = cuts
-                        if cuts is None:
-                            continue
-                        gc = sc.coeffs(d, cuts, v[0], v[1], mb)
-                        if not (math.isfinite(gc.alpha) and gc.alpha > 0 and gc.cap >= u):
-                            continue
-                        out.append(Option(ci, t, p, units // p, u, v[0], v[1], cuts, float(gc.alpha),
-                                          float(gc.beta), float(min(gc.cap, sc.B))))
-                if len(out) > start and len(groups) > 1:
-                    ts = sc.sync(tuple((g, out[start].cuts) for g in groups))
-                    out[start:] = [replace(o, sync=ts) for o in out[start:]]
+                ts = sc.sync(tuple((g, opts[0].cuts) for g in groups)) if len(groups) > 1 else 0.0
+                out += [replace(o, sync=ts) for o in opts]
     return out
 
 
@@ -229,9 +237,10 @@ def _supply(opts: Sequence[Option], T: np.ndarray) -> np.ndarray:
 
 
 def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: Sequence[float],
-           classes: Sequence[DeviceClass], keep: int) -> list[tuple[Option | None, ...]]:
+           classes: Sequence[DeviceClass], keep: int, per_class_set: int) -> list[tuple[Option | None, ...]]:
     """The `keep` combinations (one option or None per class) of least proxy objective (module
-    doc, step 3), best first; those that cannot take the batch are left out."""
+    doc, step 3), and the `per_class_set` best of each set of classes used, best first; those
+    that cannot take the batch are left out."""
     if not options:
         return []
     lo = min(o.beta + o.sync + o.u * o.alpha for o in options)
@@ -273,7 +282,14 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
     weight = np.array([V + sum(w_class[o.cls] * o.devices for o in x if o is not None) for x in combos])
     proxy = np.where(ok, weight * hi_t, np.inf)
     order = [i for i in np.argsort(proxy, kind="stable").tolist() if np.isfinite(proxy[i])]
-    return [combos[i] for i in order[:keep]]
+    chosen_ids = set(order[:keep])
+    per_subset: dict[tuple[bool, ...], int] = {}
+    for i in order:
+        used = tuple(o is not None for o in combos[i])
+        if per_subset.get(used, 0) < per_class_set:
+            per_subset[used] = per_subset.get(used, 0) + 1
+            chosen_ids.add(i)
+    return [combos[i] for i in order if i in chosen_ids]
 
 
 def _structure(sc: Scorer, first: Sequence[int], classes: Sequence[DeviceClass],
@@ -317,7 +333,8 @@ def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.nda
     if {o.cls for o in options} != set(range(len(classes))):
         return None
     _, sc0, _ = configs.get(tuple(1 for _ in classes))
-    combos = screen(options, len(classes), sc0.B, V, sc0._w_list, classes, opt.tuning.class_exact)
+    combos = screen(options, len(classes), sc0.B, V, sc0._w_list, classes, opt.tuning.class_exact,
+                    opt.tuning.class_exact_per_set)
     best: SlotResult | None = None
     bounds = [slot_lower_bound(state, Q, V)]
     for combo in combos:
