@@ -7,12 +7,13 @@ combination of GPU types, servers per type, model, global batch and queue weight
                                        [--batches 2048] [--queues 0 10000] [--tp-degrees 1,2,4,8]
                                        [--out FILE.csv]
 
-Per case: objective, batch time and solve CPU seconds (time.process_time, each on a fresh
+With --packaged, the packaged layer tables on clusters of hardware.csv kinds instead (no
+../shared needed). Per case: objective, batch time and solve CPU seconds (time.process_time, each on a fresh
 state, after one untimed warm-up solve of the first case so that compiled kernels are loaded)
 of SolveOptions(classes="auto") and of classes="off", their ratios, and what auto did (the
 class-level search, or the device-level search where the class search did not apply). A
 summary line gives the share of cases within 1% of the device-level search and the median
-speed-up. Needs ../shared/data (exits 1 with a message without it).
+speed-up. Without --packaged it needs ../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
 
@@ -32,8 +33,31 @@ import benchmarks.bench_sailor_cluster as sailor  # noqa: E402
 from solver import SolveOptions, load_instance, solve_slot  # noqa: E402
 
 
+PACKAGED = ("bert_base", "gpt2_small", "vgg16", "resnet50")
+"""The packaged layer tables (FLOP-based; no ../shared needed): their clusters are built from
+hardware.csv kinds, 4 GPUs per server, 100 Gb/s inside a server and 25 between."""
+
+
+def packaged_toml(folder: Path, batch: int, model: str, kinds: tuple[str, ...], nodes: int) -> Path:
+    lines = [f'name = "classes_{model}"', "num_slots = 1", "", "[workload]", f'model = "{model}"',
+             f"batch = {batch}", "micro_batch = 4", "", "[network]", "intra_server_gbps = 100.0",
+             "inter_server_gbps = 25.0", "intra_server_latency_ms = 0.005", "inter_server_latency_ms = 0.05", ""]
+    for kind in kinds:
+        for node in range(nodes):
+            server = f"{kind.lower()}-n{node}"
+            lines += ["[[servers]]", f'name = "{server}"', ""]
+            for g in range(4):
+                lines += ["[[devices]]", f'name = "{server}-g{g}"', f'kind = "{kind}"', f'server = "{server}"', ""]
+    lines += ["[[budgets]]", 'kind = "money"', "limit = 1.0", ""]
+    path = folder / f"classes_{model}.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
 def case_state(model: str, kinds: tuple[str, ...], nodes: int, batch: int):
     with tempfile.TemporaryDirectory() as tmp:
+        if model in PACKAGED:
+            return load_instance(packaged_toml(Path(tmp), batch, model, kinds, nodes)).state(0)
         return load_instance(sailor.toml(Path(tmp), batch, 1, model, kinds=kinds, nodes=nodes)).state(0)
 
 
@@ -54,11 +78,24 @@ def main() -> int:
     ap.add_argument("--nodes", nargs="+", type=int, default=[2, 4])
     ap.add_argument("--batches", nargs="+", type=int, default=[2048])
     ap.add_argument("--queues", nargs="+", type=float, default=[0.0, 1e4],
-                    help="weights of the money queue (the instance's budget is 1000 USD per iteration)")
+                    help="weights of the money queue (the Sailor instances' budget is 1000 USD per iteration, "
+                         "the packaged ones' 1 USD)")
     ap.add_argument("--tp-degrees", default="1,2,4,8")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--packaged", action="store_true",
+                    help="the packaged layer tables (bert_base, gpt2_small, vgg16, resnet50) on hardware.csv kinds "
+                         "instead (default kinds V100-SXM2-16GB,T4 and A100-SXM4-40GB,A10G,T4; queues 0 and 1)")
     args = ap.parse_args()
-    if not sailor.DATA.is_dir():
+    if args.packaged:
+        if args.models == ap.get_default("models"):
+            args.models = list(PACKAGED)
+        if args.kinds == ap.get_default("kinds"):
+            args.kinds = ["V100-SXM2-16GB,T4", "A100-SXM4-40GB,A10G,T4"]
+        if args.queues == ap.get_default("queues"):
+            args.queues = [0.0, 1.0]
+        if args.batches == ap.get_default("batches"):
+            args.batches = [256, 1024]
+    elif not sailor.DATA.is_dir():
         print(f"needs Sailor's data at {sailor.DATA}", file=sys.stderr)
         return 1
     degrees = tuple(int(x) for x in args.tp_degrees.split(","))

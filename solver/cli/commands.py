@@ -96,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     compile_note()
     from ..solve import SolveOptions
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
-                     options=SolveOptions(tp_degrees=args.tp_degrees),
+                     options=SolveOptions(tp_degrees=args.tp_degrees, classes=args.classes),
                      state_path=out / "controller_state.json" if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
                      budget_tolerance=args.budget_tolerance, pricing=args.pricing)
@@ -214,7 +214,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
     compile_note()
-    res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact, tp_degrees=args.tp_degrees))
+    res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact, tp_degrees=args.tp_degrees,
+                                                                         classes=args.classes))
     plot = _solve_plot(args, inst, state, res)
     if plot and args.json:
         print(f"wrote {plot}", file=sys.stderr)
@@ -368,6 +369,9 @@ def _degrees(text: str) -> tuple[int, ...]:
     return out
 
 
+CLASSES_HELP = ("auto (default): a slot of 16 or more devices in at most 4 classes of 4 or more interchangeable "
+                "devices is searched over uniform dp x pp x tp shapes per class (solver.solve.classes); off: "
+                "always device by device")
 TP_HELP = ("tensor-parallel degrees a stage may have, comma-separated (default 1,2,4,8; used where the "
            "instance declares servers; 1: no tensor parallelism)")
 
@@ -457,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "when present")
     r.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     r.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
+    r.add_argument("--classes", choices=("auto", "off"), default="auto", help=CLASSES_HELP)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
@@ -467,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "backlog >= 0 in budgets (default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
     s.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
+    s.add_argument("--classes", choices=("auto", "off"), default="auto", help=CLASSES_HELP)
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
     s.add_argument("--plot", nargs="?", const="", default=None, metavar="PATH",
                    help="write the slot's pipeline timeline PNG (event simulator) to PATH "

@@ -47,6 +47,8 @@ devices partly used) are not searched; SolveOptions(classes="off") runs the devi
 search instead. The result's lower bound is the least of the bounds of the TP configurations
 visited (as for the device-level TP descent: a bound over those, not over every way of forming
 units), and the message says how many options and combinations were screened and scored.
+The search has no partial result, so a time limit (SolveOptions.time_limit_s) does not stop it;
+it takes about 0.1 s on 32 GPUs (benchmarks/bench_classes.py).
 """
 from __future__ import annotations
 
@@ -201,7 +203,8 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
             units = len(c.members) // t
             depths = sorted({min(units // dp, sc.L) for dp in range(1, units + 1)}, reverse=True)
             deepest = depths[0]
-            schedules = {rc: [s for s, r in (("gpipe", False), *sc.variants) if r == rc] for rc in (False, True)}
+            variants = sc.variants if configs.opt.schedules else ()
+            schedules = {rc: [s for s, r in (("gpipe", False), *variants) if r == rc] for rc in (False, True)}
             dead = {rc: not schedules[rc] for rc in (False, True)}
             by_depth: dict[int, list[Option]] = {}
             for u in sorted(sc.micro_batches):
@@ -307,7 +310,10 @@ def _structure(sc: Scorer, first: Sequence[int], classes: Sequence[DeviceClass],
 def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
     """Score s, then its memory reliefs where a cap binds (the best of them)."""
     best = sc.score(s, source=source)
-    for how, fix in (("+mem", sc.relieve_memory), ("+schedule", lambda x: relieve_by_schedule(sc, x))):
+    fixes = [("+mem", sc.relieve_memory)]
+    if sc.opt.schedules:
+        fixes.append(("+schedule", lambda x: relieve_by_schedule(sc, x)))
+    for how, fix in fixes:
         s2 = fix(s)
         if s2 is not None:
             got = sc.score(s2, source=source + how)
