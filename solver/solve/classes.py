@@ -91,15 +91,46 @@ class DeviceClass:
 
 
 @dataclass(frozen=True)
-class Option:
-    """One class's uniform shape: dp pipelines of p stages of degree-t units at micro-batch u
-    (samples) under (schedule, recompute); cuts of one pipeline (for one micro-batch); alpha
-    (s per sample), beta (s), cap (samples) of one pipeline; sync: the gradient sync (s) of
-    the dp pipelines alone, at the cuts of the shape's first option; devices: dp p t."""
-    cls: int
-    t: int
-    p: int
+class Shape:
+    """dp like pipelines, each through `chain`: (class, degree t, stages) in pipeline order,
+    its stages TP units of t devices of that class. Packed: pipeline g takes its class's
+    units g p .. g p + p - 1 (a pipeline inside as few servers as it can); strided: units
+    j dp + g (the dp replicas of a stage side by side, so its gradient ring stays inside as
+    few servers as it can)."""
+    chain: tuple[tuple[int, int, int], ...]
     dp: int
+    strided: bool
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        return tuple(c for c, _, _ in self.chain)
+
+    @property
+    def devices(self) -> int:
+        return self.dp * sum(t * p for _, t, p in self.chain)
+
+    def degrees(self, k: int) -> tuple[int, ...]:
+        """Each of k classes' TP degree in this shape (1 for classes it leaves out)."""
+        deg = {c: t for c, t, _ in self.chain}
+        return tuple(deg.get(c, 1) for c in range(k))
+
+    def groups(self, first: Sequence[int]) -> list[tuple[int, ...]]:
+        """The pipelines as unit indices of a configuration whose class c starts at first[c]."""
+        out = []
+        for g in range(self.dp):
+            d: list[int] = []
+            for c, _, p in self.chain:
+                d += [first[c] + (j * self.dp + g if self.strided else g * p + j) for j in range(p)]
+            out.append(tuple(d))
+        return out
+
+
+@dataclass(frozen=True)
+class Option:
+    """A shape at micro-batch u (samples) under (schedule, recompute): cuts of one pipeline
+    (for one micro-batch), its alpha (s per sample), beta (s) and cap (samples), and sync: the
+    gradient sync (s) of the shape's pipelines alone, at the cuts of its first option."""
+    shape: Shape
     u: int
     schedule: str
     recompute: bool
@@ -110,8 +141,12 @@ class Option:
     sync: float = 0.0
 
     @property
+    def dp(self) -> int:
+        return self.shape.dp
+
+    @property
     def devices(self) -> int:
-        return self.dp * self.p * self.t
+        return self.shape.devices
 
 
 def device_classes(state: SlotState, cache: SlotCache) -> list[DeviceClass] | None:
@@ -182,50 +217,92 @@ class _Configs:
         return self.known[degrees]
 
 
-def _groups(first: int, units: int, p: int) -> list[tuple[int, ...]]:
-    """The units // p pipelines of p consecutive units from unit index `first`."""
-    return [tuple(range(first + g * p, first + (g + 1) * p)) for g in range(units // p)]
+def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memory: Sequence[float]) -> list[Shape]:
+    """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
+    and SearchTuning.max_depth, 16, the less): one class's (its degrees t dividing its per-server
+    count; dp = 1 .. units pipelines of p = min(units // dp, L) units, the deepest for each
+    dp), then chains through each set of two or more classes at one common degree, in
+    decreasing and increasing order of memory per device (`memory`, bytes), dp dividing every
+    class's units, each class's p_c = units_c / dp; packed, and strided where dp > 1."""
+    out: list[Shape] = []
+
+    def add(chain: tuple[tuple[int, int, int], ...], dp: int) -> None:
+        out.append(Shape(chain, dp, False))
+        if dp > 1 and any(p > 1 for _, _, p in chain):
+            out.append(Shape(chain, dp, True))
+
+    for ci, c in enumerate(classes):
+        for t in degrees:
+            if c.per_server % t == 0:
+                units = len(c.members) // t
+                for p, dp in sorted({(min(units // dp, L), dp) for dp in range(1, units + 1)}, key=lambda x: x[1]):
+                    if dp == units // p:
+                        add(((ci, t, p),), dp)
+    for k in range(2, len(classes) + 1):
+        for subset in itertools.combinations(range(len(classes)), k):
+            by_memory = sorted(subset, key=lambda ci: (-memory[ci], ci))
+            for t in degrees:
+                if any(classes[ci].per_server % t for ci in subset):
+                    continue
+                units = {ci: len(classes[ci].members) // t for ci in subset}
+                for order in dict.fromkeys([tuple(by_memory), tuple(reversed(by_memory))]):
+                    for dp in range(1, min(units.values()) + 1):
+                        if any(x % dp for x in units.values()):
+                            continue
+                        chain = tuple((ci, t, units[ci] // dp) for ci in order)
+                        if sum(p for _, _, p in chain) <= L:
+                            add(chain, dp)
+    return out
 
 
 def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
-    """Every class's options (module doc, step 2). Memory at one micro-batch is monotone in
-    the depth and in the micro-batch size (a deeper pipeline splits stages, a larger size
-    stashes more per micro-batch), so sizes run upwards and depths downwards, and a depth
-    whose pipeline does not fit ends the shallower ones at that size (and all larger sizes
-    when it was the deepest): no cut DP runs where none can fit."""
+    """Every shape's options (module doc, step 2). Memory at one micro-batch depends on a
+    pipeline's devices in order, not on its links, and is monotone in the depth and in the
+    micro-batch size (fewer devices hold more layers each, a larger size stashes more per
+    micro-batch): so shapes with the same chain of (class, degree) and more pipelines (fewer
+    stages of each class) are skipped at a size, and recomputation choice, once one with fewer
+    did not fit there, and at every larger size once the first did not. A strided shape takes
+    its packed twin's cuts (the same devices in the same order: only the links differ, which
+    the exact scoring prices; its coefficients are its own)."""
+    state, classes = configs.state, configs.classes
+    memory = [float(state.devices[c.members[0]].memory_bytes) for c in classes]
+    k = len(classes)
     out: list[Option] = []
-    k = len(configs.classes)
-    for ci, c in enumerate(configs.classes):
-        for t in degrees:
-            if c.per_server % t:
-                continue
-            ust, sc, first = configs.get(tuple(t if j == ci else 1 for j in range(k)))
-            units = len(c.members) // t
-            depths = sorted({min(units // dp, sc.L) for dp in range(1, units + 1)}, reverse=True)
-            deepest = depths[0]
-            variants = sc.variants if configs.opt.schedules else ()
-            schedules = {rc: [s for s, r in (("gpipe", False), *variants) if r == rc] for rc in (False, True)}
-            dead = {rc: not schedules[rc] for rc in (False, True)}
-            by_depth: dict[int, list[Option]] = {}
-            for u in sorted(sc.micro_batches):
-                mb = sc.mb(u)
-                for rc in (False, True):
-                    for p in depths if not dead[rc] else ():
-                        d = _groups(first[ci], units, p)[0]
-                        cuts = sc.cuts(d, None, mb, ("gpipe", rc))
-                        if cuts is None:
-                            dead[rc] = p == deepest
-                            break
-                        for schedule in schedules[rc]:
-                            gc = sc.coeffs(d, cuts, schedule, rc, mb)
-                            if math.isfinite(gc.alpha) and gc.alpha > 0 and gc.cap >= u:
-                                by_depth.setdefault(p, []).append(
-                                    Option(ci, t, p, units // p, u, schedule, rc, cuts, float(gc.alpha),
-                                           float(gc.beta), float(min(gc.cap, sc.B))))
-            for p, opts in sorted(by_depth.items()):
-                groups = _groups(first[ci], units, p)
-                ts = sc.sync(tuple((g, opts[0].cuts) for g in groups)) if len(groups) > 1 else 0.0
-                out += [replace(o, sync=ts) for o in opts]
+    failed: dict[tuple, int] = {}       # (chain's classes and degrees, u, rc) -> least dp that did not fit
+    packed_cuts: dict[tuple, tuple[int, ...] | None] = {}     # (chain, dp, u, rc) -> the packed shape's cuts
+    depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
+    for shape in shapes(classes, degrees, depth, memory):
+        try:
+            ust, sc, first = configs.get(shape.degrees(k))
+        except ValueError:              # units that cannot be formed here (no servers declared)
+            continue
+        variants = sc.variants if configs.opt.schedules else ()
+        schedules = {rc: [x for x, r in (("gpipe", False), *variants) if r == rc] for rc in (False, True)}
+        family = tuple((c, t) for c, t, _ in shape.chain)
+        groups = shape.groups(first)
+        d = groups[0]
+        mine: list[Option] = []
+        for u in sorted(sc.micro_batches):
+            mb = sc.mb(u)
+            for rc in (False, True):
+                if not schedules[rc] or any(failed.get((family, v, rc), math.inf) <= shape.dp
+                                            for v in sc.micro_batches if v <= u):
+                    continue
+                twin = (shape.chain, shape.dp, u, rc)
+                cuts = packed_cuts[twin] if shape.strided and twin in packed_cuts else sc.cuts(d, None, mb, ("gpipe", rc))
+                packed_cuts.setdefault(twin, cuts)
+                if cuts is None:
+                    key = (family, u, rc)
+                    failed[key] = min(failed.get(key, math.inf), shape.dp)
+                    continue
+                for schedule in schedules[rc]:
+                    gc = sc.coeffs(d, cuts, schedule, rc, mb)
+                    if math.isfinite(gc.alpha) and gc.alpha > 0 and gc.cap >= u:
+                        mine.append(Option(shape, u, schedule, rc, cuts, float(gc.alpha), float(gc.beta),
+                                           float(min(gc.cap, sc.B))))
+        if mine:
+            ts = sc.sync(tuple((g, mine[0].cuts) for g in groups)) if len(groups) > 1 else 0.0
+            out += [replace(o, sync=ts) for o in mine]
     return out
 
 
@@ -239,41 +316,53 @@ def _supply(opts: Sequence[Option], T: np.ndarray) -> np.ndarray:
     return dp * np.minimum(cap, np.maximum(0.0, (T[None, :] - ts - b) / a))
 
 
+Combination = tuple[Option, ...]
+"""Options of disjoint classes: at most one single-class option per class, or one chain."""
+
+
 def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: Sequence[float],
-           classes: Sequence[DeviceClass], keep: int, per_class_set: int) -> list[tuple[Option | None, ...]]:
-    """The `keep` combinations (one option or None per class) of least proxy objective (module
-    doc, step 3), and the `per_class_set` best of each set of classes used, best first; those
-    that cannot take the batch are left out."""
+           classes: Sequence[DeviceClass], keep: int, per_class_set: int) -> list[Combination]:
+    """The `keep` combinations of least proxy objective (module doc, step 3), and the
+    `per_class_set` best of each set of classes used (single-class shapes and chains apart),
+    best first; those that cannot take the batch are left out."""
     if not options:
         return []
     lo = min(o.beta + o.sync + o.u * o.alpha for o in options)
     hi = max(o.beta + o.sync + B * o.alpha for o in options)
     T = np.geomspace(max(lo, 1e-12), max(hi, lo * 2, 1e-9), GRID)
-    kept: list[list[Option | None]] = []
-    for ci in range(n_classes):
-        mine = [o for o in options if o.cls == ci]
+
+    def envelope(mine: list[Option]) -> list[Option]:
+        """Per device count, the options of largest supply at some batch time of the grid."""
         chosen: dict[int, Option] = {}
         by_count: dict[int, list[int]] = {}
         for i, o in enumerate(mine):
             by_count.setdefault(o.devices, []).append(i)
-        if mine:
-            S = _supply(mine, T)
-            for idx in by_count.values():
-                for j in set(np.argmax(S[idx], axis=0).tolist()):
-                    chosen[idx[j]] = mine[idx[j]]
-        kept.append([None, *chosen.values()])
-    w_class = [float(np.mean([w_dev[d] for d in c.members])) for c in classes]
-    combos = [x for x in itertools.product(*kept) if any(o is not None for o in x)]
+        S = _supply(mine, T)
+        for idx in by_count.values():
+            for j in set(np.argmax(S[idx], axis=0).tolist()):
+                chosen[idx[j]] = mine[idx[j]]
+        return list(chosen.values())
+
+    kept: list[list[Option | None]] = []
+    for ci in range(n_classes):
+        mine = [o for o in options if o.shape.classes == (ci,)]
+        kept.append([None, *(envelope(mine) if mine else [])])
+    combos: list[Combination] = [tuple(o for o in x if o is not None) for x in itertools.product(*kept)]
+    combos = [x for x in combos if x]
+    chains: dict[tuple[int, ...], list[Option]] = {}
+    for o in options:
+        if len(o.shape.chain) > 1:
+            chains.setdefault(tuple(sorted(o.shape.classes)), []).append(o)
+    combos += [(o,) for mine in chains.values() for o in envelope(mine)]
     if not combos:
         return []
-    opts = [o for x in combos for o in x if o is not None]
-    row = np.repeat(np.arange(len(combos)), [sum(o is not None for o in x) for x in combos])
+    opts = [o for x in combos for o in x]
+    row = np.repeat(np.arange(len(combos)), [len(x) for x in combos])
     a = np.array([o.alpha for o in opts])
     b = np.array([o.beta + o.sync for o in opts])
     cap = np.array([o.cap for o in opts])
     dp = np.array([o.dp for o in opts], dtype=float)
-    most = np.bincount(row, weights=dp * cap, minlength=len(combos))
-    ok = most >= B
+    ok = np.bincount(row, weights=dp * cap, minlength=len(combos)) >= B
     lo_t = np.zeros(len(combos))
     hi_t = np.full(len(combos), hi * 2 + 1.0)
     for _ in range(60):
@@ -282,29 +371,24 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
         enough = got >= B
         hi_t = np.where(enough, mid, hi_t)
         lo_t = np.where(enough, lo_t, mid)
-    weight = np.array([V + sum(w_class[o.cls] * o.devices for o in x if o is not None) for x in combos])
+    w_class = [float(np.mean([w_dev[d] for d in c.members])) for c in classes]
+    weight = np.array([V + sum(o.dp * sum(w_class[c] * t * p for c, t, p in o.shape.chain) for o in x)
+                       for x in combos])
     proxy = np.where(ok, weight * hi_t, np.inf)
     order = [i for i in np.argsort(proxy, kind="stable").tolist() if np.isfinite(proxy[i])]
     chosen_ids = set(order[:keep])
-    per_subset: dict[tuple[bool, ...], int] = {}
+    per_set: dict[tuple, int] = {}
     for i in order:
-        used = tuple(o is not None for o in combos[i])
-        if per_subset.get(used, 0) < per_class_set:
-            per_subset[used] = per_subset.get(used, 0) + 1
+        used = (tuple(sorted(c for o in combos[i] for c in o.shape.classes)), len(combos[i][0].shape.chain) > 1)
+        if per_set.get(used, 0) < per_class_set:
+            per_set[used] = per_set.get(used, 0) + 1
             chosen_ids.add(i)
     return [combos[i] for i in order if i in chosen_ids]
 
 
-def _structure(sc: Scorer, first: Sequence[int], classes: Sequence[DeviceClass],
-               combo: Sequence[Option | None]) -> tuple:
+def _structure(sc: Scorer, first: Sequence[int], combo: Combination) -> tuple:
     """The structure of a combination on its configuration's unit state."""
-    s = []
-    for ci, o in enumerate(combo):
-        if o is None:
-            continue
-        for d in _groups(first[ci], len(classes[ci].members) // o.t, o.p):
-            s.append(entry(d, o.cuts, o.schedule, o.recompute, sc.mb(o.u)))
-    return tuple(s)
+    return tuple(entry(d, o.cuts, o.schedule, o.recompute, sc.mb(o.u)) for o in combo for d in o.shape.groups(first))
 
 
 def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
@@ -322,32 +406,41 @@ def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
     return best
 
 
-def describe_option(o: Option, c: DeviceClass) -> str:
-    v = o.schedule + (" rc" if o.recompute else "")
-    return f"{c.kind} dp{o.dp} pp{o.p} tp{o.t} u{o.u} {v}"
+def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
+    """'V100-SXM2-16GB dp4 pp4 tp1 u1 1f1b' or 'dp4 pp(4 V100-SXM2-16GB + 4 T4) tp1 u4 gpipe strided'."""
+    sh = o.shape
+    how = o.schedule + (" rc" if o.recompute else "") + (" strided" if sh.strided else "")
+    t = sh.chain[0][1]
+    if len(sh.chain) == 1:
+        c, _, p = sh.chain[0]
+        return f"{classes[c].kind} dp{sh.dp} pp{p} tp{t} u{o.u} {how}"
+    stages = " + ".join(f"{p} {classes[c].kind}" for c, _, p in sh.chain)
+    return f"dp{sh.dp} pp({stages}) tp{t} u{o.u} {how}"
 
 
 def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V: float,
                      previous_plan, opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult | None:
-    """The class-level search (module doc); None when some class has no uniform shape of its
-    own that holds the model (its devices could only serve in pipelines through other
-    classes, which this search does not form), or no combination has a plan: the caller then
-    runs the device-level search and says so."""
+    """The class-level search (module doc); None when some class is in no shape that holds
+    the model, or no combination has a plan: the caller then runs the device-level search and
+    says so."""
     degrees = tuple(sorted({1, *opt.tp_degrees}))
     configs = _Configs(state, classes, Q, V, opt, previous_plan if opt.replan else None, cache)
     options = class_options(configs, degrees)
-    if {o.cls for o in options} != set(range(len(classes))):
+    if {c for o in options for c in o.shape.classes} != set(range(len(classes))):
         return None
     _, sc0, _ = configs.get(tuple(1 for _ in classes))
     combos = screen(options, len(classes), sc0.B, V, sc0._w_list, classes, opt.tuning.class_exact,
                     opt.tuning.class_exact_per_set)
     best: SlotResult | None = None
     bounds = [slot_lower_bound(state, Q, V)]
+    k = len(classes)
     for combo in combos:
-        degs = tuple(1 if o is None else o.t for o in combo)
-        ust, sc, first = configs.get(degs)
-        source = " + ".join(describe_option(o, classes[ci]) for ci, o in enumerate(combo) if o is not None)
-        _score_combo(sc, _structure(sc, first, classes, combo), source)
+        degs = [1] * k
+        for o in combo:
+            for c, t, _ in o.shape.chain:
+                degs[c] = t
+        ust, sc, first = configs.get(tuple(degs))
+        _score_combo(sc, _structure(sc, first, combo), " + ".join(describe_option(o, classes) for o in combo))
     # the fixed candidates on the physical slot, then each configuration's best
     phys = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     score_incumbents(state, phys, Q, previous_plan, recut_previous=False)
