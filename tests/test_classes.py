@@ -13,6 +13,7 @@ from solver import SolveOptions, baselines, evaluate, solve_slot
 from solver.io.instance import load_instance
 from solver.model import Plan
 from solver.solve.classes import applies, device_classes
+from solver.solve.options import SearchTuning
 from solver.solve.scoring import Scorer
 from solver.solve.schedules import group_entry
 from solver.subproblems.cache import SlotCache
@@ -65,21 +66,27 @@ def test_classes_of_a_cluster_of_like_servers(tmp_path) -> None:
         servers = [int(state.network.server[d]) for d in c.members]
         assert servers == sorted(servers)           # by server, so a unit lies inside one
     assert applies(found, state.n, SolveOptions())
-    assert not applies(found, state.n, SolveOptions(tuning=SolveOptions().tuning.__class__(class_from_devices=17)))
+    both = solve_slot(state, options=SolveOptions(tp_degrees=(1,)))      # the default: both searches, the better kept
+    auto = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="auto"))
+    off = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="off"))
+    assert both.objective == min(auto.objective, off.objective)
+    assert both.lower_bound == min(auto.lower_bound, off.lower_bound)
+    assert "search's best was" in both.message
+    assert not applies(found, state.n, SolveOptions(tuning=SearchTuning(class_from_devices=17)))
 
 
 def test_no_classes_where_a_link_breaks_the_symmetry(tmp_path) -> None:
     link = '[[links]]\na = "A100-0-g0"\nb = "V100-1-g3"\ngbps = 3.0\n'
     state = cluster(tmp_path, extra=link)
     assert device_classes(state, SlotCache(state)) is None
-    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,)))
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="auto"))
     assert res.success and not res.message.startswith("class-level")
 
 
 @pytest.mark.parametrize("degrees", [(1,), (1, 2, 4)])
 def test_class_search_runs_and_is_sound(tmp_path, degrees) -> None:
     state = cluster(tmp_path)
-    res = solve_slot(state, options=SolveOptions(tp_degrees=degrees))
+    res = solve_slot(state, options=SolveOptions(tp_degrees=degrees, classes="auto"))
     assert res.success and res.message.startswith("class-level search over 2 device classes")
     plan = res.plan
     assert plan.validate(state) == []
@@ -99,7 +106,7 @@ def test_class_search_close_to_the_device_search(tmp_path) -> None:
     """On this cluster the uniform shapes hold the device-level search's plan (a regression
     figure of the kind bench_classes prints, not an invariant: 1%)."""
     state = cluster(tmp_path)
-    auto = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2)))
+    auto = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2), classes="auto"))
     off = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2), classes="off"))
     assert auto.message.startswith("class-level") and not off.message.startswith("class-level")
     assert auto.objective <= off.objective * 1.01
@@ -116,7 +123,7 @@ def test_never_worse_than_keeping_the_previous_plan(tmp_path_factory, q, batch, 
         prev = baselines.ALL["even-dp"](state)
     if prev is None or prev.validate(state):
         return
-    res = solve_slot(state, [q], V=1.0, previous_plan=prev, options=SolveOptions(tp_degrees=(1,)))
+    res = solve_slot(state, [q], V=1.0, previous_plan=prev, options=SolveOptions(tp_degrees=(1,), classes="auto"))
     assert res.message.startswith("class-level")
     sc = Scorer(state, np.array([q]), 1.0, SolveOptions(tp_degrees=(1,)), prev)
     kept = sc.score(tuple(group_entry(g, sc.u) for g in prev.groups), prev.shares)
@@ -154,18 +161,19 @@ def test_1f1b_takes_gpipe_cuts_and_memory_is_monotone(tmp_path) -> None:
 def test_a_class_without_a_shape_of_its_own_falls_back_to_the_device_search(tmp_path) -> None:
     # V100s of 1 GB hold no pipeline of their own: the class search does not apply, and says so
     state = cluster(tmp_path, v100_gb=1)
-    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,)))
-    assert res.success and "the class-level search did not apply" in res.message
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="auto"))
+    assert res.success and "classes auto: some device class is in no shape that holds the model" in res.message
 
 
 def test_classes_option_checked(tmp_path) -> None:
     state = cluster(tmp_path)
-    with pytest.raises(ValueError, match="classes: expected 'auto' or 'off', got 'some'"):
+    with pytest.raises(ValueError, match="classes: expected 'both', 'auto' or 'off', got 'some'"):
         solve_slot(state, options=SolveOptions(classes="some"))
 
 
 def test_small_slots_keep_the_device_search(tmp_path) -> None:
     state = cluster(tmp_path, servers=1)         # 8 devices, below class_from_devices
-    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,)))
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="auto"))
     assert res.success and not res.message.startswith("class-level")
+    assert "(classes auto: not 16 or more available devices" in res.message
     assert isinstance(res.plan, Plan)

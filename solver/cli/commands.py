@@ -369,9 +369,10 @@ def _degrees(text: str) -> tuple[int, ...]:
     return out
 
 
-CLASSES_HELP = ("auto (default): a slot of 16 or more devices in at most 4 classes of 4 or more interchangeable "
-                "devices is searched over uniform dp x pp x tp shapes per class (solver.solve.classes); off: "
-                "always device by device")
+CLASSES_HELP = ("both (default): a slot of 16 or more devices in at most 4 classes of 4 or more interchangeable "
+                "devices is also searched over uniform dp x pp x tp shapes per class (solver.solve.classes), the "
+                "better plan kept; auto: that search alone there (10-40x faster, sometimes worse plans); off: "
+                "device by device only")
 TP_HELP = ("tensor-parallel degrees a stage may have, comma-separated (default 1,2,4,8; used where the "
            "instance declares servers; 1: no tensor parallelism)")
 
@@ -461,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "when present")
     r.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     r.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
-    r.add_argument("--classes", choices=("auto", "off"), default="auto", help=CLASSES_HELP)
+    r.add_argument("--classes", choices=("both", "auto", "off"), default="both", help=CLASSES_HELP)
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
@@ -472,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "backlog >= 0 in budgets (default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
     s.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
-    s.add_argument("--classes", choices=("auto", "off"), default="auto", help=CLASSES_HELP)
+    s.add_argument("--classes", choices=("both", "auto", "off"), default="both", help=CLASSES_HELP)
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
     s.add_argument("--plot", nargs="?", const="", default=None, metavar="PATH",
                    help="write the slot's pipeline timeline PNG (event simulator) to PATH "

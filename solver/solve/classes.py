@@ -1,14 +1,18 @@
-"""The class-level search: uniform shapes per class of interchangeable devices.
+"""The class-level search: uniform shapes over classes of interchangeable devices
+(SolveOptions(classes="auto"); opt-in).
 
 A slot whose available devices fall into a few large classes of interchangeable devices (a
 cloud pool of a few GPU types on like servers: Sailor's 16 A100s and 16 V100s on 8 servers)
 is searched the way Megatron-style planners search it, over device classes instead of
-devices: each class used runs `dp` like pipelines of `pp` stages, each stage a TP unit of `t`
-devices of one server, at one micro-batch size and one (schedule, recomputation) variant; the
-classes' groups then share the batch as data-parallel groups with exact integer shares. The
-device-level search (solve.search) scores thousands of structures that differ only in which of
-several like devices they use; here each class has a few hundred options and their
-combinations are screened in closed form.
+devices. A shape (`Shape`) is dp like pipelines, each through a chain of (class, degree t,
+stages): one class, or several classes at one degree in some order; every stage a TP unit of t
+devices of one server; packed (a pipeline inside as few servers as it can) or strided (a
+stage's dp replicas side by side, so its gradient ring stays inside a server). An option is a
+shape at one micro-batch size and one (schedule, recomputation) variant. A plan is one
+single-class option per class used, or one chain; its groups share the batch with exact
+integer shares. The device-level search (solve.search) scores thousands of structures that
+differ only in which of several like devices they use; here a slot has a few hundred to a
+few thousand options, screened in closed form.
 
 1. Classes (`device_classes`): devices are alike when every input of a plan's cost is the
    same number for both (solve.symmetry.plan_classes, without the previous plan: migration is
@@ -17,38 +21,38 @@ combinations are screened in closed form.
    devices of a class holds the same number of them. The search applies (`applies`) from
    SearchTuning.class_from_devices available devices, with at most class_max classes of at
    least class_min_size devices each.
-2. Options (`class_options`): for each class c, degree t of SolveOptions.tp_degrees dividing
-   its per-server count (units: t consecutive devices of one server, servers in order), dp =
-   1 .. units pipelines of p = min(units // dp, L) consecutive units (the deepest for each dp:
-   a shallower pipeline with as many copies leaves units idle), micro-batch
-   size u and variant v (GPipe, then solve.schedules' variants): the min-bottleneck cuts of one
-   pipeline for one micro-batch under v and its coefficients: alpha (s per sample), beta (s)
-   and cap (samples), on the unit state of class c at degree t (the other devices alone). Its
-   pipelines are twins, so one cut DP serves them all; and at one micro-batch a 1F1B stage
-   stashes one micro-batch, as under GPipe, so 1F1B takes GPipe's cuts (with the same
-   recomputation) where those exist (the DP's problem is the same: tests/test_classes.py).
-3. Screen (`screen`): a class's option supplies S(T) = dp min(cap, max(0, (T - sync - beta) /
-   alpha)) samples within a batch time T, sync being its pipelines' own gradient sync (exact
-   for the shape alone at its first cuts; with other classes beside it the rings only grow). Per class and device count, the options on the upper
-   envelope of S at 48 batch times are kept; every combination of kept options (a class may
-   be left out) gets the T* at which the supplies sum to B, by bisection, and the proxy
-   objective (V + sum of the used devices' queue-weighted prices and idle powers) T*. The
-   sync across classes, busy energy, migration and integer shares are left to step 4.
+2. Options (`shapes`, `class_options`): per shape, size u and variant, the min-bottleneck cuts
+   of one pipeline for one micro-batch and its coefficients, alpha (s per sample), beta (s) and
+   cap (samples), on the unit state of the shape's degrees (the other devices alone). Its
+   pipelines are twins, so one cut DP serves them all; at one micro-batch a 1F1B stage stashes
+   one micro-batch, as under GPipe, so 1F1B takes GPipe's cuts with the same recomputation
+   (the DP's problem is the same: tests/test_classes.py); cut DPs that memory rules out are
+   skipped (class_options).
+3. Screen (`screen`): an option supplies S(T) = dp min(cap, max(0, (T - sync - beta) / alpha))
+   samples within a batch time T, sync being its pipelines' own gradient sync (exact for the
+   shape alone at its first cuts). Per class (and per set of classes of the chains) and device
+   count, the options on the upper envelope of S at 48 batch times are kept; every combination
+   of kept single-class options (a class may be left out) and every kept chain gets the T* at
+   which the supplies sum to B, by bisection, and the proxy objective (V + the used devices'
+   queue-weighted prices and idle powers) T*. The sync across classes, busy energy, migration
+   and integer shares are left to step 4.
 4. Exact: the best SearchTuning.class_exact combinations by proxy, and the best
-   class_exact_per_set of each set of classes used (the proxy leaves out the sync between
-   classes, which can make a class not worth adding), are scored on the unit state
-   of their TP configuration (solve.scoring.Scorer.score: exact integer shares, sync,
-   migration, costs), then re-cut for memory where a cap binds (Scorer.relieve_memory,
-   schedules.relieve_by_schedule). The best of these and of the fixed candidates (baselines,
-   the cheapest plan, the previous plan: solve.incumbents) is the result.
+   class_exact_per_set of each set of classes used, are scored on the unit state of their TP
+   configuration (solve.scoring.Scorer.score: exact integer shares, sync, migration, costs),
+   then re-cut for memory where a cap binds (Scorer.relieve_memory,
+   schedules.relieve_by_schedule); then a descent swaps one class's option at a time
+   (`_swap_descent`). The best of these and of the fixed candidates (baselines, the cheapest
+   plan, the previous plan: solve.incumbents) is the result.
 
-Plans outside these shapes (two shapes in one class, pipelines across classes, a class's
-devices partly used) are not searched; SolveOptions(classes="off") runs the device-level
-search instead. The result's lower bound is the least of the bounds of the TP configurations
-visited (as for the device-level TP descent: a bound over those, not over every way of forming
-units), and the message says how many options and combinations were screened and scored.
-The search has no partial result, so a time limit (SolveOptions.time_limit_s) does not stop it;
-it takes about 0.1 s on 32 GPUs (benchmarks/bench_classes.py).
+Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline,
+stages placed irregularly, a class's devices partly used) are not searched: on such clusters
+the device-level search can be better (up to 33% on bench_classes' packaged clusters), which is
+why the default (classes "off") is the device-level search. The result's lower bound is the
+least of the bounds of the TP configurations visited (as for the device-level TP descent: a
+bound over those, not over every way of forming units), and the message says how many options
+and combinations were screened and scored. The search has no partial result, so a time limit
+(SolveOptions.time_limit_s) does not stop it; it takes 0.1-0.2 s on 32 GPUs
+(benchmarks/bench_classes.py).
 """
 from __future__ import annotations
 
@@ -221,8 +225,9 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
     """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
     and SearchTuning.max_depth, 16, the less): one class's (its degrees t dividing its per-server
     count; dp = 1 .. units pipelines of p = min(units // dp, L) units, the deepest for each
-    dp), then chains through each set of two or more classes at one common degree, in
-    decreasing and increasing order of memory per device (`memory`, bytes), dp dividing every
+    dp), then chains through each set of two or more classes at one common degree, in every
+    order of up to 3 classes, else in decreasing and increasing order of memory per device
+    (`memory`, bytes), dp dividing every
     class's units, each class's p_c = units_c / dp; packed, and strided where dp > 1."""
     out: list[Shape] = []
 
@@ -245,7 +250,9 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
                 if any(classes[ci].per_server % t for ci in subset):
                     continue
                 units = {ci: len(classes[ci].members) // t for ci in subset}
-                for order in dict.fromkeys([tuple(by_memory), tuple(reversed(by_memory))]):
+                orders = itertools.permutations(subset) if len(subset) <= 3 else \
+                    dict.fromkeys([tuple(by_memory), tuple(reversed(by_memory))])
+                for order in orders:
                     for dp in range(1, min(units.values()) + 1):
                         if any(x % dp for x in units.values()):
                             continue
@@ -406,6 +413,46 @@ def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
     return best
 
 
+def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps: int, B: int) -> None:
+    """From the best exactly scored combination of single-class shapes, replace one class's
+    option by each of that class's best `swaps` shapes (each at its best micro-batch size and
+    schedule by the time it would take the whole batch alone, caps aside), add the class where
+    it is left out, or leave it out; keep the first change that lowers the exact objective;
+    until none does. The screen leaves out the sync between classes, so its ranking of a
+    class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
+    servers the best combination of the screen was 5.9% above this descent's)."""
+    per_class: dict[int, list[Option]] = {}
+    for o in sorted(options, key=lambda o: o.sync + o.beta + o.alpha * B / o.dp):
+        if len(o.shape.chain) == 1:
+            mine = per_class.setdefault(o.shape.chain[0][0], [])
+            if len(mine) < swaps and all(x.shape != o.shape for x in mine):
+                mine.append(o)
+    while True:
+        live = [(x, v) for x, v in scored.items() if v is not None and all(len(o.shape.chain) == 1 for o in x)]
+        if not live:
+            return
+        best_combo, best = min(live, key=lambda kv: (kv[1].objective, kv[1].batch_time))
+        by_class = {o.shape.chain[0][0]: o for o in best_combo}
+        improved = False
+        for c in range(k):
+            cands: list[Option | None] = [None] if c in by_class and len(by_class) > 1 else []
+            cands += [o for o in per_class.get(c, []) if o is not by_class.get(c)]
+            for o in cands:
+                trial = dict(by_class)
+                if o is None:
+                    del trial[c]
+                else:
+                    trial[c] = o
+                got = exact(tuple(trial[x] for x in sorted(trial)))
+                if got is not None and better_scored(got, best):
+                    improved = True
+                    break
+            if improved:
+                break
+        if not improved:
+            return
+
+
 def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
     """'V100-SXM2-16GB dp4 pp4 tp1 u1 1f1b' or 'dp4 pp(4 V100-SXM2-16GB + 4 T4) tp1 u4 gpipe strided'."""
     sh = o.shape
@@ -434,13 +481,22 @@ def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.nda
     best: SlotResult | None = None
     bounds = [slot_lower_bound(state, Q, V)]
     k = len(classes)
+    scored: dict[Combination, Scored | None] = {}
+
+    def exact(combo: Combination) -> Scored | None:
+        if combo not in scored:
+            degs = [1] * k
+            for o in combo:
+                for c, t, _ in o.shape.chain:
+                    degs[c] = t
+            ust, sc, first = configs.get(tuple(degs))
+            scored[combo] = _score_combo(sc, _structure(sc, first, combo),
+                                         " + ".join(describe_option(o, classes) for o in combo))
+        return scored[combo]
+
     for combo in combos:
-        degs = [1] * k
-        for o in combo:
-            for c, t, _ in o.shape.chain:
-                degs[c] = t
-        ust, sc, first = configs.get(tuple(degs))
-        _score_combo(sc, _structure(sc, first, combo), " + ".join(describe_option(o, classes) for o in combo))
+        exact(combo)
+    _swap_descent(exact, scored, options, k, opt.tuning.class_swaps, sc0.B)
     # the fixed candidates on the physical slot, then each configuration's best
     phys = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     score_incumbents(state, phys, Q, previous_plan, recut_previous=False)

@@ -179,7 +179,7 @@ class SearchTuning:
     class_from_devices: int = 16
     """Available devices from which a slot whose devices form few large classes of
     interchangeable devices is searched over uniform shapes per class (solve.classes) instead
-    of device by device (SolveOptions.classes "auto")."""
+    of (or, with SolveOptions.classes "both", besides) device by device."""
     class_max: int = 4
     """Most device classes for the class-level search (their options' combinations grow as the
     product)."""
@@ -187,6 +187,9 @@ class SearchTuning:
     """Fewest devices in each class for the class-level search."""
     class_exact: int = 24
     """Combinations of class shapes scored exactly after the closed-form screen (solve.classes)."""
+    class_swaps: int = 6
+    """The class-level search's last step: from the best combination scored exactly, each
+    class's option is replaced by each of that many of its options in turn (solve.classes)."""
     class_exact_per_set: int = 4
     """Besides those, the best combinations of each set of classes used scored exactly (the
     screen leaves out the sync between classes: on V100 + GH-96 GPT-Neo-2.7 servers, the GH-96
@@ -226,9 +229,12 @@ class SolveOptions:
     the previous plan bring); recompute: with schedules, activation recomputation may be chosen
     too (False: 1F1B only, for a runtime that cannot recompute); tp_degrees: tensor-parallel
     degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP);
-    classes: "auto" searches a slot of few large classes of interchangeable devices over uniform
-    shapes per class (solve.classes; SearchTuning.class_from_devices etc. say when), "off" always
-    device by device."""
+    classes: "both" (the default): where a slot's available devices form a pool of few large
+    classes of interchangeable devices (solve.classes; SearchTuning.class_from_devices etc. say
+    when), the class-level search runs beside the device-level search and the better plan is
+    returned; "auto": the class-level search alone there (10-40x faster, the same plans on most
+    clusters measured, up to 28% worse on others: benchmarks/bench_classes.py); "off": the
+    device-level search alone."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -243,7 +249,7 @@ class SolveOptions:
     schedules: bool = True
     recompute: bool = True
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
-    classes: str = "auto"
+    classes: str = "both"
 
 
 @dataclass(frozen=True)

@@ -58,21 +58,42 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
                            iterations_per_slot=opt.iterations_per_slot, keep_candidates=opt.keep_candidates,
                            cache=cache, tuning=opt.tuning, tp_degrees=opt.tp_degrees, recompute=opt.recompute)
     check_degrees(opt.tp_degrees)
-    if opt.classes not in ("auto", "off"):
-        raise ValueError(f"classes: expected 'auto' or 'off', got {opt.classes!r}")
-    if opt.classes == "auto" and state.tp is None and not infeasible_reason(state):
-        cache = slot_cache(state, cache)
-        found = device_classes(state, cache)
-        if applies(found, len(state.available_indices), opt):
-            res = solve_by_classes(state, found, Q, V, previous_plan, opt, cache, t0)
-            if res is not None:
-                return res
-            res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(opt, classes="off"),
-                             cache=cache)
-            return replace(res, message=f"{res.message} (the class-level search did not apply: some device class holds no uniform shape of its own, or no combination had a plan; searched device by device)")
+    if opt.classes not in ("both", "auto", "off"):
+        raise ValueError(f"classes: expected 'both', 'auto' or 'off', got {opt.classes!r}")
+    if opt.classes != "off":
+        return _with_classes(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
     if not tp_applies(state, opt.tp_degrees):
         return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
     return _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
+
+
+def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
+                  opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult:
+    """SolveOptions.classes "both" or "auto" (solve.classes): where the slot is a pool of few
+    large classes of like devices, the class-level search; with "both" the device-level search
+    too, and the better of the two (its lower bound the lesser of theirs); elsewhere, and where
+    the class-level search finds no plan, the device-level search alone (with "auto" the
+    message says why)."""
+    found = None if state.tp is not None or infeasible_reason(state) else device_classes(state, cache)
+    by_class = None
+    if applies(found, len(state.available_indices), opt):
+        by_class = solve_by_classes(state, found, Q, V, previous_plan, opt, cache, t0)
+        if by_class is not None and opt.classes == "auto":
+            return by_class
+        why = "some device class is in no shape that holds the model, or no combination had a plan"
+    else:
+        why = (f"not {opt.tuning.class_from_devices} or more available devices in at most {opt.tuning.class_max} "
+               f"classes of {opt.tuning.class_min_size} or more like devices on like servers")
+    res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(opt, classes="off"), cache=cache)
+    if by_class is None:
+        return res if opt.classes == "both" else \
+            replace(res, message=f"{res.message} (classes auto: {why}; searched device by device)")
+    lb = min(res.lower_bound, by_class.lower_bound)
+    if better(by_class, res):
+        return replace(by_class, solve_time=time.perf_counter() - t0, lower_bound=lb,
+                       message=f"{by_class.message}; the device-level search's best was {res.objective:.6g}")
+    return replace(res, solve_time=time.perf_counter() - t0, lower_bound=lb,
+                   message=f"{res.message}; the class-level search's best was {by_class.objective:.6g}")
 
 
 def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
