@@ -16,6 +16,8 @@ solve_slot and of COMMIT's (a `git worktree` in a temporary folder) on the same 
 in its own process after one untimed warm-up solve, R rounds in turn (old, new, old, ...), the
 least CPU time (process seconds, which a shared machine's other work inflates less than wall
 time; the solver is single-threaded) of each kept: their ratio is what to read on a loaded machine.
+In trees that have SolveOptions.classes, the device-level search ("off") and the class-level search
+alone ("auto", timed against the old tree's solve of the same case) are timed.
 Needs ../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
@@ -153,10 +155,16 @@ for model in {models!r}:
     with tempfile.TemporaryDirectory() as tmp:
         state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model, kinds={kinds!r}, nodes={nodes})).state(0)
     solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=(1,)))
+    modes = [None]
+    if "classes" in SolveOptions.__dataclass_fields__:     # trees since session 17: the class-level search alone too
+        modes = ["off", "auto"]
     for degs in ((1,), (1, 2, 4, 8)):
-        t0 = time.process_time()
-        res = solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=degs))
-        out[model + (" tp 1 only" if degs == (1,) else "")] = (time.process_time() - t0, res.objective)
+        for mode in modes:
+            t0 = time.process_time()
+            res = solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=degs) if mode is None else
+                             SolveOptions(tp_degrees=degs, classes=mode))
+            key = model + (" tp 1 only" if degs == (1,) else "") + ("" if mode in (None, "off") else " classes auto")
+            out[key] = (time.process_time() - t0, res.objective)
 print(json.dumps(out))
 """
 
@@ -185,7 +193,10 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(old)], capture_output=True)
     print(f"\nplanning CPU seconds per slot, least of {max(1, rounds)} rounds; old = {against}, new = this tree")
     for case in dict.fromkeys(c for _, c in least):
-        (so, oo), (sn, on) = least[("old", case)], least[("new", case)]
+        if ("old", case) not in least:       # the class-level search alone: against the old tree's device search
+            (so, oo), (sn, on) = least[("old", case.replace(" classes auto", ""))], least[("new", case)]
+        else:
+            (so, oo), (sn, on) = least[("old", case)], least[("new", case)]
         same = "same objective" if oo == on or abs(oo - on) <= 1e-9 * abs(oo) else f"objective {oo:.6g} -> {on:.6g}"
         print(f"  {case}: old {so:.2f} s, new {sn:.2f} s, {so / sn:.2f}x faster, {same}")
 
