@@ -1,5 +1,5 @@
 """The class-level search: uniform shapes over classes of interchangeable devices
-(SolveOptions(classes="auto"); opt-in).
+(SolveOptions(classes="both"), the default, beside the device-level search; "auto" alone).
 
 A slot whose available devices fall into a few large classes of interchangeable devices (a
 cloud pool of a few GPU types on like servers: Sailor's 16 A100s and 16 V100s on 8 servers)
@@ -46,8 +46,8 @@ few thousand options, screened in closed form.
 
 Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline,
 stages placed irregularly, a class's devices partly used) are not searched: on such clusters
-the device-level search can be better (up to 33% on bench_classes' packaged clusters), which is
-why the default (classes "off") is the device-level search. The result's lower bound is the
+the device-level search can be better (up to 28% on bench_classes' packaged clusters), which is
+why the default (classes "both") runs both searches and keeps the better plan. The result's lower bound is the
 least of the bounds of the TP configurations visited (as for the device-level TP descent: a
 bound over those, not over every way of forming units), and the message says how many options
 and combinations were screened and scored. The search has no partial result, so a time limit
@@ -60,6 +60,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -105,11 +106,11 @@ class Shape:
     dp: int
     strided: bool
 
-    @property
+    @cached_property
     def classes(self) -> tuple[int, ...]:
         return tuple(c for c, _, _ in self.chain)
 
-    @property
+    @cached_property
     def devices(self) -> int:
         return self.dp * sum(t * p for _, t, p in self.chain)
 
