@@ -154,19 +154,22 @@ class Option:
         return self.shape.devices
 
 
-def device_classes(state: SlotState, cache: SlotCache) -> list[DeviceClass] | None:
+def device_classes(state: SlotState, cache: SlotCache, most: int | None = None, least: int = 1
+                   ) -> list[DeviceClass] | None:
     """The available devices' classes (module doc, step 1), largest first, or None where the
-    slot has none (a device unlike every other, asymmetric links, uneven servers)."""
+    slot has none (a device unlike every other, asymmetric links, uneven servers), or more
+    than `most` classes, or one of fewer than `least` devices (checked before the links)."""
     avail = list(state.available_indices)
     if len(avail) < 2:
         return None
     cls = plan_classes(state, cache)
-    if not symmetric_links(state, cls):
-        return None
-    server = None if state.network is None else [int(s) for s in state.network.server]
     by_cls: dict[int, list[int]] = {}
     for d in avail:
         by_cls.setdefault(cls[d], []).append(d)
+    if (most is not None and len(by_cls) > most) or min(len(v) for v in by_cls.values()) < least \
+            or not symmetric_links(state, cls):
+        return None
+    server = None if state.network is None else [int(s) for s in state.network.server]
     out = []
     for members in by_cls.values():
         if server is None:

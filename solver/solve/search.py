@@ -74,7 +74,9 @@ def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float,
     too, and the better of the two (its lower bound the lesser of theirs); elsewhere, and where
     the class-level search finds no plan, the device-level search alone (with "auto" the
     message says why)."""
-    found = None if state.tp is not None or infeasible_reason(state) else device_classes(state, cache)
+    tune = opt.tuning
+    found = None if len(state.available_indices) < tune.class_from_devices or state.tp is not None \
+        or infeasible_reason(state) else device_classes(state, cache, tune.class_max, tune.class_min_size)
     by_class = None
     if applies(found, len(state.available_indices), opt):
         by_class = solve_by_classes(state, found, Q, V, previous_plan, opt, cache, t0)
@@ -82,8 +84,8 @@ def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float,
             return by_class
         why = "some device class is in no shape that holds the model, or no combination had a plan"
     else:
-        why = (f"not {opt.tuning.class_from_devices} or more available devices in at most {opt.tuning.class_max} "
-               f"classes of {opt.tuning.class_min_size} or more like devices on like servers")
+        why = (f"not {tune.class_from_devices} or more available devices in at most {tune.class_max} "
+               f"classes of {tune.class_min_size} or more like devices on like servers")
     res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(opt, classes="off"), cache=cache)
     if by_class is None:
         return res if opt.classes == "both" else \
