@@ -158,11 +158,20 @@ def test_1f1b_takes_gpipe_cuts_and_memory_is_monotone(tmp_path) -> None:
     assert fits and misses          # both cases were exercised
 
 
-def test_a_class_without_a_shape_of_its_own_falls_back_to_the_device_search(tmp_path) -> None:
-    # V100s of 1 GB hold no pipeline of their own: the class search does not apply, and says so
+def test_a_class_without_a_shape_of_its_own_is_left_out(tmp_path) -> None:
+    # V100s of 1 GB hold no pipeline: the class search plans on the A100s alone
     state = cluster(tmp_path, v100_gb=1)
     res = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="auto"))
-    assert res.success and "classes auto: some device class is in no shape that holds the model" in res.message
+    assert res.success and res.message.startswith("class-level search")
+    assert res.plan.validate(state) == []
+    assert all("A100" in state.devices[d].kind for g in res.plan.groups for d in g.devices)
+
+
+def test_no_shape_at_all_falls_back_to_the_device_search(tmp_path) -> None:
+    # V100s of 1 GB and A100s of 2 GB: no class shape holds the model, and the message says so
+    state = cluster(tmp_path, v100_gb=1, a100_gb=2)
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1,), classes="auto"))
+    assert "classes auto: no shape of the device classes holds the model" in res.message
 
 
 def test_classes_option_checked(tmp_path) -> None:

@@ -253,3 +253,23 @@ def test_one_rule_for_queues_and_V(solve):
     for V in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="V: expected a finite real number >= 0"):
             f(state, (), V)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 5, 6])
+def test_groups_deeper_than_the_tuning_depth_where_only_they_hold_the_model(seed):
+    """A model that needs more devices than SearchTuning's depth (each device holds 0.45 of what
+    the whole model needs at one micro-batch, the depth is 2) still gets a plan, its groups
+    deeper than the depth, and the message says so; the default depth (7) needs no note."""
+    from solver.solve.options import SearchTuning
+    state = random_state(seed, n=7, L=10, batch=32, micro_batch=2)
+    need = float(state.param_prefix[-1]) * state.workload.opt_factor + 2 * float(state.stash_prefix[-1])
+    state = dataclasses.replace(state, devices=tuple(dataclasses.replace(d, memory_bytes=0.45 * need)
+                                                     for d in state.devices))
+    shallow = SolveOptions(tuning=SearchTuning(max_depth=2, max_depth_many=2))
+    res = solve_slot(state, (0.0, 0.0), 1.0, options=shallow)
+    full = solve_slot(state, (0.0, 0.0), 1.0)
+    assert full.plan is not None and res.plan is not None
+    assert res.plan.validate(state) == []
+    assert max(len(g.devices) for g in res.plan.groups) > 2
+    assert "beyond SearchTuning's depth 2" in res.message
+    assert "beyond" not in full.message

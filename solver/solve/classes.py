@@ -471,14 +471,12 @@ def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
 
 def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V: float,
                      previous_plan, opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult | None:
-    """The class-level search (module doc); None when some class is in no shape that holds
-    the model, or no combination has a plan: the caller then runs the device-level search and
+    """The class-level search (module doc); a class in no shape that holds the model is left
+    out. None when no combination has a plan: the caller then runs the device-level search and
     says so."""
     degrees = tuple(sorted({1, *opt.tp_degrees}))
     configs = _Configs(state, classes, Q, V, opt, previous_plan if opt.replan else None, cache)
     options = class_options(configs, degrees)
-    if {c for o in options for c in o.shape.classes} != set(range(len(classes))):
-        return None
     _, sc0, _ = configs.get(tuple(1 for _ in classes))
     combos = screen(options, len(classes), sc0.B, V, sc0._w_list, classes, opt.tuning.class_exact,
                     opt.tuning.class_exact_per_set)

@@ -307,6 +307,19 @@ class Scorer:
         ts = sync_lower_bound(self._sync_floor, groups)
         return z + W * ts if ts > 0 else z
 
+    def least_holding_depth(self) -> int:
+        """The fewest available devices whose parameter room (param_room) can hold the model:
+        no shallower group holds it, so the search's groups go at least this deep whatever
+        SearchTuning.depth says (LLAMA-3-8 at tp 1 needs 9 or more of Sailor's A100-40s, where
+        the depth for 32 devices is 8)."""
+        total = 0.0
+        rooms = sorted((self._room_list[d] for d in self.state.available_indices), reverse=True)
+        for k, r in enumerate(rooms, 1):
+            total += r
+            if total >= self._params:
+                return k
+        return len(rooms)
+
     def w_floor(self, groups: Sequence[Ordered]) -> float:
         """V plus the queue-weighted prices and idle powers of the groups' devices: W of any plan
         on them is at least this (per second; device-energy budgets and egress only add)."""

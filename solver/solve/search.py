@@ -82,7 +82,7 @@ def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float,
         by_class = solve_by_classes(state, found, Q, V, previous_plan, opt, cache, t0)
         if by_class is not None and opt.classes == "auto":
             return by_class
-        why = "some device class is in no shape that holds the model, or no combination had a plan"
+        why = "no shape of the device classes holds the model"
     else:
         why = (f"not {tune.class_from_devices} or more available devices in at most {tune.class_max} "
                f"classes of {tune.class_min_size} or more like devices on like servers")
@@ -244,7 +244,6 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
     n = len(state.available_indices)
     tune = opt.tuning
     small = tune.small(n, sc.L)
-    max_depth = tune.depth(n, sc.L)
     deadline = deadline_of(opt, t0)
     sc.deadline = deadline
 
@@ -253,18 +252,27 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
     # 2. candidate families (from here on the work budget counts)
     budget = opt.max_structures if opt.max_structures is not None else tune.work_budget(n)
     sc.restart_budget(budget)
-    for name, groups in families(state, sc, max_depth, tune):
-        if sc.exhausted():
-            break
-        sc.score_groups(groups, source=name)
-    if opt.schedules and sc.best is not None and any(len(e) > 2 for e in sc.best.structure):
-        # memory binds in this slot: dp x pp shapes of the fastest devices, on a quarter more budget
-        sc.budget = max(sc.budget, sc.tries) + 0.25 * (opt.max_structures if opt.max_structures is not None
-                                                        else tune.work_budget(n))
-        for name, groups in split_pipes(state, sc, max_depth, tune):
+    deepest, depth = min(n, sc.L), tune.depth(n, sc.L)
+    max_depth = min(deepest, max(depth, sc.least_holding_depth()))
+    while True:
+        for name, groups in families(state, sc, max_depth, tune):
             if sc.exhausted():
                 break
             sc.score_groups(groups, source=name)
+        if opt.schedules and sc.best is not None and any(len(e) > 2 for e in sc.best.structure):
+            # memory binds in this slot: dp x pp shapes of the fastest devices, on a quarter more budget
+            sc.budget = max(sc.budget, sc.tries) + 0.25 * budget
+            for name, groups in split_pipes(state, sc, max_depth, tune):
+                if sc.exhausted():
+                    break
+                sc.score_groups(groups, source=name)
+        if sc.best is not None or max_depth >= deepest:
+            break
+        # no group of up to max_depth devices holds the model: deeper groups, on a budget of their own
+        max_depth = min(deepest, 2 * max_depth)
+        sc.budget = sc.tries + budget
+    deeper = "" if max_depth <= depth else \
+        f"; groups of up to {max_depth} devices, beyond SearchTuning's depth {depth}: no shallower group holds the model"
     if sc.best is None:
         return SlotResult.infeasible(
             f"slot {state.t}: no device or group of available devices can hold the model "
@@ -288,7 +296,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         report["ran_out"] = sc.tries >= budget or past(deadline)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
                        f"tentative search: {sc.count} structures scored ({sc.tries:.0f} work units"
-                       f"{past_budget(sc)}); best: {describe(sc.best.source)}", t0)
+                       f"{past_budget(sc)}); best: {describe(sc.best.source)}{deeper}", t0)
 
 
 def distinct_groupings(scored: Iterable[Scored], k: int) -> list[Scored]:
