@@ -3,6 +3,7 @@ plans (valid, never worse than a fixed candidate, above its lower bound), the cu
 enumeration rests on, and its fallbacks."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def cluster(tmp_path: Path, *, a100_gb: float = 40, v100_gb: float = 16, servers
 def test_classes_of_a_cluster_of_like_servers(tmp_path) -> None:
     state = cluster(tmp_path)
     found = device_classes(state, SlotCache(state))
-    assert [(len(c.members), c.per_server) for c in found] == [(8, 4), (8, 4)]
+    assert [(len(c.members), c.counts) for c in found] == [(8, (4, 4)), (8, (4, 4))]
     assert sorted(d for c in found for d in c.members) == list(state.available_indices)
     for c in found:
         assert len({state.devices[d].kind for d in c.members}) == 1
@@ -186,3 +187,29 @@ def test_small_slots_keep_the_device_search(tmp_path) -> None:
     assert res.success and not res.message.startswith("class-level")
     assert "(classes auto: not 16 or more available devices" in res.message
     assert isinstance(res.plan, Plan)
+
+
+@pytest.mark.parametrize("lost", [(2,), (2, 17)])
+def test_a_pool_that_lost_devices_is_still_a_pool(tmp_path, lost) -> None:
+    """A preempted GPU leaves its server with fewer devices of its class: the class search
+    still applies, forms TP units inside servers (a server's leftover devices idle at that
+    degree) and returns a sound plan on the devices that are left."""
+    state = cluster(tmp_path, servers=3)          # A100 servers 0-2 (devices 0-11), V100 servers 3-5
+    avail = np.array(state.available, dtype=bool)
+    avail[list(lost)] = False
+    state = dataclasses.replace(state, available=avail)
+    found = device_classes(state, SlotCache(state))
+    assert found is not None and sorted(c.counts for c in found) == sorted(
+        tuple(4 - sum(1 for d in lost if d // 4 == s) for s in range(k * 3, k * 3 + 3)) for k in range(2))
+    assert applies(found, len(state.available_indices), SolveOptions())
+    for c in found:
+        for t in (1, 2, 4):
+            units = c.units(t)
+            assert all(len(u) == t and len({int(state.network.server[d]) for d in u}) == 1 for u in units)
+            assert len(units) == sum(n // t for n in c.counts)
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2, 4), classes="auto"))
+    assert res.success and res.message.startswith("class-level search"), res.message
+    assert res.plan.validate(state) == []
+    used = [d for g in res.plan.groups for d in (*g.devices, *(p for peers in g.tp_peers for p in peers))]
+    assert len(used) == len(set(used)) and set(used) <= set(state.available_indices)
+    assert sum(g.share for g in res.plan.groups) == state.workload.batch

@@ -17,8 +17,10 @@ few thousand options, screened in closed form.
 1. Classes (`device_classes`): devices are alike when every input of a plan's cost is the
    same number for both (solve.symmetry.plan_classes, without the previous plan: migration is
    charged exactly when scoring), every link's figures depend only on the two classes and on
-   whether they share a server (solve.symmetry.symmetric_links), and every server that holds
-   devices of a class holds the same number of them. The search applies (`applies`) from
+   whether they share a server (solve.symmetry.symmetric_links). A class's servers may hold
+   different numbers of its devices (a pool that lost a GPU): a TP unit is t devices of one
+   server, t dividing the largest server's count, and a server's leftover devices (fewer
+   than t) stay idle at degree t. The search applies (`applies`) from
    SearchTuning.class_from_devices available devices, with at most class_max classes of at
    least class_min_size devices each.
 2. Options (`shapes`, `class_options`): per shape, size u and variant, the min-bottleneck cuts
@@ -84,15 +86,24 @@ GRID = 48
 @dataclass(frozen=True)
 class DeviceClass:
     """Interchangeable available devices: `members` (physical indices, by server then index),
-    their kind and how many of them each server that holds any holds (`per_server`; all of
-    them when the instance declares no servers)."""
+    their kind and how many of them each server that holds any holds, in member order
+    (`counts`; one count of all of them when the instance declares no servers)."""
     members: tuple[int, ...]
     kind: str
-    per_server: int
+    counts: tuple[int, ...]
+
+    def degree_fits(self, t: int) -> bool:
+        """Whether units of t devices of one server are formed: t divides the largest count."""
+        return max(self.counts) % t == 0
 
     def units(self, t: int) -> list[Unit]:
-        """Units of t consecutive members of one server, servers in order."""
-        return [self.members[i:i + t] for i in range(0, len(self.members), t)]
+        """Units of t consecutive members of one server, servers in order; a server's last
+        count % t members are in none."""
+        out, at = [], 0
+        for n in self.counts:
+            out += [self.members[at + i:at + i + t] for i in range(0, n - n % t, t)]
+            at += n
+        return out
 
 
 @dataclass(frozen=True)
@@ -119,13 +130,14 @@ class Shape:
         deg = {c: t for c, t, _ in self.chain}
         return tuple(deg.get(c, 1) for c in range(k))
 
-    def groups(self, first: Sequence[int]) -> list[tuple[int, ...]]:
-        """The pipelines as unit indices of a configuration whose class c starts at first[c]."""
+    def groups(self, index: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        """The pipelines as device indices of a configuration's unit state, whose class c has
+        its units at index[c] (_Configs.get)."""
         out = []
         for g in range(self.dp):
             d: list[int] = []
             for c, _, p in self.chain:
-                d += [first[c] + (j * self.dp + g if self.strided else g * p + j) for j in range(p)]
+                d += [index[c][j * self.dp + g if self.strided else g * p + j] for j in range(p)]
             out.append(tuple(d))
         return out
 
@@ -157,8 +169,8 @@ class Option:
 def device_classes(state: SlotState, cache: SlotCache, most: int | None = None, least: int = 1
                    ) -> list[DeviceClass] | None:
     """The available devices' classes (module doc, step 1), largest first, or None where the
-    slot has none (a device unlike every other, asymmetric links, uneven servers), or more
-    than `most` classes, or one of fewer than `least` devices (checked before the links)."""
+    slot has none (a device unlike every other, asymmetric links), or more than `most`
+    classes, or one of fewer than `least` devices (checked before the links)."""
     avail = list(state.available_indices)
     if len(avail) < 2:
         return None
@@ -173,16 +185,13 @@ def device_classes(state: SlotState, cache: SlotCache, most: int | None = None, 
     out = []
     for members in by_cls.values():
         if server is None:
-            out.append(DeviceClass(tuple(members), state.devices[members[0]].kind, len(members)))
+            out.append(DeviceClass(tuple(members), state.devices[members[0]].kind, (len(members),)))
             continue
         per: dict[int, list[int]] = {}
         for d in members:
             per.setdefault(server[d], []).append(d)
-        counts = {len(v) for v in per.values()}
-        if len(counts) != 1:
-            return None
         ordered = tuple(d for s in sorted(per) for d in per[s])
-        out.append(DeviceClass(ordered, state.devices[members[0]].kind, counts.pop()))
+        out.append(DeviceClass(ordered, state.devices[members[0]].kind, tuple(len(per[s]) for s in sorted(per))))
     return sorted(out, key=lambda c: (-len(c.members), c.members))
 
 
@@ -210,25 +219,29 @@ class _Configs:
                  opt: SolveOptions, previous_plan, cache: SlotCache) -> None:
         self.state, self.classes, self.Q, self.V, self.opt, self.prev, self.cache = \
             state, classes, Q, V, opt, previous_plan, cache
-        self.known: dict[tuple[int, ...], tuple[SlotState, Scorer, list[int]]] = {}
+        self.known: dict[tuple[int, ...], tuple[SlotState, Scorer, list[list[int]]]] = {}
 
-    def get(self, degrees: tuple[int, ...]) -> tuple[SlotState, Scorer, list[int]]:
-        """(unit state, its Scorer, index of each class's first unit in it) of `degrees`."""
+    def get(self, degrees: tuple[int, ...]) -> tuple[SlotState, Scorer, list[list[int]]]:
+        """(unit state, its Scorer, each class's units as device indices of the unit state,
+        in the class's order) of `degrees`. At degree 1 everywhere the unit state is the
+        physical state (tp.units_state), whose devices keep their physical indices."""
         if degrees not in self.known:
             units = _units_of(self.state, self.classes, degrees)
             ust, ucache = units_state(self.state, units, self.cache)
-            first, at = [], 0
+            physical = ust.members is None
+            index, at = [], 0
             for c, t in zip(self.classes, degrees):
-                first.append(at)
-                at += len(c.members) // t
-            self.known[degrees] = (ust, Scorer(ust, self.Q, self.V, self.opt, self.prev, cache=ucache), first)
+                mine = c.units(t)
+                index.append([u[0] for u in mine] if physical else list(range(at, at + len(mine))))
+                at += len(mine)
+            self.known[degrees] = (ust, Scorer(ust, self.Q, self.V, self.opt, self.prev, cache=ucache), index)
         return self.known[degrees]
 
 
 def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memory: Sequence[float]) -> list[Shape]:
     """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
-    and SearchTuning.max_depth, 16, the less): one class's (its degrees t dividing its per-server
-    count; dp = 1 .. units pipelines of p = min(units // dp, L) units, the deepest for each
+    and SearchTuning.max_depth, 16, the less): one class's (its degrees t dividing its largest
+    server's count: DeviceClass.degree_fits; dp = 1 .. units pipelines of p = min(units // dp, L) units, the deepest for each
     dp), then chains through each set of two or more classes at one common degree, in every
     order of up to 3 classes, else in decreasing and increasing order of memory per device
     (`memory`, bytes), dp dividing every
@@ -242,8 +255,8 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
 
     for ci, c in enumerate(classes):
         for t in degrees:
-            if c.per_server % t == 0:
-                units = len(c.members) // t
+            if c.degree_fits(t):
+                units = len(c.units(t))
                 for p, dp in sorted({(min(units // dp, L), dp) for dp in range(1, units + 1)}, key=lambda x: x[1]):
                     if dp == units // p:
                         add(((ci, t, p),), dp)
@@ -251,9 +264,9 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
         for subset in itertools.combinations(range(len(classes)), k):
             by_memory = sorted(subset, key=lambda ci: (-memory[ci], ci))
             for t in degrees:
-                if any(classes[ci].per_server % t for ci in subset):
+                if not all(classes[ci].degree_fits(t) for ci in subset):
                     continue
-                units = {ci: len(classes[ci].members) // t for ci in subset}
+                units = {ci: len(classes[ci].units(t)) for ci in subset}
                 orders = itertools.permutations(subset) if len(subset) <= 3 else \
                     dict.fromkeys([tuple(by_memory), tuple(reversed(by_memory))])
                 for order in orders:
@@ -284,13 +297,13 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
     depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
     for shape in shapes(classes, degrees, depth, memory):
         try:
-            ust, sc, first = configs.get(shape.degrees(k))
+            ust, sc, index = configs.get(shape.degrees(k))
         except ValueError:              # units that cannot be formed here (no servers declared)
             continue
         variants = sc.variants if configs.opt.schedules else ()
         schedules = {rc: [x for x, r in (("gpipe", False), *variants) if r == rc] for rc in (False, True)}
         family = tuple((c, t) for c, t, _ in shape.chain)
-        groups = shape.groups(first)
+        groups = shape.groups(index)
         d = groups[0]
         mine: list[Option] = []
         for u in sorted(sc.micro_batches):
@@ -397,9 +410,9 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
     return [combos[i] for i in order if i in chosen_ids]
 
 
-def _structure(sc: Scorer, first: Sequence[int], combo: Combination) -> tuple:
+def _structure(sc: Scorer, index: Sequence[Sequence[int]], combo: Combination) -> tuple:
     """The structure of a combination on its configuration's unit state."""
-    return tuple(entry(d, o.cuts, o.schedule, o.recompute, sc.mb(o.u)) for o in combo for d in o.shape.groups(first))
+    return tuple(entry(d, o.cuts, o.schedule, o.recompute, sc.mb(o.u)) for o in combo for d in o.shape.groups(index))
 
 
 def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
@@ -491,8 +504,8 @@ def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.nda
             for o in combo:
                 for c, t, _ in o.shape.chain:
                     degs[c] = t
-            ust, sc, first = configs.get(tuple(degs))
-            scored[combo] = _score_combo(sc, _structure(sc, first, combo),
+            ust, sc, index = configs.get(tuple(degs))
+            scored[combo] = _score_combo(sc, _structure(sc, index, combo),
                                          " + ".join(describe_option(o, classes) for o in combo))
         return scored[combo]
 
