@@ -5,7 +5,7 @@ combination of GPU types, servers per type, model, global batch and queue weight
 
     python benchmarks/bench_classes.py [--models M ...] [--kinds A100-40,V100-16 ...] [--nodes 2 4]
                                        [--batches 2048] [--queues 0 10000] [--tp-degrees 1,2,4,8]
-                                       [--out FILE.csv]
+                                       [--lost 0 1 3] [--seed 0] [--out FILE.csv]
 
 With --packaged, the packaged layer tables on clusters of hardware.csv kinds instead (no
 ../shared needed). Per case: objective, batch time and solve CPU seconds (time.process_time, each on a fresh
@@ -13,18 +13,22 @@ state, after one untimed warm-up solve of the first case so that compiled kernel
 of SolveOptions(classes="auto") and of classes="off", their ratios, and what auto did (the
 class-level search, or the device-level search where the class search did not apply). A
 summary line gives the share of cases within 1% of the device-level search and the median
-speed-up. Without --packaged it needs ../shared/data (exits 1 with a message without it).
+speed-up. --lost K ...: each case also with K devices unavailable (preempted GPUs, drawn with
+--seed from the case), the pool's servers then uneven. Without --packaged it needs ../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import itertools
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,17 +58,26 @@ def packaged_toml(folder: Path, batch: int, model: str, kinds: tuple[str, ...], 
     return path
 
 
-def case_state(model: str, kinds: tuple[str, ...], nodes: int, batch: int):
+def case_state(model: str, kinds: tuple[str, ...], nodes: int, batch: int, lost: int = 0, seed: int = 0):
+    """The case's slot state; `lost` devices unavailable, drawn by a generator seeded with
+    (seed, lost, nodes, number of kinds)."""
     with tempfile.TemporaryDirectory() as tmp:
         if model in PACKAGED:
-            return load_instance(packaged_toml(Path(tmp), batch, model, kinds, nodes)).state(0)
-        return load_instance(sailor.toml(Path(tmp), batch, 1, model, kinds=kinds, nodes=nodes)).state(0)
+            st = load_instance(packaged_toml(Path(tmp), batch, model, kinds, nodes)).state(0)
+        else:
+            st = load_instance(sailor.toml(Path(tmp), batch, 1, model, kinds=kinds, nodes=nodes)).state(0)
+    if lost:
+        avail = np.array(st.available, dtype=bool)
+        rng = np.random.default_rng([seed, lost, nodes, len(kinds)])
+        avail[rng.choice(np.flatnonzero(avail), size=lost, replace=False)] = False
+        st = dataclasses.replace(st, available=avail)
+    return st
 
 
 def solve(model: str, kinds: tuple[str, ...], nodes: int, batch: int, q: float, classes: str,
-          degrees: tuple[int, ...]) -> tuple[float, float, float, str]:
+          degrees: tuple[int, ...], lost: int = 0, seed: int = 0) -> tuple[float, float, float, str]:
     """(objective, batch time, CPU seconds, message) of one solve on a fresh state."""
-    st = case_state(model, kinds, nodes, batch)
+    st = case_state(model, kinds, nodes, batch, lost, seed)
     t0 = time.process_time()
     res = solve_slot(st, [q], V=1.0, options=SolveOptions(classes=classes, tp_degrees=degrees))
     return res.objective, res.batch_time, time.process_time() - t0, res.message
@@ -81,6 +94,9 @@ def main() -> int:
                     help="weights of the money queue (the Sailor instances' budget is 1000 USD per iteration, "
                          "the packaged ones' 1 USD)")
     ap.add_argument("--tp-degrees", default="1,2,4,8")
+    ap.add_argument("--lost", nargs="+", type=int, default=[0],
+                    help="devices unavailable in each case (several: each case once per number)")
+    ap.add_argument("--seed", type=int, default=0, help="draws the unavailable devices")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--packaged", action="store_true",
                     help="the packaged layer tables (bert_base, gpt2_small, vgg16, resnet50) on hardware.csv kinds "
@@ -100,21 +116,21 @@ def main() -> int:
         return 1
     degrees = tuple(int(x) for x in args.tp_degrees.split(","))
     cases = list(itertools.product(args.models, [tuple(k.split(",")) for k in args.kinds], args.nodes,
-                                   args.batches, args.queues))
-    solve(*cases[0][:4], cases[0][4], "off", degrees)         # warm-up: compiled kernels loaded
+                                   args.batches, args.queues, args.lost))
+    solve(*cases[0][:5], "off", degrees)         # warm-up: compiled kernels loaded
     rows = []
-    print("model | kinds | servers per kind | B | queue | auto obj | off obj | auto/off | auto s | off s | "
+    print("model | kinds | servers per kind | B | queue | lost | auto obj | off obj | auto/off | auto s | off s | "
           "speed-up | auto searched")
-    for model, kinds, nodes, batch, q in cases:
-        a = solve(model, kinds, nodes, batch, q, "auto", degrees)
-        o = solve(model, kinds, nodes, batch, q, "off", degrees)
+    for model, kinds, nodes, batch, q, lost in cases:
+        a = solve(model, kinds, nodes, batch, q, "auto", degrees, lost, args.seed)
+        o = solve(model, kinds, nodes, batch, q, "off", degrees, lost, args.seed)
         how = "classes" if a[3].startswith("class-level") else "devices"
         ratio = a[0] / o[0] if o[0] > 0 and o[0] != float("inf") else float("nan")
-        row = dict(model=model, kinds="+".join(kinds), nodes=nodes, batch=batch, queue=q, auto_objective=a[0],
+        row = dict(model=model, kinds="+".join(kinds), nodes=nodes, batch=batch, queue=q, lost=lost, auto_objective=a[0],
                    off_objective=o[0], ratio=ratio, auto_cpu_s=a[2], off_cpu_s=o[2], speedup=o[2] / max(a[2], 1e-9),
                    auto_batch_time=a[1], off_batch_time=o[1], auto_searched=how)
         rows.append(row)
-        print(f"{model} | {'+'.join(kinds)} | {nodes} | {batch} | {q:g} | {a[0]:.5g} | {o[0]:.5g} | {ratio:.4f} | "
+        print(f"{model} | {'+'.join(kinds)} | {nodes} | {batch} | {q:g} | {lost} | {a[0]:.5g} | {o[0]:.5g} | {ratio:.4f} | "
               f"{a[2]:.3f} | {o[2]:.3f} | {row['speedup']:.1f}x | {how}", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -198,9 +198,13 @@ def test_a_pool_that_lost_devices_is_still_a_pool(tmp_path, lost) -> None:
     avail = np.array(state.available, dtype=bool)
     avail[list(lost)] = False
     state = dataclasses.replace(state, available=avail)
-    found = device_classes(state, SlotCache(state))
-    assert found is not None and sorted(c.counts for c in found) == sorted(
-        tuple(4 - sum(1 for d in lost if d // 4 == s) for s in range(k * 3, k * 3 + 3)) for k in range(2))
+    found = device_classes(state, SlotCache(state), 4)
+    assert found is not None and sorted(d for c in found for d in c.members) == list(state.available_indices)
+    # a kind that lost devices is split into parts of one per-server count each (3 and 4)
+    lost_kinds = {state.devices[d].kind for d in lost}
+    assert all(len(set(c.counts)) == 1 for c in found)
+    assert all((c.pool >= 0) == (c.kind in lost_kinds) for c in found)
+    assert sorted(c.counts[0] for c in found if c.pool >= 0) == sorted([3, 4] * len(lost_kinds))
     assert applies(found, len(state.available_indices), SolveOptions())
     for c in found:
         for t in (1, 2, 4):

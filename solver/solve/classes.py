@@ -18,11 +18,13 @@ few thousand options, screened in closed form.
    same number for both (solve.symmetry.plan_classes, without the previous plan: migration is
    charged exactly when scoring), every link's figures depend only on the two classes and on
    whether they share a server (solve.symmetry.symmetric_links). A class's servers may hold
-   different numbers of its devices (a pool that lost a GPU): a TP unit is t devices of one
-   server, t dividing the largest server's count, and a server's leftover devices (fewer
-   than t) stay idle at degree t. The search applies (`applies`) from
-   SearchTuning.class_from_devices available devices, with at most class_max classes of at
-   least class_min_size devices each.
+   different numbers of its devices (a pool that lost a GPU): such a class is split into
+   parts of one per-server count each, as long as at most class_max classes result
+   (`_split_uneven`; a part's pipelines are as deep as its servers); where it is kept whole, a
+   TP unit is t devices of one server, t dividing the largest server's count, and a server's
+   leftover devices (fewer than t) stay idle at degree t. The search applies (`applies`) from
+   SearchTuning.class_from_devices available devices, with at most class_max classes (parts
+   counted) of at least class_min_size devices each (parts of a class counted together).
 2. Options (`shapes`, `class_options`): per shape, size u and variant, the min-bottleneck cuts
    of one pipeline for one micro-batch and its coefficients, alpha (s per sample), beta (s) and
    cap (samples), on the unit state of the shape's degrees (the other devices alone). Its
@@ -91,6 +93,15 @@ class DeviceClass:
     members: tuple[int, ...]
     kind: str
     counts: tuple[int, ...]
+    pool: int = -1
+    """The index of the like-device class this is a part of (-1: a whole class; device_classes
+    splits a class whose servers hold different numbers of its devices into parts of one
+    count each)."""
+
+    @property
+    def name(self) -> str:
+        """The kind, with the part's per-server count where the class is split."""
+        return self.kind if self.pool < 0 else f"{self.kind} (servers of {self.counts[0]})"
 
     def degree_fits(self, t: int) -> bool:
         """Whether units of t devices of one server are formed: t divides the largest count."""
@@ -185,21 +196,49 @@ def device_classes(state: SlotState, cache: SlotCache, most: int | None = None, 
     out = []
     for members in by_cls.values():
         if server is None:
-            out.append(DeviceClass(tuple(members), state.devices[members[0]].kind, (len(members),)))
+            out.append(DeviceClass(tuple(members), state.devices[members[0]].kind, (len(members),), -1))
             continue
         per: dict[int, list[int]] = {}
         for d in members:
             per.setdefault(server[d], []).append(d)
         ordered = tuple(d for s in sorted(per) for d in per[s])
-        out.append(DeviceClass(ordered, state.devices[members[0]].kind, tuple(len(per[s]) for s in sorted(per))))
+        out.append(DeviceClass(ordered, state.devices[members[0]].kind, tuple(len(per[s]) for s in sorted(per)), -1))
+    out.sort(key=lambda c: (-len(c.members), c.members))
+    return _split_uneven(out, most if most is not None else state.n)
+
+
+def _split_uneven(classes: list[DeviceClass], most: int) -> list[DeviceClass]:
+    """Each class whose servers hold different numbers of its devices split into parts of one
+    count each (largest class first, while there are at most `most` classes), so that a part's
+    pipelines can be as deep as its servers (Sailor's 32 GPUs with A100s 2 and 5 preempted:
+    the device-level search's plan, a 4-stage pipeline per full A100 server and a 3-stage one
+    per other, 62.57 s, where the unsplit class's best uniform shape took 72.69 s). A part
+    keeps the class's index as its `pool` (-1: not split)."""
+    out = list(classes)
+    for i, c in enumerate(classes):
+        parts: dict[int, list[int]] = {}
+        at = 0
+        for n in c.counts:
+            parts.setdefault(n, []).extend(c.members[at:at + n])
+            at += n
+        if len(parts) == 1 or len(out) + len(parts) - 1 > most:
+            continue
+        out.remove(c)
+        out += [DeviceClass(tuple(m), c.kind, tuple(n for _ in range(len(m) // n)), i) for n, m in parts.items()]
     return sorted(out, key=lambda c: (-len(c.members), c.members))
 
 
 def applies(classes: Sequence[DeviceClass] | None, n: int, options: SolveOptions) -> bool:
     """Whether the class-level search runs on a slot of n available devices (module doc)."""
     tune = options.tuning
-    return classes is not None and n >= tune.class_from_devices and len(classes) <= tune.class_max \
-        and all(len(c.members) >= tune.class_min_size for c in classes)
+    if classes is None:
+        return False
+    whole: dict[object, int] = {}
+    for i, c in enumerate(classes):
+        key = ("part", c.pool) if c.pool >= 0 else i
+        whole[key] = whole.get(key, 0) + len(c.members)
+    return n >= tune.class_from_devices and len(classes) <= tune.class_max \
+        and all(w >= tune.class_min_size for w in whole.values())
 
 
 def _units_of(state: SlotState, classes: Sequence[DeviceClass], degrees: Sequence[int]) -> list[Unit]:
@@ -477,8 +516,8 @@ def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
     t = sh.chain[0][1]
     if len(sh.chain) == 1:
         c, _, p = sh.chain[0]
-        return f"{classes[c].kind} dp{sh.dp} pp{p} tp{t} u{o.u} {how}"
-    stages = " + ".join(f"{p} {classes[c].kind}" for c, _, p in sh.chain)
+        return f"{classes[c].name} dp{sh.dp} pp{p} tp{t} u{o.u} {how}"
+    stages = " + ".join(f"{p} {classes[c].name}" for c, _, p in sh.chain)
     return f"dp{sh.dp} pp({stages}) tp{t} u{o.u} {how}"
 
 
@@ -532,7 +571,7 @@ def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.nda
     finite = [b for b in bounds if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
     msg = (f"class-level search over {len(classes)} device classes "
-           f"({', '.join(f'{len(c.members)} {c.kind}' for c in classes)}): {scored} uniform shapes, "
+           f"({', '.join(f'{len(c.members)} {c.name}' for c in classes)}): {scored} uniform shapes, "
            f"{len(combos)} combinations scored exactly; {best.message}; lower bound over the TP configurations "
            f"visited")
     return SlotResult(best.plan, best.batch_time, best.costs, best.objective, best.status, msg,
