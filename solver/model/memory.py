@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from .state import SlotState
 
@@ -94,35 +95,55 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
     up to MEM_RTOL); 0 when none fits, NO_CAP when memory does not bind."""
     _check_schedule(schedule)
     wl = state.workload
-    u = wl.micro_batch
-    k = len(devices)
     P, H = stage_params_and_stash(state, cuts, devices)
     M = state.memory_bytes[np.asarray(devices, dtype=int)] * (1 + MEM_RTOL)
-    free = M - wl.opt_factor * P
-    X = H
-    if recompute:
-        free = free - u * H
-        X = stage_input_bytes(state, cuts)
-    if np.any(free < 0):
-        return 0
+    X = stage_input_bytes(state, cuts) if recompute else H
+    return int(_share_cap(float(wl.opt_factor), int(wl.micro_batch), np.ascontiguousarray(P, dtype=float),
+                          np.ascontiguousarray(H, dtype=float), np.ascontiguousarray(M, dtype=float),
+                          np.ascontiguousarray(X, dtype=float), bool(recompute), schedule == "1f1b"))
+
+
+@njit(cache=True)
+def _fits(kopt: float, u: int, P: np.ndarray, H: np.ndarray, M: np.ndarray, X: np.ndarray, recompute: bool,
+          one_f_one_b: bool, share: int) -> bool:
+    """Every stage's use (_use at live_samples(k, share, u)) within M."""
+    k = P.shape[0]
+    n = -(-share // u)
+    for j in range(k):
+        live = float(u) if k == 1 else (float(u * min(k - j, n)) if one_f_one_b else float(share))
+        use = kopt * P[j] + live * X[j] + u * H[j] if recompute else kopt * P[j] + live * X[j]
+        if not use <= M[j]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _share_cap(kopt: float, u: int, P: np.ndarray, H: np.ndarray, M: np.ndarray, X: np.ndarray, recompute: bool,
+               one_f_one_b: bool) -> int:
+    """share_cap on the stage numbers (X: stage input bytes under recomputation, else H):
+    the least free memory per live sample, rounded to a multiple of u and checked by _fits
+    one micro-batch either side."""
+    k = P.shape[0]
+    free = np.empty(k)
+    for j in range(k):
+        free[j] = M[j] - kopt * P[j]
+        if recompute:
+            free[j] = free[j] - u * H[j]
+        if free[j] < 0:
+            return 0
     if k == 1:
         return NO_CAP if free[0] >= u * X[0] else 0
-    per = np.divide(free, X, out=np.full(k, np.inf), where=X > 0)
-    if schedule == "1f1b":
-        # stage j holds u * min(k - j, n): no cap once k - j micro-batches fit
-        per = np.where(per >= u * (k - np.arange(k)), np.inf, per)
-    b = float(per.min())
-    if not np.isfinite(b):
+    b = np.inf
+    for j in range(k):
+        per = free[j] / X[j] if X[j] > 0 else np.inf
+        if one_f_one_b and per >= u * (k - j):      # stage j holds u min(k - j, n): no cap once k - j fit
+            per = np.inf
+        b = min(b, per)
+    if not b / u < NO_CAP:      # inf, or beyond any batch
         return NO_CAP
     cap = int(np.floor(b / u)) * u
-
-    I = X if recompute else None
-
-    def fits(share: int) -> bool:
-        return bool(np.all(_use(wl.opt_factor, u, P, H, I, live_samples(k, share, u, schedule)) <= M))
-
-    if cap > 0 and not fits(cap):        # b / u rounded up across an integer
+    if cap > 0 and not _fits(kopt, u, P, H, M, X, recompute, one_f_one_b, cap):   # b / u rounded up
         cap -= u
-    elif fits(cap + u):                  # b / u rounded down across an integer
+    elif _fits(kopt, u, P, H, M, X, recompute, one_f_one_b, cap + u):             # b / u rounded down
         cap += u
     return cap

@@ -447,16 +447,14 @@ def mixed_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
     n = np.zeros(m, dtype=np.int64)
     h = H(best_z)
     s = B
-    for g in range(m - 1, -1, -1):      # walk the DP back from the total B
+    for g in range(m - 1, -1, -1):      # walk the DP back from the total B: each group's least k
         prev = best_t[g - 1] if g else np.r_[0.0, np.full(B, np.inf)]
         target = best_t[g][s]
-        for k in range(1, int(h[g]) + 1):
-            r = s - int(us[g]) * k
-            if r < 0:
-                break
-            if prev[r] + cost[g] * k <= target + 1e-12 * max(1.0, abs(target)):
-                n[g], s = k, r
-                break
+        k = np.arange(1, min(int(h[g]), s // int(us[g])) + 1)
+        hit = np.flatnonzero(prev[s - int(us[g]) * k] + cost[g] * k <= target + 1e-12 * max(1.0, abs(target)))
+        if len(hit):
+            n[g] = int(k[hit[0]])
+            s -= int(us[g]) * int(n[g])
     b = n * us
     zz = float(np.max(a * b + c))
     lp_value = float("nan")
