@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from solver import SolveOptions, baselines, evaluate, solve_slot
 from solver.io.instance import load_instance
 from solver.model import Plan
-from solver.solve.classes import applies, device_classes
+from solver.solve.classes import applies, device_classes, split_uneven
 from solver.solve.options import SearchTuning
 from solver.solve.scoring import Scorer
 from solver.solve.schedules import group_entry
@@ -198,7 +198,7 @@ def test_a_pool_that_lost_devices_is_still_a_pool(tmp_path, lost) -> None:
     avail = np.array(state.available, dtype=bool)
     avail[list(lost)] = False
     state = dataclasses.replace(state, available=avail)
-    found = device_classes(state, SlotCache(state), 4)
+    found = split_uneven(device_classes(state, SlotCache(state), 4), 4)
     assert found is not None and sorted(d for c in found for d in c.members) == list(state.available_indices)
     # a kind that lost devices is split into parts of one per-server count each (3 and 4)
     lost_kinds = {state.devices[d].kind for d in lost}
@@ -217,3 +217,21 @@ def test_a_pool_that_lost_devices_is_still_a_pool(tmp_path, lost) -> None:
     used = [d for g in res.plan.groups for d in (*g.devices, *(p for peers in g.tp_peers for p in peers))]
     assert len(used) == len(set(used)) and set(used) <= set(state.available_indices)
     assert sum(g.share for g in res.plan.groups) == state.workload.batch
+
+
+def test_ragged_shapes_of_a_class_with_uneven_servers() -> None:
+    """A class whose servers hold 4, 4 and 3 devices (fullest first): ragged shapes of dp
+    pipelines, units % dp of them one stage deeper; packed at dp 3 each pipeline is a server;
+    every shape uses each unit at most once and as many as it says."""
+    from solver.solve.classes import DeviceClass, Shape, shapes
+    c = DeviceClass(tuple(range(11)), "A100-SXM4-40GB", (4, 4, 3))
+    index = [list(range(11))]
+    found = [s for s in shapes([c], (1,), 16, [40e9]) if s.extra]
+    assert {(s.dp, s.extra) for s in found} == {(dp, 11 % dp) for dp in range(2, 11) if 11 % dp}
+    assert Shape(((0, 1, 3),), 3, False, 2).groups(index) == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10)]
+    for s in found:
+        groups = s.groups(index)
+        used = [d for g in groups for d in g]
+        assert len(used) == len(set(used)) == s.devices == 11
+        assert sorted({len(g) for g in groups}) == [s.chain[0][2], s.chain[0][2] + 1]
+        assert sum(len(g) == s.chain[0][2] + 1 for g in groups) == s.extra

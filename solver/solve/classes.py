@@ -18,11 +18,13 @@ few thousand options, screened in closed form.
    same number for both (solve.symmetry.plan_classes, without the previous plan: migration is
    charged exactly when scoring), every link's figures depend only on the two classes and on
    whether they share a server (solve.symmetry.symmetric_links). A class's servers may hold
-   different numbers of its devices (a pool that lost a GPU): such a class is split into
-   parts of one per-server count each, as long as at most class_max classes result
-   (`_split_uneven`; a part's pipelines are as deep as its servers); where it is kept whole, a
-   TP unit is t devices of one server, t dividing the largest server's count, and a server's
-   leftover devices (fewer than t) stay idle at degree t. The search applies (`applies`) from
+   different numbers of its devices (a pool that lost a GPU): the class is then searched
+   whole, its servers fullest first, with ragged shapes (`shapes`: pipelines one stage apart
+   in depth, so that a pipeline can be a server), and split into parts of one per-server
+   count each (`split_uneven`, while at most class_max classes result), and the better plan
+   is kept (`solve_by_classes`). A TP unit is t devices of one server, t dividing the largest
+   server's count; a server's leftover devices (fewer than t) stay idle at degree t. The
+   search applies (`applies`) from
    SearchTuning.class_from_devices available devices, with at most class_max classes (parts
    counted) of at least class_min_size devices each (parts of a class counted together).
 2. Options (`shapes`, `class_options`): per shape, size u and variant, the min-bottleneck cuts
@@ -127,6 +129,9 @@ class Shape:
     chain: tuple[tuple[int, int, int], ...]
     dp: int
     strided: bool
+    extra: int = 0
+    """Ragged shapes (one class whose servers hold different numbers of its devices): the
+    first `extra` pipelines have one stage more than the chain says."""
 
     @cached_property
     def classes(self) -> tuple[int, ...]:
@@ -134,7 +139,12 @@ class Shape:
 
     @cached_property
     def devices(self) -> int:
-        return self.dp * sum(t * p for _, t, p in self.chain)
+        return self.dp * sum(t * p for _, t, p in self.chain) + self.extra * self.chain[0][1]
+
+    def weight(self, w_class: Sequence[float]) -> float:
+        """The sum of its devices' weights, w_class[c] for each device of class c."""
+        return self.dp * sum(w_class[c] * t * p for c, t, p in self.chain) \
+            + self.extra * w_class[self.chain[0][0]] * self.chain[0][1]
 
     def degrees(self, k: int) -> tuple[int, ...]:
         """Each of k classes' TP degree in this shape (1 for classes it leaves out)."""
@@ -148,7 +158,8 @@ class Shape:
         for g in range(self.dp):
             d: list[int] = []
             for c, _, p in self.chain:
-                d += [index[c][j * self.dp + g if self.strided else g * p + j] for j in range(p)]
+                q = p + (g < self.extra)
+                d += [index[c][j * self.dp + g if self.strided else g * p + min(g, self.extra) + j] for j in range(q)]
             out.append(tuple(d))
         return out
 
@@ -157,7 +168,8 @@ class Shape:
 class Option:
     """A shape at micro-batch u (samples) under (schedule, recompute): cuts of one pipeline
     (for one micro-batch), its alpha (s per sample), beta (s) and cap (samples), and sync: the
-    gradient sync (s) of the shape's pipelines alone, at the cuts of its first option."""
+    gradient sync (s) of the shape's pipelines alone, at the cuts of its first option. A
+    ragged shape's shorter pipelines have their own (cuts, alpha, beta, cap) in `short`."""
     shape: Shape
     u: int
     schedule: str
@@ -167,6 +179,23 @@ class Option:
     beta: float
     cap: float
     sync: float = 0.0
+    short: tuple[tuple[int, ...], float, float, float] | None = None
+
+    def rows(self) -> list[tuple[int, float, float, float]]:
+        """(pipelines, alpha, beta, cap) of its pipelines alike."""
+        sh = self.shape
+        if self.short is None:
+            return [(sh.dp, self.alpha, self.beta, self.cap)]
+        return [(sh.extra, self.alpha, self.beta, self.cap), (sh.dp - sh.extra, *self.short[1:])]
+
+    def cuts_of(self, g: int) -> tuple[int, ...]:
+        """The cuts of pipeline g (Shape.groups' order)."""
+        return self.cuts if self.short is None or g < self.shape.extra else self.short[0]
+
+    def solo(self, B: int) -> float:
+        """Seconds its pipelines would take the whole batch in, caps aside (a ranking key)."""
+        rows = self.rows()
+        return self.sync + max(r[2] for r in rows) + B / sum(r[0] / r[1] for r in rows)
 
     @property
     def dp(self) -> int:
@@ -201,19 +230,18 @@ def device_classes(state: SlotState, cache: SlotCache, most: int | None = None, 
         per: dict[int, list[int]] = {}
         for d in members:
             per.setdefault(server[d], []).append(d)
-        ordered = tuple(d for s in sorted(per) for d in per[s])
-        out.append(DeviceClass(ordered, state.devices[members[0]].kind, tuple(len(per[s]) for s in sorted(per)), -1))
-    out.sort(key=lambda c: (-len(c.members), c.members))
-    return _split_uneven(out, most if most is not None else state.n)
+        servers = sorted(per, key=lambda s: (-len(per[s]), s))      # the fullest first (ragged shapes)
+        ordered = tuple(d for s in servers for d in per[s])
+        out.append(DeviceClass(ordered, state.devices[members[0]].kind, tuple(len(per[s]) for s in servers), -1))
+    return sorted(out, key=lambda c: (-len(c.members), c.members))
 
 
-def _split_uneven(classes: list[DeviceClass], most: int) -> list[DeviceClass]:
+def split_uneven(classes: Sequence[DeviceClass], most: int) -> list[DeviceClass]:
     """Each class whose servers hold different numbers of its devices split into parts of one
-    count each (largest class first, while there are at most `most` classes), so that a part's
-    pipelines can be as deep as its servers (Sailor's 32 GPUs with A100s 2 and 5 preempted:
-    the device-level search's plan, a 4-stage pipeline per full A100 server and a 3-stage one
-    per other, 62.57 s, where the unsplit class's best uniform shape took 72.69 s). A part
-    keeps the class's index as its `pool` (-1: not split)."""
+    count each (largest class first, while there are at most `most` classes), so that each
+    part takes its own option (Sailor's 32 GPUs with 3 devices preempted: 76.0 s, where the
+    whole classes' ragged shapes reach 83.9 s; the device-level search 74.6 s). A part keeps
+    the class's index as its `pool` (-1: not split)."""
     out = list(classes)
     for i, c in enumerate(classes):
         parts: dict[int, list[int]] = {}
@@ -281,23 +309,29 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
     """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
     and SearchTuning.max_depth, 16, the less): one class's (its degrees t dividing its largest
     server's count: DeviceClass.degree_fits; dp = 1 .. units pipelines of p = min(units // dp, L) units, the deepest for each
-    dp), then chains through each set of two or more classes at one common degree, in every
+    dp; in a class whose servers hold different numbers of its devices, also ragged shapes: dp
+    pipelines of which units % dp have one stage more, so that with the class's servers in
+    decreasing count a pipeline can be a server), then chains through each set of two or more classes at one common degree, in every
     order of up to 3 classes, else in decreasing and increasing order of memory per device
     (`memory`, bytes), dp dividing every
     class's units, each class's p_c = units_c / dp; packed, and strided where dp > 1."""
     out: list[Shape] = []
 
-    def add(chain: tuple[tuple[int, int, int], ...], dp: int) -> None:
-        out.append(Shape(chain, dp, False))
+    def add(chain: tuple[tuple[int, int, int], ...], dp: int, extra: int = 0) -> None:
+        out.append(Shape(chain, dp, False, extra))
         if dp > 1 and any(p > 1 for _, _, p in chain):
-            out.append(Shape(chain, dp, True))
+            out.append(Shape(chain, dp, True, extra))
 
     for ci, c in enumerate(classes):
+        uneven = len(set(c.counts)) > 1
         for t in degrees:
             if c.degree_fits(t):
                 units = len(c.units(t))
-                for p, dp in sorted({(min(units // dp, L), dp) for dp in range(1, units + 1)}, key=lambda x: x[1]):
-                    if dp == units // p:
+                for dp in range(1, units + 1):
+                    p = min(units // dp, L)
+                    if uneven and units % dp and units // dp < L:
+                        add(((ci, t, units // dp),), dp, units % dp)
+                    elif dp == units // p:
                         add(((ci, t, p),), dp)
     for k in range(2, len(classes) + 1):
         for subset in itertools.combinations(range(len(classes)), k):
@@ -332,7 +366,7 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
     k = len(classes)
     out: list[Option] = []
     failed: dict[tuple, int] = {}       # (chain's classes and degrees, u, rc) -> least dp that did not fit
-    packed_cuts: dict[tuple, tuple[int, ...] | None] = {}     # (chain, dp, u, rc) -> the packed shape's cuts
+    packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts (and its shorter pipelines')
     depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
     for shape in shapes(classes, degrees, depth, memory):
         try:
@@ -343,7 +377,7 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
         schedules = {rc: [x for x, r in (("gpipe", False), *variants) if r == rc] for rc in (False, True)}
         family = tuple((c, t) for c, t, _ in shape.chain)
         groups = shape.groups(index)
-        d = groups[0]
+        d, d2 = groups[0], (groups[-1] if shape.extra else None)     # d2: a shorter pipeline of a ragged shape
         mine: list[Option] = []
         for u in sorted(sc.micro_batches):
             mb = sc.mb(u)
@@ -352,31 +386,44 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
                                             for v in sc.micro_batches if v <= u):
                     continue
                 twin = (shape.chain, shape.dp, u, rc)
-                cuts = packed_cuts[twin] if shape.strided and twin in packed_cuts else sc.cuts(d, None, mb, ("gpipe", rc))
-                packed_cuts.setdefault(twin, cuts)
-                if cuts is None:
+                if shape.strided and twin in packed_cuts:
+                    cuts, cuts2 = packed_cuts[twin]
+                else:
+                    cuts = sc.cuts(d, None, mb, ("gpipe", rc))
+                    cuts2 = None if d2 is None or cuts is None else sc.cuts(d2, None, mb, ("gpipe", rc))
+                packed_cuts.setdefault(twin, (cuts, cuts2))
+                if cuts is None or (d2 is not None and cuts2 is None):
                     key = (family, u, rc)
                     failed[key] = min(failed.get(key, math.inf), shape.dp)
                     continue
                 for schedule in schedules[rc]:
                     gc = sc.coeffs(d, cuts, schedule, rc, mb)
-                    if math.isfinite(gc.alpha) and gc.alpha > 0 and gc.cap >= u:
+                    gc2 = gc if d2 is None else sc.coeffs(d2, cuts2, schedule, rc, mb)
+                    if all(math.isfinite(g.alpha) and g.alpha > 0 and g.cap >= u for g in (gc, gc2)):
+                        short = None if d2 is None else (cuts2, float(gc2.alpha), float(gc2.beta),
+                                                         float(min(gc2.cap, sc.B)))
                         mine.append(Option(shape, u, schedule, rc, cuts, float(gc.alpha), float(gc.beta),
-                                           float(min(gc.cap, sc.B))))
+                                           float(min(gc.cap, sc.B)), short=short))
         if mine:
-            ts = sc.sync(tuple((g, mine[0].cuts) for g in groups)) if len(groups) > 1 else 0.0
+            ts = sc.sync(tuple((g, mine[0].cuts_of(i)) for i, g in enumerate(groups))) if len(groups) > 1 else 0.0
             out += [replace(o, sync=ts) for o in mine]
     return out
 
 
 def _supply(opts: Sequence[Option], T: np.ndarray) -> np.ndarray:
     """(options, times) samples each option's pipelines take in batch time T (module doc)."""
-    a = np.array([o.alpha for o in opts])[:, None]
-    b = np.array([o.beta for o in opts])[:, None]
-    cap = np.array([o.cap for o in opts])[:, None]
-    dp = np.array([o.dp for o in opts], dtype=float)[:, None]
-    ts = np.array([o.sync for o in opts])[:, None]
-    return dp * np.minimum(cap, np.maximum(0.0, (T[None, :] - ts - b) / a))
+    owner, n, a, b, cap = _row_arrays([(o,) for o in opts])
+    out = np.zeros((len(opts), len(T)))
+    np.add.at(out, owner, n[:, None] * np.minimum(cap[:, None], np.maximum(0.0, (T[None, :] - b[:, None]) / a[:, None])))
+    return out
+
+
+def _row_arrays(combos: Sequence[Sequence[Option]]) -> tuple[np.ndarray, ...]:
+    """(combination index, pipelines, alpha, beta + sync, cap) per row of Option.rows over
+    the combinations' options."""
+    rows = [(i, n, a, b + o.sync, cap) for i, x in enumerate(combos) for o in x for n, a, b, cap in o.rows()]
+    owner, n, a, b, cap = (np.array(col) for col in zip(*rows))
+    return owner.astype(int), n.astype(float), a.astype(float), b.astype(float), cap.astype(float)
 
 
 Combination = tuple[Option, ...]
@@ -390,8 +437,8 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
     best first; those that cannot take the batch are left out."""
     if not options:
         return []
-    lo = min(o.beta + o.sync + o.u * o.alpha for o in options)
-    hi = max(o.beta + o.sync + B * o.alpha for o in options)
+    lo = min(b + o.sync + o.u * a for o in options for _, a, b, _ in o.rows())
+    hi = max(b + o.sync + B * a for o in options for _, a, b, _ in o.rows())
     T = np.geomspace(max(lo, 1e-12), max(hi, lo * 2, 1e-9), GRID)
 
     def envelope(mine: list[Option]) -> list[Option]:
@@ -419,12 +466,7 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
     combos += [(o,) for mine in chains.values() for o in envelope(mine)]
     if not combos:
         return []
-    opts = [o for x in combos for o in x]
-    row = np.repeat(np.arange(len(combos)), [len(x) for x in combos])
-    a = np.array([o.alpha for o in opts])
-    b = np.array([o.beta + o.sync for o in opts])
-    cap = np.array([o.cap for o in opts])
-    dp = np.array([o.dp for o in opts], dtype=float)
+    row, dp, a, b, cap = _row_arrays(combos)
     ok = np.bincount(row, weights=dp * cap, minlength=len(combos)) >= B
     lo_t = np.zeros(len(combos))
     hi_t = np.full(len(combos), hi * 2 + 1.0)
@@ -435,8 +477,7 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
         hi_t = np.where(enough, mid, hi_t)
         lo_t = np.where(enough, lo_t, mid)
     w_class = [float(np.mean([w_dev[d] for d in c.members])) for c in classes]
-    weight = np.array([V + sum(o.dp * sum(w_class[c] * t * p for c, t, p in o.shape.chain) for o in x)
-                       for x in combos])
+    weight = np.array([V + sum(o.shape.weight(w_class) for o in x) for x in combos])
     proxy = np.where(ok, weight * hi_t, np.inf)
     order = [i for i in np.argsort(proxy, kind="stable").tolist() if np.isfinite(proxy[i])]
     chosen_ids = set(order[:keep])
@@ -451,7 +492,8 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
 
 def _structure(sc: Scorer, index: Sequence[Sequence[int]], combo: Combination) -> tuple:
     """The structure of a combination on its configuration's unit state."""
-    return tuple(entry(d, o.cuts, o.schedule, o.recompute, sc.mb(o.u)) for o in combo for d in o.shape.groups(index))
+    return tuple(entry(d, o.cuts_of(g), o.schedule, o.recompute, sc.mb(o.u))
+                 for o in combo for g, d in enumerate(o.shape.groups(index)))
 
 
 def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
@@ -478,7 +520,7 @@ def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps:
     class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
     servers the best combination of the screen was 5.9% above this descent's)."""
     per_class: dict[int, list[Option]] = {}
-    for o in sorted(options, key=lambda o: o.sync + o.beta + o.alpha * B / o.dp):
+    for o in sorted(options, key=lambda o: o.solo(B)):
         if len(o.shape.chain) == 1:
             mine = per_class.setdefault(o.shape.chain[0][0], [])
             if len(mine) < swaps and all(x.shape != o.shape for x in mine):
@@ -516,7 +558,8 @@ def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
     t = sh.chain[0][1]
     if len(sh.chain) == 1:
         c, _, p = sh.chain[0]
-        return f"{classes[c].name} dp{sh.dp} pp{p} tp{t} u{o.u} {how}"
+        pp = f"pp{p}" if not sh.extra else f"pp{p + 1} x{sh.extra} + pp{p} x{sh.dp - sh.extra}"
+        return f"{classes[c].name} dp{sh.dp} {pp} tp{t} u{o.u} {how}"
     stages = " + ".join(f"{p} {classes[c].name}" for c, _, p in sh.chain)
     return f"dp{sh.dp} pp({stages}) tp{t} u{o.u} {how}"
 
@@ -524,8 +567,29 @@ def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
 def solve_by_classes(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V: float,
                      previous_plan, opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult | None:
     """The class-level search (module doc); a class in no shape that holds the model is left
-    out. None when no combination has a plan: the caller then runs the device-level search and
-    says so."""
+    out. Where a class's servers hold different numbers of its devices, the search runs on the
+    whole classes (ragged shapes) and on their parts (split_uneven), and the better plan is
+    kept, with the lesser lower bound: each is better on some preempted pools
+    (bench_classes --lost). None when no combination has a plan: the caller then runs the
+    device-level search and says so."""
+    res = _solve_on(state, classes, Q, V, previous_plan, opt, cache, t0)
+    parts = split_uneven(classes, opt.tuning.class_max)
+    if len(parts) == len(classes):
+        return res
+    by_parts = _solve_on(state, parts, Q, V, previous_plan, opt, cache, t0)
+    if by_parts is None or res is None:
+        return res or by_parts
+    lb = min(res.lower_bound, by_parts.lower_bound)
+    if better(by_parts, res):
+        return replace(by_parts, lower_bound=lb, solve_time=time.perf_counter() - t0,
+                       message=f"{by_parts.message}; on the whole classes {res.objective:.6g}")
+    return replace(res, lower_bound=lb, solve_time=time.perf_counter() - t0,
+                   message=f"{res.message}; on the classes split by servers' counts {by_parts.objective:.6g}")
+
+
+def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V: float,
+              previous_plan, opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult | None:
+    """solve_by_classes on one list of classes."""
     degrees = tuple(sorted({1, *opt.tp_degrees}))
     configs = _Configs(state, classes, Q, V, opt, previous_plan if opt.replan else None, cache)
     options = class_options(configs, degrees)
