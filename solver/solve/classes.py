@@ -9,8 +9,8 @@ stages): one class, or several classes at one degree in some order; every stage 
 devices of one server; packed (a pipeline inside as few servers as it can) or strided (a
 stage's dp replicas side by side, so its gradient ring stays inside a server). An option is a
 shape at one micro-batch size and one (schedule, recomputation) variant. A plan is one
-single-class option per class used, or one chain; its groups share the batch with exact
-integer shares. The device-level search (solve.search) scores thousands of structures that
+single-class option per class used, or one chain beside at most one single-class option of
+each class outside it; its groups share the batch with exact integer shares. The device-level search (solve.search) scores thousands of structures that
 differ only in which of several like devices they use; here a slot has a few hundred to a
 few thousand options, screened in closed form.
 
@@ -38,7 +38,8 @@ few thousand options, screened in closed form.
    samples within a batch time T, sync being its pipelines' own gradient sync (exact for the
    shape alone at its first cuts). Per class (and per set of classes of the chains) and device
    count, the options on the upper envelope of S at 48 batch times are kept; every combination
-   of kept single-class options (a class may be left out) and every kept chain gets the T* at
+   of kept single-class options (a class may be left out), and every kept chain with every
+   such combination of the classes outside it, gets the T* at
    which the supplies sum to B, by bisection, and the proxy objective (V + the used devices'
    queue-weighted prices and idle powers) T*. The sync across classes, busy energy, migration
    and integer shares are left to step 4.
@@ -47,10 +48,11 @@ few thousand options, screened in closed form.
    configuration (solve.scoring.Scorer.score: exact integer shares, sync, migration, costs),
    then re-cut for memory where a cap binds (Scorer.relieve_memory,
    schedules.relieve_by_schedule); then a descent swaps one class's option at a time
-   (`_swap_descent`). The best of these and of the fixed candidates (baselines, the cheapest
+   (`_swap_descent`; a chain stays). The best of these and of the fixed candidates (baselines, the cheapest
    plan, the previous plan: solve.incumbents) is the result.
 
-Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline,
+Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline (tried:
+on bench_classes' pools it found no better plan and took 1.5-3x the time),
 stages placed irregularly, a class's devices partly used) are not searched: on such clusters
 the device-level search can be better (up to 28% on bench_classes' packaged clusters), which is
 why the default (classes "both") runs both searches and keeps the better plan. The result's lower bound is the
@@ -427,7 +429,8 @@ def _row_arrays(combos: Sequence[Sequence[Option]]) -> tuple[np.ndarray, ...]:
 
 
 Combination = tuple[Option, ...]
-"""Options of disjoint classes: at most one single-class option per class, or one chain."""
+"""Options of disjoint classes: at most one single-class option per class, or one chain first
+and at most one single-class option of each class outside it."""
 
 
 def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: Sequence[float],
@@ -463,7 +466,10 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
     for o in options:
         if len(o.shape.chain) > 1:
             chains.setdefault(tuple(sorted(o.shape.classes)), []).append(o)
-    combos += [(o,) for mine in chains.values() for o in envelope(mine)]
+    for used, mine in chains.items():      # a chain, with any kept single-class options of the other classes
+        rest = [kept[ci] if ci not in used else [None] for ci in range(n_classes)]
+        for o in envelope(mine):
+            combos += [(o, *(x for x in others if x is not None)) for others in itertools.product(*rest)]
     if not combos:
         return []
     row, dp, a, b, cap = _row_arrays(combos)
@@ -512,11 +518,11 @@ def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
 
 
 def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps: int, B: int) -> None:
-    """From the best exactly scored combination of single-class shapes, replace one class's
-    option by each of that class's best `swaps` shapes (each at its best micro-batch size and
-    schedule by the time it would take the whole batch alone, caps aside), add the class where
-    it is left out, or leave it out; keep the first change that lowers the exact objective;
-    until none does. The screen leaves out the sync between classes, so its ranking of a
+    """From the best exactly scored combination, replace one class's single-class option by
+    each of that class's best `swaps` shapes (each at its best micro-batch size and schedule by
+    the time it would take the whole batch alone, caps aside), add the class where it is left
+    out, or leave it out (a chain stays as it is); keep the first change that lowers the exact
+    objective; until none does. The screen leaves out the sync between classes, so its ranking of a
     class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
     servers the best combination of the screen was 5.9% above this descent's)."""
     per_class: dict[int, list[Option]] = {}
@@ -526,14 +532,18 @@ def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps:
             if len(mine) < swaps and all(x.shape != o.shape for x in mine):
                 mine.append(o)
     while True:
-        live = [(x, v) for x, v in scored.items() if v is not None and all(len(o.shape.chain) == 1 for o in x)]
+        live = [(x, v) for x, v in scored.items() if v is not None]
         if not live:
             return
         best_combo, best = min(live, key=lambda kv: (kv[1].objective, kv[1].batch_time))
-        by_class = {o.shape.chain[0][0]: o for o in best_combo}
+        chain = best_combo[:1] if len(best_combo[0].shape.chain) > 1 else ()
+        by_class = {o.shape.chain[0][0]: o for o in best_combo[len(chain):]}
+        fixed = set(chain[0].shape.classes) if chain else set()
         improved = False
         for c in range(k):
-            cands: list[Option | None] = [None] if c in by_class and len(by_class) > 1 else []
+            if c in fixed:
+                continue
+            cands: list[Option | None] = [None] if c in by_class and (len(by_class) > 1 or chain) else []
             cands += [o for o in per_class.get(c, []) if o is not by_class.get(c)]
             for o in cands:
                 trial = dict(by_class)
@@ -541,7 +551,7 @@ def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps:
                     del trial[c]
                 else:
                     trial[c] = o
-                got = exact(tuple(trial[x] for x in sorted(trial)))
+                got = exact(chain + tuple(trial[x] for x in sorted(trial)))
                 if got is not None and better_scored(got, best):
                     improved = True
                     break
