@@ -174,6 +174,12 @@ class Workload:
             return self
         if self.tp_degree != 1:
             raise ValueError(f"tp: the table is already at degree {self.tp_degree}; convert the degree-1 table")
+        known = self.__dict__.setdefault("_tp_tables", {})      # kept: the unit states of one slot share the table
+        if t not in known:
+            known[t] = self._at_tp(t)
+        return known[t]
+
+    def _at_tp(self, t: int) -> "Workload":
         var = self.tp_variants.get(t)
         if var is not None:
             P, H = var.param_bytes, var.stash_bytes
