@@ -235,3 +235,19 @@ def test_ragged_shapes_of_a_class_with_uneven_servers() -> None:
         assert len(used) == len(set(used)) == s.devices == 11
         assert sorted({len(g) for g in groups}) == [s.chain[0][2], s.chain[0][2] + 1]
         assert sum(len(g) == s.chain[0][2] + 1 for g in groups) == s.extra
+
+
+def test_a_chain_is_combined_with_the_other_classes_options() -> None:
+    """The screen pairs a chain through classes 0 and 1 with class 2's own option (and keeps
+    the chain alone), never with an option of a class the chain runs through; the pair, which
+    takes the batch fastest, comes first."""
+    from solver.solve.classes import DeviceClass, Option, Shape, screen
+    classes = [DeviceClass(tuple(range(4 * i, 4 * i + 4)), k, (4,)) for i, k in enumerate(("A", "B", "C"))]
+    chain = Option(Shape(((0, 1, 4), (1, 1, 4)), 1, False), 1, "gpipe", False, (1, 2), 0.5, 0.1, 1e9)
+    single = [Option(Shape(((c, 1, 4),), 1, False), 1, "gpipe", False, (1, 2), 2.0, 0.1, 1e9) for c in range(3)]
+    combos = screen([chain, *single], 3, 64, 1.0, [0.0] * 12, classes, 50, 4)
+    assert combos[0] == (chain, single[2])
+    assert (chain,) in combos
+    for x in combos:
+        used = [c for o in x for c in o.shape.classes]
+        assert len(used) == len(set(used))
