@@ -198,14 +198,16 @@ def test_a_pool_that_lost_devices_is_still_a_pool(tmp_path, lost) -> None:
     avail = np.array(state.available, dtype=bool)
     avail[list(lost)] = False
     state = dataclasses.replace(state, available=avail)
-    found = split_uneven(device_classes(state, SlotCache(state), 4), 4)
+    whole = device_classes(state, SlotCache(state), 4)
+    assert applies(whole, len(state.available_indices), SolveOptions())
+    assert all(list(c.counts) == sorted(c.counts, reverse=True) for c in whole)     # fullest servers first
+    found = split_uneven(whole, 4)
     assert found is not None and sorted(d for c in found for d in c.members) == list(state.available_indices)
     # a kind that lost devices is split into parts of one per-server count each (3 and 4)
     lost_kinds = {state.devices[d].kind for d in lost}
     assert all(len(set(c.counts)) == 1 for c in found)
     assert all((c.pool >= 0) == (c.kind in lost_kinds) for c in found)
     assert sorted(c.counts[0] for c in found if c.pool >= 0) == sorted([3, 4] * len(lost_kinds))
-    assert applies(found, len(state.available_indices), SolveOptions())
     for c in found:
         for t in (1, 2, 4):
             units = c.units(t)

@@ -25,8 +25,8 @@ few thousand options, screened in closed form.
    is kept (`solve_by_classes`). A TP unit is t devices of one server, t dividing the largest
    server's count; a server's leftover devices (fewer than t) stay idle at degree t. The
    search applies (`applies`) from
-   SearchTuning.class_from_devices available devices, with at most class_max classes (parts
-   counted) of at least class_min_size devices each (parts of a class counted together).
+   SearchTuning.class_from_devices available devices, with at most class_max classes of at
+   least class_min_size devices each (whole classes).
 2. Options (`shapes`, `class_options`): per shape, size u and variant, the min-bottleneck cuts
    of one pipeline for one micro-batch and its coefficients, alpha (s per sample), beta (s) and
    cap (samples), on the unit state of the shape's degrees (the other devices alone). Its
@@ -261,14 +261,8 @@ def split_uneven(classes: Sequence[DeviceClass], most: int) -> list[DeviceClass]
 def applies(classes: Sequence[DeviceClass] | None, n: int, options: SolveOptions) -> bool:
     """Whether the class-level search runs on a slot of n available devices (module doc)."""
     tune = options.tuning
-    if classes is None:
-        return False
-    whole: dict[object, int] = {}
-    for i, c in enumerate(classes):
-        key = ("part", c.pool) if c.pool >= 0 else i
-        whole[key] = whole.get(key, 0) + len(c.members)
-    return n >= tune.class_from_devices and len(classes) <= tune.class_max \
-        and all(w >= tune.class_min_size for w in whole.values())
+    return classes is not None and n >= tune.class_from_devices and len(classes) <= tune.class_max \
+        and all(len(c.members) >= tune.class_min_size for c in classes)
 
 
 def _units_of(state: SlotState, classes: Sequence[DeviceClass], degrees: Sequence[int]) -> list[Unit]:
