@@ -11,13 +11,14 @@ units, the slowest (fuzzed slot 803196: of four V100s, the two slowest as one TP
 of a pipeline through the other two; the search, pairing all four or none, was 10.3% above
 it). The search runs unchanged on the configuration's unit state (model.units), its plan is read
 back over physical devices (Group.tp_peers), and the best configuration wins. Configurations are
-visited by coordinate descent from degree 1 everywhere: each kind in turn tries each other degree with the
-others fixed, keeping a change when the objective falls (when degree 1 has no plan at all, the
-descent starts from the best of "every kind at degree t" for each t); then, in slots with few
+visited by coordinate descent from the best of degree 1 everywhere and "every kind at degree t"
+for each t: each kind in turn tries each other degree with the others fixed, keeping a change
+when the objective falls (one kind at a time from degree 1 misses plans where two kinds move
+together, such as one pipeline through A100s and V100s both at tp 4); then, in slots with few
 pools (SearchTuning.tp_pool_steps_up_to), each pool in turn tries each degree of its own. A trial
 whose lower bound is no better than the incumbent's objective is skipped. Trials run at one
 micro-batch size on SearchTuning.tp_explore of the work budget (solve.search._search_tp), the
-winner then at every size on the full budget: |kinds| (|degrees| - 1) + 1 searches (plus
+winner then at every size on the full budget: |kinds| (|degrees| - 1) + |degrees| searches (plus
 (|degrees| - 1) per pool with the pool steps), each on fewer devices than the slot.
 The oracle (n <= 6) instead tries every partition of each server's same-kind devices into
 units of allowed sizes.
@@ -280,9 +281,11 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
             if better(res, out.best):
                 out.best, out.config, out.state, out.cache = physical_result(res, ust), cfg, ust, ucache
 
-    if plain.plan is None:      # no start to descend from: every kind at each degree at once first
-        for t in sorted({t for ts in allowed.values() for t in ts}):
-            trial(configuration({k: max([1, *(x for x in ts if x <= t)]) for k, ts in allowed.items()}))
+    # every kind at each degree at once first: a plan may need two kinds to move together
+    # (LLAMA-3-8 on Sailor's A100s and V100s: one pipeline through both at tp 4, 4180 s, where
+    # one kind at a time from tp 1 stops at 6037 s)
+    for t in sorted({t for ts in allowed.values() for t in ts}):
+        trial(configuration({k: max([1, *(x for x in ts if x <= t)]) for k, ts in allowed.items()}))
     for kind, ts in allowed.items():
         for t in (1, *ts):
             trial(configuration({**dict(out.config), kind: t}))
