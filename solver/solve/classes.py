@@ -511,12 +511,15 @@ def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
     return best
 
 
-def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps: int, B: int) -> None:
+def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps: int, B: int,
+                  chained: bool = False) -> None:
     """From the best exactly scored combination, replace one class's single-class option by
     each of that class's best `swaps` shapes (each at its best micro-batch size and schedule by
     the time it would take the whole batch alone, caps aside), add the class where it is left
     out, or leave it out (a chain stays as it is); keep the first change that lowers the exact
-    objective; until none does. The screen leaves out the sync between classes, so its ranking of a
+    objective; until none does. Among combinations without a chain, or (chained) with one: a
+    chain over every class leaves nothing to swap, and the best single-class combination must
+    still get its descent. The screen leaves out the sync between classes, so its ranking of a
     class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
     servers the best combination of the screen was 5.9% above this descent's)."""
     per_class: dict[int, list[Option]] = {}
@@ -526,7 +529,7 @@ def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps:
             if len(mine) < swaps and all(x.shape != o.shape for x in mine):
                 mine.append(o)
     while True:
-        live = [(x, v) for x, v in scored.items() if v is not None]
+        live = [(x, v) for x, v in scored.items() if v is not None and (len(x[0].shape.chain) > 1) == chained]
         if not live:
             return
         best_combo, best = min(live, key=lambda kv: (kv[1].objective, kv[1].batch_time))
@@ -618,7 +621,8 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
 
     for combo in combos:
         exact(combo)
-    _swap_descent(exact, scored, options, k, opt.tuning.class_swaps, sc0.B)
+    for chained in (False, True):
+        _swap_descent(exact, scored, options, k, opt.tuning.class_swaps, sc0.B, chained)
     # the fixed candidates on the physical slot, then each configuration's best
     phys = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     score_incumbents(state, phys, Q, previous_plan, recut_previous=False)
