@@ -10,9 +10,10 @@ devices of one server; packed (a pipeline inside as few servers as it can) or st
 stage's dp replicas side by side, so its gradient ring stays inside a server). An option is a
 shape at one micro-batch size and one (schedule, recomputation) variant. A plan is one
 single-class option per class used, or one chain beside at most one single-class option of
-each class outside it; its groups share the batch with exact integer shares. The device-level search (solve.search) scores thousands of structures that
-differ only in which of several like devices they use; here a slot has a few hundred to a
-few thousand options, screened in closed form.
+each class outside it; its groups share the batch with exact integer shares. The
+device-level search (solve.search) scores thousands of structures that differ only in which
+of several like devices they use; here a slot has a few hundred to a few thousand options,
+screened in closed form.
 
 1. Classes (`device_classes`): devices are alike when every input of a plan's cost is the
    same number for both (solve.symmetry.plan_classes, without the previous plan: migration is
@@ -48,15 +49,15 @@ few thousand options, screened in closed form.
    configuration (solve.scoring.Scorer.score: exact integer shares, sync, migration, costs),
    then re-cut for memory where a cap binds (Scorer.relieve_memory,
    schedules.relieve_by_schedule); then a descent swaps one class's option at a time
-   (`_swap_descent`; a chain stays). The best of these and of the fixed candidates (baselines, the cheapest
-   plan, the previous plan: solve.incumbents) is the result.
+   (`_swap_descent`; a chain stays). The best of these and of the fixed candidates
+   (baselines, the cheapest plan, the previous plan: solve.incumbents) is the result.
 
-Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline (tried:
-on bench_classes' pools it found no better plan and took 1.5-3x the time),
-stages placed irregularly, a class's devices partly used) are not searched: on such clusters
-the device-level search can be better (up to 28% on bench_classes' packaged clusters), which is
-why the default (classes "both") runs both searches and keeps the better plan. The result's lower bound is the
-least of the bounds of the TP configurations visited (as for the device-level TP descent: a
+Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline
+(tried: on bench_classes' pools it found no better plan and took 1.5-3x the time), stages
+placed irregularly, a class's devices partly used) are not searched: on such clusters the
+device-level search can be better (up to 28% on bench_classes' packaged clusters), which is
+why the default (classes "both") runs both searches and keeps the better plan. The result's
+lower bound is the least of the bounds of the TP configurations visited (as for the device-level TP descent: a
 bound over those, not over every way of forming units), and the message says how many options
 and combinations were screened and scored. The search has no partial result, so a time limit
 (SolveOptions.time_limit_s) does not stop it; it takes 0.1-0.2 s on 32 GPUs
@@ -98,7 +99,7 @@ class DeviceClass:
     kind: str
     counts: tuple[int, ...]
     pool: int = -1
-    """The index of the like-device class this is a part of (-1: a whole class; device_classes
+    """The index of the like-device class this is a part of (-1: a whole class; split_uneven
     splits a class whose servers hold different numbers of its devices into parts of one
     count each)."""
 
@@ -161,7 +162,8 @@ class Shape:
             d: list[int] = []
             for c, _, p in self.chain:
                 q = p + (g < self.extra)
-                d += [index[c][j * self.dp + g if self.strided else g * p + min(g, self.extra) + j] for j in range(q)]
+                d += [index[c][j * self.dp + g if self.strided else g * p + min(g, self.extra) + j]
+                      for j in range(q)]
             out.append(tuple(d))
         return out
 
@@ -303,14 +305,15 @@ class _Configs:
 
 def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memory: Sequence[float]) -> list[Shape]:
     """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
-    and SearchTuning.max_depth, 16, the less): one class's (its degrees t dividing its largest
-    server's count: DeviceClass.degree_fits; dp = 1 .. units pipelines of p = min(units // dp, L) units, the deepest for each
-    dp; in a class whose servers hold different numbers of its devices, also ragged shapes: dp
-    pipelines of which units % dp have one stage more, so that with the class's servers in
-    decreasing count a pipeline can be a server), then chains through each set of two or more classes at one common degree, in every
-    order of up to 3 classes, else in decreasing and increasing order of memory per device
-    (`memory`, bytes), dp dividing every
-    class's units, each class's p_c = units_c / dp; packed, and strided where dp > 1."""
+    and SearchTuning.max_depth, 16, the less). One class's: its degrees t dividing its largest
+    server's count (DeviceClass.degree_fits); dp = 1 .. units pipelines of p = min(units // dp,
+    L) units, the deepest for each dp; in a class whose servers hold different numbers of its
+    devices, where dp does not divide the units, ragged instead: dp pipelines of which
+    units % dp have one stage more, so that with the class's servers in decreasing count a
+    pipeline can be a server. Then chains through each set of two or more classes at one
+    common degree, in every order of up to 3 classes, else in decreasing and increasing order
+    of memory per device (`memory`, bytes), dp dividing every class's units, each class's
+    p_c = units_c / dp. Packed, and strided where dp > 1."""
     out: list[Shape] = []
 
     def add(chain: tuple[tuple[int, int, int], ...], dp: int, extra: int = 0) -> None:
