@@ -14,7 +14,8 @@ of SolveOptions(classes="auto") and of classes="off", their ratios, and what aut
 class-level search, or the device-level search where the class search did not apply). A
 summary line gives the share of cases within 1% of the device-level search and the median
 speed-up. --lost K ...: each case also with K devices unavailable (preempted GPUs, drawn with
---seed from the case), the pool's servers then uneven. Without --packaged it needs ../shared/data (exits 1 with a message without it).
+--seed from the case), the pool's servers then uneven. Without --packaged it needs
+../shared/data (exits 1 with a message without it).
 """
 from __future__ import annotations
 
@@ -126,12 +127,12 @@ def main() -> int:
         o = solve(model, kinds, nodes, batch, q, "off", degrees, lost, args.seed)
         how = "classes" if a[3].startswith("class-level") else "devices"
         ratio = a[0] / o[0] if o[0] > 0 and o[0] != float("inf") else float("nan")
-        row = dict(model=model, kinds="+".join(kinds), nodes=nodes, batch=batch, queue=q, lost=lost, auto_objective=a[0],
-                   off_objective=o[0], ratio=ratio, auto_cpu_s=a[2], off_cpu_s=o[2], speedup=o[2] / max(a[2], 1e-9),
+        row = dict(model=model, kinds="+".join(kinds), nodes=nodes, batch=batch, queue=q, lost=lost,
+                   auto_objective=a[0], off_objective=o[0], ratio=ratio, auto_cpu_s=a[2], off_cpu_s=o[2], speedup=o[2] / max(a[2], 1e-9),
                    auto_batch_time=a[1], off_batch_time=o[1], auto_searched=how)
         rows.append(row)
-        print(f"{model} | {'+'.join(kinds)} | {nodes} | {batch} | {q:g} | {lost} | {a[0]:.5g} | {o[0]:.5g} | {ratio:.4f} | "
-              f"{a[2]:.3f} | {o[2]:.3f} | {row['speedup']:.1f}x | {how}", flush=True)
+        print(f"{model} | {'+'.join(kinds)} | {nodes} | {batch} | {q:g} | {lost} | {a[0]:.5g} | {o[0]:.5g} | "
+              f"{ratio:.4f} | {a[2]:.3f} | {o[2]:.3f} | {row['speedup']:.1f}x | {how}", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as f:

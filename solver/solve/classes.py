@@ -365,7 +365,7 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
     k = len(classes)
     out: list[Option] = []
     failed: dict[tuple, int] = {}       # (chain's classes and degrees, u, rc) -> least dp that did not fit
-    packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts (and its shorter pipelines')
+    packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts, its shorter pipelines'
     depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
     for shape in shapes(classes, degrees, depth, memory):
         try:
@@ -413,7 +413,8 @@ def _supply(opts: Sequence[Option], T: np.ndarray) -> np.ndarray:
     """(options, times) samples each option's pipelines take in batch time T (module doc)."""
     owner, n, a, b, cap = _row_arrays([(o,) for o in opts])
     out = np.zeros((len(opts), len(T)))
-    np.add.at(out, owner, n[:, None] * np.minimum(cap[:, None], np.maximum(0.0, (T[None, :] - b[:, None]) / a[:, None])))
+    per_row = n[:, None] * np.minimum(cap[:, None], np.maximum(0.0, (T[None, :] - b[:, None]) / a[:, None]))
+    np.add.at(out, owner, per_row)
     return out
 
 

@@ -85,7 +85,7 @@ def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float,
         why = "no shape of the device classes holds the model"
     else:
         why = (f"not {tune.class_from_devices} or more available devices in at most {tune.class_max} "
-               f"classes of {tune.class_min_size} or more like devices on like servers")
+               f"classes of {tune.class_min_size} or more like devices with like links")
     res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(opt, classes="off"), cache=cache)
     if by_class is None:
         return res if opt.classes == "both" else \
@@ -271,8 +271,8 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         # no group of up to max_depth devices holds the model: deeper groups, on a budget of their own
         max_depth = min(deepest, 2 * max_depth)
         sc.budget = sc.tries + budget
-    deeper = "" if max_depth <= depth else \
-        f"; groups of up to {max_depth} devices, beyond SearchTuning's depth {depth}: no shallower group holds the model"
+    deeper = "" if max_depth <= depth else (f"; groups of up to {max_depth} devices, beyond SearchTuning's "
+                                            f"depth {depth}: no shallower group holds the model")
     if sc.best is None:
         return SlotResult.infeasible(
             f"slot {state.t}: no device or group of available devices can hold the model "
