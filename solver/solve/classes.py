@@ -434,8 +434,8 @@ and at most one single-class option of each class outside it."""
 def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: Sequence[float],
            classes: Sequence[DeviceClass], keep: int, per_class_set: int) -> list[Combination]:
     """The `keep` combinations of least proxy objective (module doc, step 3), and the
-    `per_class_set` best of each set of classes used (single-class shapes and chains apart),
-    best first; those that cannot take the batch are left out."""
+    `per_class_set` best of each set of classes used (apart by the classes of their chain, if
+    any), best first; those that cannot take the batch are left out."""
     if not options:
         return []
     lo = min(b + o.sync + o.u * a for o in options for _, a, b, _ in o.rows())
@@ -487,7 +487,9 @@ def screen(options: Sequence[Option], n_classes: int, B: int, V: float, w_dev: S
     chosen_ids = set(order[:keep])
     per_set: dict[tuple, int] = {}
     for i in order:
-        used = (tuple(sorted(c for o in combos[i] for c in o.shape.classes)), len(combos[i][0].shape.chain) > 1)
+        first = combos[i][0].shape
+        used = (tuple(sorted(c for o in combos[i] for c in o.shape.classes)),
+                tuple(sorted(first.classes)) if len(first.chain) > 1 else ())
         if per_set.get(used, 0) < per_class_set:
             per_set[used] = per_set.get(used, 0) + 1
             chosen_ids.add(i)
