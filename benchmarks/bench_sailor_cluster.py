@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -197,7 +198,8 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
             (so, oo), (sn, on) = least[("old", case.replace(" classes auto", ""))], least[("new", case)]
         else:
             (so, oo), (sn, on) = least[("old", case)], least[("new", case)]
-        same = "same objective" if oo == on or abs(oo - on) <= 1e-9 * abs(oo) else f"objective {oo:.6g} -> {on:.6g}"
+        close = oo == on or (math.isfinite(oo) and math.isfinite(on) and abs(oo - on) <= 1e-9 * abs(oo))
+        same = "same objective" if close else f"objective {oo:.6g} -> {on:.6g}"
         print(f"  {case}: old {so:.2f} s, new {sn:.2f} s, {so / sn:.2f}x faster, {same}")
 
 
