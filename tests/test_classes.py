@@ -253,3 +253,29 @@ def test_a_chain_is_combined_with_the_other_classes_options() -> None:
     for x in combos:
         used = [c for o in x for c in o.shape.classes]
         assert len(used) == len(set(used))
+
+
+@settings(max_examples=6)
+@given(lost=st.lists(st.integers(0, 23), min_size=1, max_size=4, unique=True), batch=st.sampled_from([64, 256]))
+def test_pools_with_lost_devices_give_sound_plans(tmp_path_factory, lost, batch) -> None:
+    """Random preemptions on 6 servers of 4 GPUs: where the class search applies, its plan is
+    valid, uses available devices once each, its shares sum to B, its lower bound is at most its
+    objective, and it is no worse than any baseline that fits."""
+    state = cluster(tmp_path_factory.mktemp("c"), servers=3, batch=batch)
+    avail = np.array(state.available, dtype=bool)
+    avail[lost] = False
+    state = dataclasses.replace(state, available=avail)
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2, 4), classes="auto"))
+    if not res.message.startswith("class-level"):
+        return
+    assert res.plan.validate(state) == []
+    used = [d for g in res.plan.groups for d in (*g.devices, *(p for peers in g.tp_peers for p in peers))]
+    assert len(used) == len(set(used)) and set(used) <= set(state.available_indices)
+    assert sum(g.share for g in res.plan.groups) == batch
+    assert res.lower_bound <= res.objective * (1 + 1e-9)
+    for name, f in baselines.ALL.items():
+        p = f(state)
+        if p is None or p.validate(state):
+            continue
+        assert res.objective <= Scorer(state, np.zeros(1), 1.0, SolveOptions(), None).score(
+            tuple(group_entry(g, state.workload.micro_batch) for g in p.groups), p.shares).objective * (1 + 1e-9), name
