@@ -63,3 +63,20 @@ def test_bench_margin_replay_follows_the_recorded_run(tmp_path):
     from solver.errors import InstanceError
     with pytest.raises(InstanceError, match="no_such_instance"):
         record("no_such_instance", tmp_path)
+
+
+def test_bench_classes_smoke(tmp_path, monkeypatch):
+    """bench_classes on one packaged pool, whole and with 2 devices preempted: both rows are
+    written, the class search runs on the whole pool, and no row is worse than the device-level
+    search by more than the 28% the README reports as its worst."""
+    import sys
+    from benchmarks.bench_classes import main as classes_main
+    out = tmp_path / "classes.csv"
+    monkeypatch.setattr(sys, "argv", ["bench_classes", "--packaged", "--models", "bert_base", "--kinds", "A10G,T4",
+                                      "--nodes", "2", "--batches", "64", "--queues", "0", "--lost", "0", "2",
+                                      "--out", str(out)])
+    assert classes_main() == 0
+    table = pd.read_csv(out)
+    assert list(table.lost) == [0, 2]
+    assert table.loc[table.lost == 0, "auto_searched"].item() == "classes"
+    assert (table.ratio <= 1.28).all()
