@@ -279,3 +279,16 @@ def test_pools_with_lost_devices_give_sound_plans(tmp_path_factory, lost, batch)
             continue
         assert res.objective <= Scorer(state, np.zeros(1), 1.0, SolveOptions(), None).score(
             tuple(group_entry(g, state.workload.micro_batch) for g in p.groups), p.shares).objective * (1 + 1e-9), name
+
+
+@pytest.mark.parametrize("mode", ["auto", "both"])
+def test_the_time_limit_stops_the_class_search(tmp_path, mode) -> None:
+    """A time limit that has passed before the first shape: the class search stops there, says
+    so, and the result is still a sound plan (the fixed candidates are always scored); with
+    "both" the device-level search gets no time of its own beyond the same deadline."""
+    state = cluster(tmp_path)
+    res = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2, 4), classes=mode, time_limit_s=1e-9))
+    assert res.success and res.plan.validate(state) == []
+    assert "(time limit 1e-09 s: 0 of" in res.message if mode == "auto" else "time limit" in res.message
+    full = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2, 4), classes=mode))
+    assert "time limit" not in full.message and full.objective <= res.objective * (1 + 1e-9)

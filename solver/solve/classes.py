@@ -59,8 +59,10 @@ device-level search can be better (up to 28% on bench_classes' packaged clusters
 why the default (classes "both") runs both searches and keeps the better plan. The result's
 lower bound is the least of the bounds of the TP configurations visited (as for the device-level TP descent: a
 bound over those, not over every way of forming units), and the message says how many options
-and combinations were screened and scored. The search has no partial result, so a time limit
-(SolveOptions.time_limit_s) does not stop it; it takes 0.1-0.2 s on 32 GPUs
+and combinations were screened and scored. A time limit (SolveOptions.time_limit_s, one
+deadline for the whole solve) stops it between shapes, between exactly scored combinations
+(the screen's best is always scored) and in the descent, and the message says how far it got;
+the device-level search of "both" then gets what is left. It takes 0.1-0.5 s on 32-48 GPUs
 (benchmarks/bench_classes.py).
 """
 from __future__ import annotations
@@ -80,7 +82,7 @@ from ..status import Status
 from ..subproblems.cache import SlotCache
 from .bounds import slot_lower_bound
 from .incumbents import score_incumbents
-from .options import SlotResult, SolveOptions
+from .options import SlotResult, SolveOptions, deadline_of, past
 from .schedules import entry, relieve_by_schedule
 from .scoring import Scored, Scorer, better as better_scored, slot_result
 from .symmetry import plan_classes, symmetric_links
@@ -351,7 +353,8 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
     return out
 
 
-def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
+def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = math.inf
+                  ) -> tuple[list[Option], int]:
     """Every shape's options (module doc, step 2). Memory at one micro-batch depends on a
     pipeline's devices in order, not on its links, and is monotone in the depth and in the
     micro-batch size (fewer devices hold more layers each, a larger size stashes more per
@@ -359,7 +362,9 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
     stages of each class) are skipped at a size, and recomputation choice, once one with fewer
     did not fit there, and at every larger size once the first did not. A strided shape takes
     its packed twin's cuts (the same devices in the same order: only the links differ, which
-    the exact scoring prices; its coefficients are its own)."""
+    the exact scoring prices; its coefficients are its own). Returns the options and how many
+    of the shapes were visited: all of them, unless `deadline` (perf_counter seconds) passed
+    first (SolveOptions.time_limit_s)."""
     state, classes = configs.state, configs.classes
     memory = [float(state.devices[c.members[0]].memory_bytes) for c in classes]
     k = len(classes)
@@ -367,7 +372,11 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
     failed: dict[tuple, int] = {}       # (chain's classes and degrees, u, rc) -> least dp that did not fit
     packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts, its shorter pipelines'
     depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
+    visited = 0
     for shape in shapes(classes, degrees, depth, memory):
+        if past(deadline):
+            break
+        visited += 1
         try:
             ust, sc, index = configs.get(shape.degrees(k))
         except ValueError:              # units that cannot be formed here (no servers declared)
@@ -406,7 +415,7 @@ def class_options(configs: _Configs, degrees: Sequence[int]) -> list[Option]:
         if mine:
             ts = sc.sync(tuple((g, mine[0].cuts_of(i)) for i, g in enumerate(groups))) if len(groups) > 1 else 0.0
             out += [replace(o, sync=ts) for o in mine]
-    return out
+    return out, visited
 
 
 def _supply(opts: Sequence[Option], T: np.ndarray) -> np.ndarray:
@@ -518,14 +527,14 @@ def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
 
 
 def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps: int, B: int,
-                  chained: bool = False) -> None:
+                  chained: bool = False, deadline: float = math.inf) -> None:
     """From the best exactly scored combination, replace one class's single-class option by
     each of that class's best `swaps` shapes (each at its best micro-batch size and schedule by
     the time it would take the whole batch alone, caps aside), add the class where it is left
     out, or leave it out (a chain stays as it is); keep the first change that lowers the exact
     objective; until none does. Among combinations without a chain, or (chained) with one: a
     chain over every class leaves nothing to swap, and the best single-class combination must
-    still get its descent. The screen leaves out the sync between classes, so its ranking of a
+    still get its descent. Stops once `deadline` has passed. The screen leaves out the sync between classes, so its ranking of a
     class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
     servers the best combination of the screen was 5.9% above this descent's)."""
     per_class: dict[int, list[Option]] = {}
@@ -534,7 +543,7 @@ def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps:
             mine = per_class.setdefault(o.shape.chain[0][0], [])
             if len(mine) < swaps and all(x.shape != o.shape for x in mine):
                 mine.append(o)
-    while True:
+    while not past(deadline):
         live = [(x, v) for x, v in scored.items() if v is not None and (len(x[0].shape.chain) > 1) == chained]
         if not live:
             return
@@ -604,8 +613,9 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
               previous_plan, opt: SolveOptions, cache: SlotCache, t0: float) -> SlotResult | None:
     """solve_by_classes on one list of classes."""
     degrees = tuple(sorted({1, *opt.tp_degrees}))
+    deadline = deadline_of(opt, t0)
     configs = _Configs(state, classes, Q, V, opt, previous_plan if opt.replan else None, cache)
-    options = class_options(configs, degrees)
+    options, visited = class_options(configs, degrees, deadline)
     _, sc0, _ = configs.get(tuple(1 for _ in classes))
     combos = screen(options, len(classes), sc0.B, V, sc0._w_list, classes, opt.tuning.class_exact,
                     opt.tuning.class_exact_per_set)
@@ -625,14 +635,21 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
                                          " + ".join(describe_option(o, classes) for o in combo))
         return scored[combo]
 
-    for combo in combos:
+    for i, combo in enumerate(combos):
+        if i and past(deadline):        # the screen's best is always scored
+            break
         exact(combo)
     for chained in (False, True):
-        _swap_descent(exact, scored, options, k, opt.tuning.class_swaps, sc0.B, chained)
+        _swap_descent(exact, scored, options, k, opt.tuning.class_swaps, sc0.B, chained, deadline)
     # the fixed candidates on the physical slot, then each configuration's best
     phys = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     score_incumbents(state, phys, Q, previous_plan, recut_previous=False)
-    scored = len(options)
+    cut = ""
+    if past(deadline):
+        n_shapes = len(shapes(classes, degrees, min(state.workload.num_layers, opt.tuning.max_depth),
+                              [float(state.devices[c.members[0]].memory_bytes) for c in classes]))
+        cut = (f" (time limit {opt.time_limit_s:g} s: {visited} of {n_shapes} shapes visited, "
+               f"{sum(x in scored for x in combos)} of {len(combos)} screened combinations scored)")
     for degs, (ust, sc, _) in configs.known.items():
         if sc.best is None:
             continue
@@ -640,7 +657,7 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
         res = physical_result(slot_result(ust, sc, Q, V, Status.FEASIBLE, f"best: {sc.best.source}", t0), ust)
         if better(res, best):
             best = res
-    if not combos or best is None:
+    if best is None and (not cut or phys.best is None):     # no combination has a plan (in the time given)
         return None
     if phys.best is not None:
         res = slot_result(state, phys, Q, V, Status.FEASIBLE, f"best: {phys.best.source} (a fixed candidate)", t0)
@@ -649,9 +666,9 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
     finite = [b for b in bounds if not math.isnan(b)]
     lb = min(finite) if finite else best.lower_bound
     msg = (f"class-level search over {len(classes)} device classes "
-           f"({', '.join(f'{len(c.members)} {c.name}' for c in classes)}): {scored} uniform shapes, "
-           f"{len(combos)} combinations scored exactly; {best.message}; lower bound over the TP configurations "
-           f"visited")
+           f"({', '.join(f'{len(c.members)} {c.name}' for c in classes)}): {len(options)} options of uniform "
+           f"shapes, {len(scored)} combinations scored exactly{cut}; {best.message}; lower bound over the TP "
+           f"configurations visited")
     return SlotResult(best.plan, best.batch_time, best.costs, best.objective, best.status, msg,
                       time.perf_counter() - t0, sum(sc.count for _, sc, _ in configs.known.values()) + phys.count,
                       best.migration_time, best.evaluation, best.candidate_pool, lb)

@@ -86,7 +86,8 @@ def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float,
     else:
         why = (f"not {tune.class_from_devices} or more available devices in at most {tune.class_max} "
                f"classes of {tune.class_min_size} or more like devices with like links")
-    res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(opt, classes="off"), cache=cache)
+    rest = time_left(opt, deadline_of(opt, t0))        # one deadline for both searches
+    res = solve_slot(state, queues, V, previous_plan=previous_plan, options=replace(rest, classes="off"), cache=cache)
     if by_class is None:
         return res if opt.classes == "both" else \
             replace(res, message=f"{res.message} (classes auto: {why}; searched device by device)")
