@@ -292,3 +292,21 @@ def test_the_time_limit_stops_the_class_search(tmp_path, mode) -> None:
     assert "(time limit 1e-09 s: 0 of" in res.message if mode == "auto" else "time limit" in res.message
     full = solve_slot(state, options=SolveOptions(tp_degrees=(1, 2, 4), classes=mode))
     assert "time limit" not in full.message and full.objective <= res.objective * (1 + 1e-9)
+
+
+def test_chains_with_a_degree_per_class() -> None:
+    """SearchTuning.class_mixed_degrees: chains whose classes run at different TP degrees (each
+    dividing its class's server counts, dp dividing every class's units at its degree); without
+    it, one degree per chain."""
+    from solver.solve.classes import DeviceClass, shapes
+    a = DeviceClass(tuple(range(8)), "A", (4, 4))
+    b = DeviceClass(tuple(range(8, 16)), "B", (4, 4))
+    mixed = [s for s in shapes([a, b], (1, 2, 4), 16, [40e9, 16e9], True) if len(s.chain) > 1]
+    one = [s for s in shapes([a, b], (1, 2, 4), 16, [40e9, 16e9], False) if len(s.chain) > 1]
+    assert all(len({t for _, t, _ in s.chain}) == 1 for s in one)
+    assert set(one) < set(mixed)
+    degs = {tuple(t for _, t, _ in sorted(s.chain)) for s in mixed}
+    assert degs == {(x, y) for x in (1, 2, 4) for y in (1, 2, 4)}
+    for s in mixed:
+        for c, t, p in s.chain:
+            assert s.dp * p == 8 // t

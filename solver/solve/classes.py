@@ -5,8 +5,8 @@ A slot whose available devices fall into a few large classes of interchangeable 
 cloud pool of a few GPU types on like servers: Sailor's 16 A100s and 16 V100s on 8 servers)
 is searched the way Megatron-style planners search it, over device classes instead of
 devices. A shape (`Shape`) is dp like pipelines, each through a chain of (class, degree t,
-stages): one class, or several classes at one degree in some order; every stage a TP unit of t
-devices of one server; packed (a pipeline inside as few servers as it can) or strided (a
+stages): one class, or several classes in some order, each at its own degree; every stage a
+TP unit of t devices of one server; packed (a pipeline inside as few servers as it can) or strided (a
 stage's dp replicas side by side, so its gradient ring stays inside a server). An option is a
 shape at one micro-batch size and one (schedule, recomputation) variant. A plan is one
 single-class option per class used, or one chain beside at most one single-class option of
@@ -52,9 +52,8 @@ screened in closed form.
    (`_swap_descent`; a chain stays). The best of these and of the fixed candidates
    (baselines, the cheapest plan, the previous plan: solve.incumbents) is the result.
 
-Plans outside these shapes (two shapes in one class, TP degrees mixed inside a pipeline
-(tried: on bench_classes' pools it found no better plan and took 1.5-3x the time), stages
-placed irregularly, a class's devices partly used) are not searched: on such clusters the
+Plans outside these shapes (two shapes in one class, TP degrees mixed inside one class's
+stages, stages placed irregularly, a class's devices partly used) are not searched: on such clusters the
 device-level search can be better (up to 28% on bench_classes' packaged clusters), which is
 why the default (classes "both") runs both searches and keeps the better plan. The result's
 lower bound is the least of the bounds of the TP configurations visited (as for the device-level TP descent: a
@@ -305,16 +304,18 @@ class _Configs:
         return self.known[degrees]
 
 
-def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memory: Sequence[float]) -> list[Shape]:
+def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memory: Sequence[float],
+           mixed: bool = True) -> list[Shape]:
     """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
     and SearchTuning.max_depth, 16, the less). One class's: its degrees t dividing its largest
     server's count (DeviceClass.degree_fits); dp = 1 .. units pipelines of p = min(units // dp,
     L) units, the deepest for each dp; in a class whose servers hold different numbers of its
     devices, where dp does not divide the units, ragged instead: dp pipelines of which
     units % dp have one stage more, so that with the class's servers in decreasing count a
-    pipeline can be a server. Then chains through each set of two or more classes at one
-    common degree, in every order of up to 3 classes, else in decreasing and increasing order
-    of memory per device (`memory`, bytes), dp dividing every class's units, each class's
+    pipeline can be a server. Then chains through each set of two or more classes, at a TP
+    degree each (`mixed`, SearchTuning.class_mixed_degrees; else one degree for the chain), in
+    every order of up to 3 classes, else in decreasing and increasing order of memory per
+    device (`memory`, bytes), dp dividing every class's units at its degree, each class's
     p_c = units_c / dp. Packed, and strided where dp > 1."""
     out: list[Shape] = []
 
@@ -337,17 +338,19 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
     for k in range(2, len(classes) + 1):
         for subset in itertools.combinations(range(len(classes)), k):
             by_memory = sorted(subset, key=lambda ci: (-memory[ci], ci))
-            for t in degrees:
-                if not all(classes[ci].degree_fits(t) for ci in subset):
+            fitting = [[t for t in degrees if classes[ci].degree_fits(t)] for ci in subset]
+            for degs in itertools.product(*fitting) if mixed else ((t,) * k for t in degrees):
+                if not all(t in ts for t, ts in zip(degs, fitting)):
                     continue
-                units = {ci: len(classes[ci].units(t)) for ci in subset}
+                deg = dict(zip(subset, degs))
+                units = {ci: len(classes[ci].units(deg[ci])) for ci in subset}
                 orders = itertools.permutations(subset) if len(subset) <= 3 else \
                     dict.fromkeys([tuple(by_memory), tuple(reversed(by_memory))])
                 for order in orders:
                     for dp in range(1, min(units.values()) + 1):
                         if any(x % dp for x in units.values()):
                             continue
-                        chain = tuple((ci, t, units[ci] // dp) for ci in order)
+                        chain = tuple((ci, deg[ci], units[ci] // dp) for ci in order)
                         if sum(p for _, _, p in chain) <= L:
                             add(chain, dp)
     return out
@@ -373,7 +376,7 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
     packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts, its shorter pipelines'
     depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
     visited = 0
-    for shape in shapes(classes, degrees, depth, memory):
+    for shape in shapes(classes, degrees, depth, memory, configs.opt.tuning.class_mixed_degrees):
         if past(deadline):
             break
         visited += 1
@@ -582,6 +585,9 @@ def describe_option(o: Option, classes: Sequence[DeviceClass]) -> str:
         c, _, p = sh.chain[0]
         pp = f"pp{p}" if not sh.extra else f"pp{p + 1} x{sh.extra} + pp{p} x{sh.dp - sh.extra}"
         return f"{classes[c].name} dp{sh.dp} {pp} tp{t} u{o.u} {how}"
+    if len({x for _, x, _ in sh.chain}) > 1:
+        stages = " + ".join(f"{p} {classes[c].name} tp{x}" for c, x, p in sh.chain)
+        return f"dp{sh.dp} pp({stages}) u{o.u} {how}"
     stages = " + ".join(f"{p} {classes[c].name}" for c, _, p in sh.chain)
     return f"dp{sh.dp} pp({stages}) tp{t} u{o.u} {how}"
 
@@ -647,7 +653,8 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
     cut = ""
     if past(deadline):
         n_shapes = len(shapes(classes, degrees, min(state.workload.num_layers, opt.tuning.max_depth),
-                              [float(state.devices[c.members[0]].memory_bytes) for c in classes]))
+                              [float(state.devices[c.members[0]].memory_bytes) for c in classes],
+                              opt.tuning.class_mixed_degrees))
         cut = (f" (time limit {opt.time_limit_s:g} s: {visited} of {n_shapes} shapes visited, "
                f"{sum(x in scored for x in combos)} of {len(combos)} screened combinations scored)")
     for degs, (ust, sc, _) in configs.known.items():

@@ -194,6 +194,12 @@ class SearchTuning:
     """Besides those, the best combinations of each set of classes used scored exactly (the
     screen leaves out the sync between classes: on V100 + GH-96 GPT-Neo-2.7 servers, the GH-96
     pipelines alone came 29th by the screen and 1.1% below every combination with V100s)."""
+    class_mixed_degrees: bool = True
+    """Chains through several classes with each class at its own TP degree (False: one degree
+    for the whole chain). On bench_classes' packaged pools 18 of 64 plans improve, by up to
+    27% (VGG-16 on A100 + A10G + T4: T4 pairs at tp 2 behind tp-1 A10G and A100 stages), none
+    gets worse; the class search then takes 1.4-1.6x as long (Sailor's 32 GPUs: 0.28 s against
+    0.20 s with TP searched, the same plan)."""
 
     def small(self, n: int, L: int) -> bool:
         """True for a small slot (n available devices, L layers)."""
