@@ -115,6 +115,12 @@ def main() -> int:
     elif not sailor.DATA.is_dir():
         print(f"needs Sailor's data at {sailor.DATA}", file=sys.stderr)
         return 1
+    fewest = 4 * min(args.nodes) * min(len(k.split(",")) for k in args.kinds)
+    bad = [k for k in args.lost if not 0 <= k < fewest]
+    if bad:
+        print(f"--lost: expected numbers of devices from 0 to {fewest - 1} (the smallest cluster has {fewest}), "
+              f"got {bad}", file=sys.stderr)
+        return 2
     degrees = tuple(int(x) for x in args.tp_degrees.split(","))
     cases = list(itertools.product(args.models, [tuple(k.split(",")) for k in args.kinds], args.nodes,
                                    args.batches, args.queues, args.lost))

@@ -6,10 +6,10 @@ cloud pool of a few GPU types on like servers: Sailor's 16 A100s and 16 V100s on
 is searched the way Megatron-style planners search it, over device classes instead of
 devices. A shape (`Shape`) is dp like pipelines, each through a chain of (class, degree t,
 stages): one class, or several classes in some order, each at its own degree; every stage a
-TP unit of t devices of one server; packed (a pipeline inside as few servers as it can) or strided (a
-stage's dp replicas side by side, so its gradient ring stays inside a server). An option is a
-shape at one micro-batch size and one (schedule, recomputation) variant. A plan is one
-single-class option per class used, or one chain beside at most one single-class option of
+TP unit of t devices of one server; packed (a pipeline inside as few servers as it can) or
+strided (a stage's dp replicas side by side, so its gradient ring stays inside a server). An
+option is a shape at one micro-batch size and one (schedule, recomputation) variant. A plan
+is one single-class option per class used, or one chain beside at most one single-class option of
 each class outside it; its groups share the batch with exact integer shares. The
 device-level search (solve.search) scores thousands of structures that differ only in which
 of several like devices they use; here a slot has a few hundred to a few thousand options,
@@ -53,11 +53,12 @@ screened in closed form.
    (baselines, the cheapest plan, the previous plan: solve.incumbents) is the result.
 
 Plans outside these shapes (two shapes in one class, TP degrees mixed inside one class's
-stages, stages placed irregularly, a class's devices partly used) are not searched: on such clusters the
-device-level search can be better (up to 28% on bench_classes' packaged clusters), which is
-why the default (classes "both") runs both searches and keeps the better plan. The result's
-lower bound is the least of the bounds of the TP configurations visited (as for the device-level TP descent: a
-bound over those, not over every way of forming units), and the message says how many options
+stages, stages placed irregularly, a class's devices partly used) are not searched: on such
+clusters the device-level search can be better (up to 9.6% on bench_classes' packaged
+clusters), which is why the default (classes "both") runs both searches and keeps the better
+plan. The result's lower bound is the least of the bounds of the TP configurations visited (as
+for the device-level TP descent: a bound over those, not over every way of forming units),
+and the message says how many options
 and combinations were screened and scored. A time limit (SolveOptions.time_limit_s, one
 deadline for the whole solve) stops it between shapes, between exactly scored combinations
 (the screen's best is always scored) and in the descent, and the message says how far it got;
