@@ -42,9 +42,12 @@ def stage_params_and_stash(state: SlotState, cuts: Sequence[int], devices: Seque
     start = np.concatenate([[0], c[:-1]])
     if devices is None or state.tp is None:
         return state.param_prefix[c] - state.param_prefix[start], state.stash_prefix[c] - state.stash_prefix[start]
+    degrees = [state.tp[int(d)] for d in devices]
+    if len(set(degrees)) == 1:
+        pp, sp = state.param_prefix_at(degrees[0]), state.stash_prefix_at(degrees[0])
+        return pp[c] - pp[start], sp[c] - sp[start]
     P, H = np.empty(len(c)), np.empty(len(c))
-    for j, d in enumerate(devices):
-        t = state.degree(int(d))
+    for j, t in enumerate(degrees):
         pp, sp = state.param_prefix_at(t), state.stash_prefix_at(t)
         P[j], H[j] = pp[c[j]] - pp[start[j]], sp[c[j]] - sp[start[j]]
     return P, H

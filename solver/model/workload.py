@@ -155,7 +155,9 @@ class Workload:
             return self
         if u not in self.micro_batch_options():
             raise ValueError(f"micro_batch: expected one of {self.micro_batch_options()}, got {u!r}")
-        return replace(self, micro_batch=int(u), measured=dict(self.measured_by_micro_batch[u]))
+        out = replace(self, micro_batch=int(u), measured=dict(self.measured_by_micro_batch[u]))
+        out.__dict__["_tp_layers"] = self.__dict__.setdefault("_tp_layers", {})    # shared: no layer depends on u
+        return out
 
     def at_tp(self, t: int) -> "Workload":
         """The per-device table of a stage held by t devices (tensor parallelism, t >= 1).
@@ -189,7 +191,11 @@ class Workload:
             whole = self.tp_unsplit_stash or tuple(l.stash_bytes for l in self.layers)
             H = tuple(w + (l.stash_bytes - w) / t for w, l in zip(whole, self.layers))
             by_u = {}
-        layers = tuple(replace(l, param_bytes=float(p), stash_bytes=float(h)) for l, p, h in zip(self.layers, P, H))
+        shared = self.__dict__.setdefault("_tp_layers", {})
+        layers = shared.get(t)
+        if layers is None:
+            layers = shared[t] = tuple(replace(l, param_bytes=float(p), stash_bytes=float(h))
+                                       for l, p, h in zip(self.layers, P, H))
         return replace(self, layers=layers, measured=by_u.get(self.micro_batch, {}),
                        measured_by_micro_batch=by_u if self.measured_by_micro_batch else {},
                        optimizer_seconds={}, tp_variants={}, tp_degree=t)

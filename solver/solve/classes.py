@@ -390,7 +390,7 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
         family = tuple((c, t) for c, t, _ in shape.chain)
         groups = shape.groups(index)
         d, d2 = groups[0], (groups[-1] if shape.extra else None)     # d2: a shorter pipeline of a ragged shape
-        mine: list[Option] = []
+        mine: list[tuple] = []         # Option's fields but sync
         for u in sorted(sc.micro_batches):
             mb = sc.mb(u)
             for rc in (False, True):
@@ -414,11 +414,12 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
                     if all(math.isfinite(g.alpha) and g.alpha > 0 and g.cap >= u for g in (gc, gc2)):
                         short = None if d2 is None else (cuts2, float(gc2.alpha), float(gc2.beta),
                                                          float(min(gc2.cap, sc.B)))
-                        mine.append(Option(shape, u, schedule, rc, cuts, float(gc.alpha), float(gc.beta),
-                                           float(min(gc.cap, sc.B)), short=short))
+                        mine.append((shape, u, schedule, rc, cuts, float(gc.alpha), float(gc.beta),
+                                     float(min(gc.cap, sc.B)), 0.0, short))
         if mine:
-            ts = sc.sync(tuple((g, mine[0].cuts_of(i)) for i, g in enumerate(groups))) if len(groups) > 1 else 0.0
-            out += [replace(o, sync=ts) for o in mine]
+            first = Option(*mine[0])
+            ts = sc.sync(tuple((g, first.cuts_of(i)) for i, g in enumerate(groups))) if len(groups) > 1 else 0.0
+            out += [Option(*o[:8], ts, o[9]) for o in mine]
     return out, visited
 
 

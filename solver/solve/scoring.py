@@ -116,6 +116,7 @@ class Scorer:
         the objective are 0 for every plan, so score skips cost.costs.cost_coeffs."""
         self._params, self._param_room = param_room(state)
         self._room_list = self._param_room.tolist()
+        self._rooms: dict[int, tuple[float, list[float]]] = {}
         self.variants = allowed_variants(options.recompute)
         """The (schedule, recompute) variants this search may choose besides GPipe."""
         t = self.tuning = options.tuning
@@ -134,6 +135,14 @@ class Scorer:
         if u not in self._caches:
             self._caches[u] = SlotCache(self.state.at_micro_batch(u), dp_backend=self.cache.dp_backend)
         return self._caches[u].state, self._caches[u]
+
+    def _room_at(self, u: int) -> tuple[float, list[float]]:
+        """param_room of the state at micro-batch size u (the need grows with u)."""
+        got = self._rooms.get(u)
+        if got is None:
+            params, room = param_room(self.at(u)[0])
+            got = self._rooms[u] = (params, room.tolist())
+        return got
 
     def u_of(self, e: tuple) -> int:
         """The micro-batch size (samples) of a structure entry."""
@@ -161,7 +170,8 @@ class Scorer:
         got = self._cuts.get(key, _UNSEEN)
         if got is not _UNSEEN:
             return got
-        if float_sum([self._room_list[d] for d in devices]) < self._params:
+        params, room = (self._params, self._room_list) if micro_batch is None else self._room_at(int(micro_batch))
+        if float_sum([room[d] for d in devices]) < params:
             got = None          # the group cannot hold the model at one micro-batch
         else:
             got = self._cuts_at_level(devices, min_share, micro_batch, variant)

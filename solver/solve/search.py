@@ -22,6 +22,7 @@ from ..subproblems.cache import SlotCache, slot_cache
 from .bounds import slot_lower_bound
 from .classes import applies, device_classes, solve_by_classes
 from .families import families, split_pipes
+from .gc_pause import paused
 from .incumbents import score_incumbents
 from .inputs import check_queues, check_V, infeasible_reason
 from .local import local_search, polish
@@ -46,8 +47,15 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
     (to share cut DPs and evaluations with other solves of the same slot; a new one when None).
     Returns a SlotResult (status, message).
     """
-    t0 = time.perf_counter()
     opt = options or SolveOptions()
+    with paused(opt.pause_gc):
+        return _solve_slot(state, queues, V, previous_plan, opt, cache)
+
+
+def _solve_slot(state: SlotState, queues: Sequence[float] | None, V: float, previous_plan: Plan | None,
+                opt: SolveOptions, cache: SlotCache | None) -> SlotResult:
+    """solve_slot with the collector as SolveOptions.pause_gc leaves it."""
+    t0 = time.perf_counter()
     Q = check_queues(state, queues)
     V = check_V(V)
     if opt.exact:

@@ -104,6 +104,7 @@ class SlotCache:
         self._arrays: dict[tuple, GroupArrays] = {}
         self._arrays_bytes = 0
         self._pairs: dict[tuple[int, int], np.ndarray] = {}
+        self._pair_rows: dict[int, np.ndarray] = {}         # per link class (_link), where devices are alike
         self._bases: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._bases_bytes = 0
         self._scratch_bytes = 0
@@ -271,20 +272,32 @@ class SlotCache:
         size where the network fits one (model.network), plus the latency over u."""
         row = self._pairs.get((a, b))
         if row is None:
-            st = self.state
-            wl = st.workload
-            L, u = wl.num_layers, wl.micro_batch
-            row = np.full(L + 1, INF)
-            bw = st.bandwidth[a, b]
-            lat = st.latency[a, b] / u
-            o = wl.out_bytes[: L - 1]
-            if st.network is None or st.network.fit is None:
-                row[1:L] = o / bw + lat
+            self.device_classes()
+            if self._alike:         # links of one class (SlotCache._link) have the same row
+                c = self._link(a, b)
+                row = self._pair_rows.get(c)
+                if row is None:
+                    row = self._pair_rows[c] = self._new_pair_row(a, b)
             else:
-                row[1:L] = o / fitted_bandwidth(st.network.fit[a, b][None, :], bw, o * u) + lat
+                row = self._new_pair_row(a, b)
             if len(self._pairs) * row.nbytes >= MAX_BASE_BYTES:
                 self._pairs.pop(next(iter(self._pairs)))
             self._pairs[(a, b)] = row
+        return row
+
+    def _new_pair_row(self, a: int, b: int) -> np.ndarray:
+        """The row of _pair_row, computed."""
+        st = self.state
+        wl = st.workload
+        L, u = wl.num_layers, wl.micro_batch
+        row = np.full(L + 1, INF)
+        bw = st.bandwidth[a, b]
+        lat = st.latency[a, b] / u
+        o = wl.out_bytes[: L - 1]
+        if st.network is None or st.network.fit is None:
+            row[1:L] = o / bw + lat
+        else:
+            row[1:L] = o / fitted_bandwidth(st.network.fit[a, b][None, :], bw, o * u) + lat
         return row
 
     def _scratch(self, dev: tuple[int, ...], recompute: bool, need: np.ndarray,
