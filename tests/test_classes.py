@@ -310,3 +310,37 @@ def test_chains_with_a_degree_per_class() -> None:
     for s in mixed:
         for c, t, p in s.chain:
             assert s.dp * p == 8 // t
+
+
+def test_no_chain_gives_the_stronger_class_the_higher_degree() -> None:
+    """With seconds per sample, a chain where a class that dominates another (faster and at
+    least as much memory) runs at a higher TP degree than the other is left out, unless the
+    other cannot take that degree (its servers hold 3 devices: degree 1 only); a class that is
+    faster but has less memory is no stronger, and every degree pair stays."""
+    from solver.solve.classes import DeviceClass, shapes
+    a = DeviceClass(tuple(range(8)), "A", (4, 4))
+    b = DeviceClass(tuple(range(8, 16)), "B", (4, 4))
+    b3 = DeviceClass(tuple(range(8, 14)), "B", (3, 3))
+
+    def pairs(classes, memory, seconds):
+        return {tuple(t for _, t, _ in sorted(s.chain))
+                for s in shapes(classes, (1, 2, 4), 16, memory, True, seconds) if len(s.chain) > 1}
+
+    assert pairs([a, b], [40e9, 16e9], [1.0, 3.0]) == {(x, y) for x in (1, 2, 4) for y in (1, 2, 4) if x <= y}
+    assert pairs([a, b], [16e9, 40e9], [1.0, 3.0]) == {(x, y) for x in (1, 2, 4) for y in (1, 2, 4)}
+    assert pairs([a, b3], [40e9, 16e9], [1.0, 3.0]) == {(1, 1), (2, 1), (4, 1)}
+
+
+def test_pruned_degree_pairs_change_no_plan_on_a_mixed_pool(tmp_path) -> None:
+    """The class search with and without the dominance rule on the test cluster (A100s and
+    V100s): the same objective."""
+    import solver.solve.classes as classes_mod
+    opt = SolveOptions(classes="auto", tp_degrees=(1, 2, 4))
+    with_rule = solve_slot(cluster(tmp_path, batch=256), V=1.0, options=opt)
+    keep = classes_mod._inverted
+    try:
+        classes_mod._inverted = lambda *a, **k: False
+        without = solve_slot(cluster(tmp_path, batch=256), V=1.0, options=opt)
+    finally:
+        classes_mod._inverted = keep
+    assert with_rule.objective == pytest.approx(without.objective, rel=1e-12)

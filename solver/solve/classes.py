@@ -34,7 +34,10 @@ screened in closed form.
    pipelines are twins, so one cut DP serves them all; at one micro-batch a 1F1B stage stashes
    one micro-batch, as under GPipe, so 1F1B takes GPipe's cuts with the same recomputation
    (the DP's problem is the same: tests/test_classes.py); cut DPs that memory rules out are
-   skipped (class_options).
+   skipped (class_options). A chain never gives a class that dominates another (at least as
+   fast and with at least as much memory per device) a higher TP degree than the other could
+   have taken (`class_shapes`): on 456 pools (bench_classes' three sets and 296 drawn apart)
+   that rule changed no plan and took 1.2-1.8x off the class search's time.
 3. Screen (`screen`): an option supplies S(T) = dp min(cap, max(0, (T - sync - beta) / alpha))
    samples within a batch time T, sync being its pipelines' own gradient sync (exact for the
    shape alone at its first cuts). Per class (and per set of classes of the chains) and device
@@ -305,8 +308,20 @@ class _Configs:
         return self.known[degrees]
 
 
+def _inverted(classes: Sequence[DeviceClass], subset: Sequence[int], degs: Sequence[int], memory: Sequence[float],
+              seconds: Sequence[float]) -> bool:
+    """Whether a class of the chain that dominates another (at least as fast, seconds per
+    sample of the whole model on one device, and at least as much memory, one of them
+    strictly) has a higher TP degree than the other, which could have had that degree."""
+    for (a, ta), (b, tb) in itertools.permutations(zip(subset, degs), 2):
+        if ta > tb and seconds[a] <= seconds[b] and memory[a] >= memory[b] \
+                and (seconds[a] < seconds[b] or memory[a] > memory[b]) and classes[b].degree_fits(ta):
+            return True
+    return False
+
+
 def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memory: Sequence[float],
-           mixed: bool = True) -> list[Shape]:
+           mixed: bool = True, seconds: Sequence[float] | None = None) -> list[Shape]:
     """Every shape (module doc, step 2) of at most L stages (the class search passes the layers
     and SearchTuning.max_depth, 16, the less). One class's: its degrees t dividing its largest
     server's count (DeviceClass.degree_fits); dp = 1 .. units pipelines of p = min(units // dp,
@@ -314,7 +329,8 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
     devices, where dp does not divide the units, ragged instead: dp pipelines of which
     units % dp have one stage more, so that with the class's servers in decreasing count a
     pipeline can be a server. Then chains through each set of two or more classes, at a TP
-    degree each (`mixed`, SearchTuning.class_mixed_degrees; else one degree for the chain), in
+    degree each (`mixed`, SearchTuning.class_mixed_degrees; else one degree for the chain;
+    with `seconds`, none where a dominating class has the higher degree: `_inverted`), in
     every order of up to 3 classes, else in decreasing and increasing order of memory per
     device (`memory`, bytes), dp dividing every class's units at its degree, each class's
     p_c = units_c / dp. Packed, and strided where dp > 1."""
@@ -341,7 +357,8 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
             by_memory = sorted(subset, key=lambda ci: (-memory[ci], ci))
             fitting = [[t for t in degrees if classes[ci].degree_fits(t)] for ci in subset]
             for degs in itertools.product(*fitting) if mixed else ((t,) * k for t in degrees):
-                if not all(t in ts for t, ts in zip(degs, fitting)):
+                if not all(t in ts for t, ts in zip(degs, fitting)) \
+                        or (seconds is not None and _inverted(classes, subset, degs, memory, seconds)):
                     continue
                 deg = dict(zip(subset, degs))
                 units = {ci: len(classes[ci].units(deg[ci])) for ci in subset}
@@ -357,6 +374,18 @@ def shapes(classes: Sequence[DeviceClass], degrees: Sequence[int], L: int, memor
     return out
 
 
+def class_shapes(state: SlotState, classes: Sequence[DeviceClass], degrees: Sequence[int],
+                 opt: SolveOptions) -> list[Shape]:
+    """shapes() of the class search on a slot: at most min(L, SearchTuning.max_depth) stages,
+    chains ordered by each class's memory (bytes per device), mixed degrees as the tuning
+    says, none where a class that dominates another has the higher degree (`_inverted`, by
+    the seconds per sample of the whole model on one device of each class)."""
+    L = state.workload.num_layers
+    memory = [float(state.devices[c.members[0]].memory_bytes) for c in classes]
+    seconds = [float(state.fwd_prefix[c.members[0], L] + state.bwd_prefix[c.members[0], L]) for c in classes]
+    return shapes(classes, degrees, min(L, opt.tuning.max_depth), memory, opt.tuning.class_mixed_degrees, seconds)
+
+
 def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = math.inf
                   ) -> tuple[list[Option], int]:
     """Every shape's options (module doc, step 2). Memory at one micro-batch depends on a
@@ -370,14 +399,13 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
     of the shapes were visited: all of them, unless `deadline` (perf_counter seconds) passed
     first (SolveOptions.time_limit_s)."""
     state, classes = configs.state, configs.classes
-    memory = [float(state.devices[c.members[0]].memory_bytes) for c in classes]
     k = len(classes)
     out: list[Option] = []
     failed: dict[tuple, int] = {}       # (chain's classes and degrees, u, rc) -> least dp that did not fit
     packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts, its shorter pipelines'
     depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
     visited = 0
-    for shape in shapes(classes, degrees, depth, memory, configs.opt.tuning.class_mixed_degrees):
+    for shape in class_shapes(state, classes, degrees, configs.opt):
         if past(deadline):
             break
         visited += 1
@@ -654,9 +682,7 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
     score_incumbents(state, phys, Q, previous_plan, recut_previous=False)
     cut = ""
     if past(deadline):
-        n_shapes = len(shapes(classes, degrees, min(state.workload.num_layers, opt.tuning.max_depth),
-                              [float(state.devices[c.members[0]].memory_bytes) for c in classes],
-                              opt.tuning.class_mixed_degrees))
+        n_shapes = len(class_shapes(state, classes, degrees, opt))
         cut = (f" (time limit {opt.time_limit_s:g} s: {visited} of {n_shapes} shapes visited, "
                f"{sum(x in scored for x in combos)} of {len(combos)} screened combinations scored)")
     for degs, (ust, sc, _) in configs.known.items():
