@@ -90,8 +90,9 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     """(succ (C, m) over positions in `members` (sorted device indices), slowest-link bytes/s
     (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings among every
     directed ring (up to EXACT_RINGS_UP_TO members) or among nearest-neighbour rings from
-    NN_STARTS starts (above); ties in the order of enumeration. Cached per state and set."""
-    memo = state.__dict__.setdefault("_ring_fronts", {})
+    NN_STARTS starts (above); ties in the order of enumeration. Cached per state and set
+    (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_fronts")
     hit = memo.get(members)
     if hit is not None:
         return hit
@@ -143,8 +144,8 @@ def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarra
     successors by position, slowest-link bytes/s (C,), largest latency (C,)), the group order
     first, then the Pareto front of the holders as a set (`_front`: every directed ring up to
     EXACT_RINGS_UP_TO holders, so the best ring for any bucket size is among them; above,
-    nearest-neighbour rings). Cached per state and holders."""
-    memo = state.__dict__.setdefault("_ring_candidates", {})
+    nearest-neighbour rings). Cached per state and holders (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_candidates")
     key = tuple(int(h) for h in holders)
     hit = memo.get(key)
     if hit is not None:
@@ -175,8 +176,8 @@ def best_rings(state: SlotState, cols: np.ndarray, nbytes: np.ndarray) -> np.nda
     2(m-1)/m * nbytes / slowest link + 2(m-1) * largest latency (nominal link bandwidths)
     among ring_candidates; exact for up to EXACT_RINGS_UP_TO groups. An earlier candidate
     (the group order first) is kept unless a later one is faster by more than a 1e-12 share.
-    Each (holders, bytes) choice is cached per state."""
-    memo = state.__dict__.setdefault("_ring_choice", {})
+    Each (holders, bytes) choice is cached per state (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_choice")
     out = []
     for holders, nb in zip(map(tuple, cols.T.tolist()), nbytes.tolist()):
         key = (holders, nb)
@@ -207,8 +208,8 @@ def _choose_ring(state: SlotState, holders: tuple[int, ...], nbytes: float) -> t
 def _group_ring(state: SlotState, holders: tuple[int, ...]) -> tuple[tuple[int, ...], float, float, tuple[int, ...]]:
     """(each holder's successor on the group-order ring, its slowest link bytes/s (times the TP
     degrees' min), its largest latency seconds, the holders sorted): what `_choose_ring` needs
-    of a holders tuple whatever the bucket's size; cached per state."""
-    memo = state.__dict__.setdefault("_ring_group", {})
+    of a holders tuple whatever the bucket's size; cached per state (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_group")
     hit = memo.get(holders)
     if hit is None:
         group = holders[1:] + holders[:1]
@@ -222,8 +223,9 @@ def _group_ring(state: SlotState, holders: tuple[int, ...]) -> tuple[tuple[int, 
 
 def _front_choice(state: SlotState, members: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
     """(cost, each member's successor) of the first ring of the members' front within the _TIE
-    share of the front's least cost for a bucket of nbytes bytes; cached per state."""
-    memo = state.__dict__.setdefault("_ring_front_choice", {})
+    share of the front's least cost for a bucket of nbytes bytes; cached per state
+    (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_front_choice")
     key = (members, nbytes)
     hit = memo.get(key)
     if hit is None:
@@ -238,8 +240,8 @@ def _front_choice(state: SlotState, members: tuple[int, ...], nbytes: float) -> 
 
 def _front_lists(state: SlotState, members: tuple[int, ...]) -> tuple[list[float], list[float], list[tuple[int, ...]]]:
     """`_front` of the members as Python lists: each front ring's slowest link, largest latency
-    and each member's successor (device indices); cached per state."""
-    memo = state.__dict__.setdefault("_ring_front_lists", {})
+    and each member's successor (device indices); cached per state (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_front_lists")
     hit = memo.get(members)
     if hit is None:
         succ, ring_bw, ring_lat = _front(state, members)
@@ -343,7 +345,7 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
     if not spans:
         return 0.0
     cols = [[int(d[bisect_right(c, a)]) for a, _ in spans] for d, c in structure]
-    memo = state.__dict__.setdefault("_ring_choice", {})
+    memo = state.link_memo("_ring_choice")
     bwm, latm = state.bandwidth_rows, state.latency_rows
     c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
     lam = state.allreduce_latency

@@ -144,7 +144,15 @@ class SlotState:
         cache = self.__dict__.setdefault("_at_micro_batch", {})
         if u not in cache:
             cache[u] = replace(self, workload=self.workload.at_micro_batch(u))
+            cache[u].__dict__["_micro_batch_root"] = self
         return cache[u]
+
+    def link_memo(self, name: str) -> dict:
+        """The memo dict `name` for results that depend on the devices, links, TP degrees and
+        parameter bytes alone, not on the micro-batch size: one dict shared by this state and
+        its at_micro_batch copies (cost.sync's ring choices)."""
+        root = self.__dict__.get("_micro_batch_root", self)
+        return root.__dict__.setdefault(name, {})
 
     @cached_property
     def bandwidth_rows(self) -> list[list[float]]:
