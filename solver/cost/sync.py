@@ -91,7 +91,8 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings among every
     directed ring (up to EXACT_RINGS_UP_TO members) or among nearest-neighbour rings from
     NN_STARTS starts (above); ties in the order of enumeration. Cached per state and set
-    (SlotState.link_memo)."""
+    (SlotState.link_memo), and computed once per (bandwidth, latency) edge matrices: it is a
+    function of those alone (positions, not device indices)."""
     memo = state.link_memo("_ring_fronts")
     hit = memo.get(members)
     if hit is not None:
@@ -99,13 +100,18 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     h = np.asarray(members, dtype=int)
     m = len(h)
     bw, lat = _edges(state, h)
-    if m <= EXACT_RINGS_UP_TO:
-        succ = _all_rings(m)
-    else:
-        succ = np.stack([_nn_ring(bw, lat, s) for s in range(min(m, NN_STARTS))])
-    keep, ring_bw, ring_lat = _pareto_rings(np.ascontiguousarray(bw, dtype=float),
-                                            np.ascontiguousarray(lat, dtype=float), succ)
-    memo[members] = hit = (succ[keep], ring_bw[keep], ring_lat[keep])
+    bw, lat = np.ascontiguousarray(bw, dtype=float), np.ascontiguousarray(lat, dtype=float)
+    by_edges = state.link_memo("_ring_fronts_by_edges")      # sets with the same edge figures (like servers)
+    key = (m, bw.tobytes(), lat.tobytes())
+    hit = by_edges.get(key)
+    if hit is None:
+        if m <= EXACT_RINGS_UP_TO:
+            succ = _all_rings(m)
+        else:
+            succ = np.stack([_nn_ring(bw, lat, s) for s in range(min(m, NN_STARTS))])
+        keep, ring_bw, ring_lat = _pareto_rings(bw, lat, succ)
+        hit = by_edges[key] = (succ[keep], ring_bw[keep], ring_lat[keep])
+    memo[members] = hit
     return hit
 
 
