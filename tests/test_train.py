@@ -216,6 +216,49 @@ def test_dropout_masks_do_not_depend_on_the_plan(tmp_path: Path, engine: str) ->
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
 
 
+@pytest.mark.parametrize("engine", ["torch", "hand"])
+def test_recomputation_equals_training_without_it(tmp_path: Path, engine: str) -> None:
+    """Groups with activation recomputation (runtime.recompute: GPipe and 1F1B pipelines, a
+    one-stage group), re-planned mid-run, with per-sample dropout: the same parameters as
+    single-process training without recomputation."""
+    from solver.runtime.examples import mlp64_dropout
+    inst = load_instance(write_instance(tmp_path, mlp64_dropout))
+    p1 = Plan((Group((0, 1), (4, 9), 20, "gpipe", True),
+               Group((2, 3), (6, 9), 12, "1f1b" if engine == "torch" else "gpipe", True)))
+    p2 = Plan((Group((2,), (9,), 8, "gpipe", True), Group((3, 1, 0), (2, 5, 9), 24)))
+    cfg = TrainConfig("solver.runtime.examples:mlp64_dropout", 6, str(tmp_path / "ck"), iterations_per_slot=3,
+                      plans=(plan_to_json(p1), plan_to_json(p2)), engine=engine)
+    launch(inst, cfg)
+    ref, got = reference(6, mlp64_dropout), final_state(tmp_path / "ck", 9)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
+def test_recomputed_stage_runs_its_forward_again_with_the_same_masks() -> None:
+    """run_recomputed: the layers' forward runs once more inside the backward, under the rows
+    that were in flight at the forward (the runtime's rows moved on in between, as under
+    1F1B), and the gradients equal those without recomputation."""
+    from solver.runtime import seeding
+    from solver.runtime.recompute import run_recomputed
+    torch.manual_seed(0)
+    mods = [nn.Linear(6, 6).double(), seeding.SeededDropout(0.5, 0), nn.Tanh(), nn.Linear(6, 2).double()]
+    calls = []
+    mods[0].register_forward_hook(lambda *a: calls.append(1))
+    x = torch.randn(4, 6, dtype=torch.float64)
+    grads = []
+    for recompute in (False, True):
+        for m in mods:
+            m.zero_grad()
+        with seeding.micro_batch(3, 8):
+            out = run_recomputed(mods, x) if recompute else nn.Sequential(*mods)(x)
+        with seeding.micro_batch(3, 100):       # another micro-batch in flight at the backward
+            out.sum().backward()
+        grads.append([p.grad.clone() for m in mods for p in m.parameters()])
+    assert len(calls) == 3                      # once without, twice with recomputation
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def reference_micro(steps: int, factory, shares: list[int]) -> dict[str, torch.Tensor]:
     """Single-process training that splits each batch as a plan does: per group (`shares`,
     in order) micro-batches of U samples, each loss scaled by size / share, the group's
@@ -529,9 +572,11 @@ def test_semantics_refused_and_caller_model_untouched() -> None:
 
 def test_unsupported_plan_features_named() -> None:
     p = Plan((Group((0, 1), (3, 7), 16, "1f1b"), Group((2,), (7,), 16, "gpipe", True)))
-    assert unsupported(p) == ["group 1: recompute (activation recomputation is not implemented)"]
+    assert unsupported(p) == []
     bad = unsupported(p, engine="hand")
-    assert len(bad) == 2 and "'1f1b' needs engine 'torch'" in bad[0]
+    assert len(bad) == 1 and "'1f1b' needs engine 'torch'" in bad[0]
+    tp_rc = Plan((Group((0, 2), (3, 7), 32, "gpipe", True, tp_peers=((), (3,))),))
+    assert "recompute on a tensor-parallel stage" in unsupported(tp_rc, blocks=blocks_of(mlp64().model))[0]
     assert unsupported(Plan((Group((0,), (7,), 32),))) == []
     tp = Plan((Group((0, 2), (3, 7), 32, tp_peers=((), (3,))),))
     assert unsupported(tp) == ["group 0, stage 1 (layers 3..6): tensor parallelism of degree 2 over devices "

@@ -14,6 +14,7 @@ from torch import nn
 
 from .layout import StageRole, micro_sizes
 from .placement import synchronizer
+from .recompute import run_recomputed
 from .tp_sync import counted
 
 CPU = torch.device("cpu")
@@ -43,7 +44,8 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
                   y: torch.Tensor | None, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                   micro_batch: int, batch: int, in_shape: Sequence[int], in_dtype: torch.dtype,
                   device: torch.device, pad: Pad | None = None, repeat: int = 1,
-                  step: int | None = None, amp: torch.dtype | None = None) -> tuple[float, float]:
+                  step: int | None = None, amp: torch.dtype | None = None,
+                  recompute: bool = False) -> tuple[float, float]:
     """Accumulate this stage's gradients for one iteration, already scaled by share / batch;
     return the stage's forward and backward compute seconds (receive waits excluded).
 
@@ -57,7 +59,8 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     torch.autograd.grad (results dropped), so gradients are unchanged. step: the global
     batch's index, for per-sample dropout (runtime.seeding; the micro-batch's rows are
     role.offset + its start). amp: run the forward passes and the loss under
-    torch.autocast(device.type, amp) (TrainSpec.autocast).
+    torch.autocast(device.type, amp) (TrainSpec.autocast). recompute: the stage's layers run
+    checkpointed (runtime.recompute), their forward again inside the backward.
     """
     mods = [layers[i] for i in role.layers]
     sizes = micro_sizes(role.share, micro_batch)
@@ -80,9 +83,12 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         sync()
         t0 = time.perf_counter()
         with holding_rows(step, role.offset + start) if step is not None else contextlib.nullcontext(), cast:
-            out = inp
-            for mod in mods:
-                out = mod(out)
+            if recompute:
+                out = run_recomputed(mods, inp)
+            else:
+                out = inp
+                for mod in mods:
+                    out = mod(out)
             if last:
                 out = loss_fn(out, y[start:start + s]) * (s / role.share)
             if repeat > 1:

@@ -218,7 +218,7 @@ def _train(rank: int, job: Job, device: torch.device) -> RunResult | None:
                               x[rows].to(device) if role.prev is None else None,
                               y[rows].to(device) if role.next is None else None,
                               job.loss_fn, job.micro_batch, job.data.batch, shape, dtype,
-                              device, slot.pads.get(rank))
+                              device, slot.pads.get(rank), recompute=slot.plan.groups[role.group].recompute)
                 sync_and_step(rank, held, role.layers, bucket_groups)
             elapsed.append(time.perf_counter() - t0)
         t = torch.tensor(elapsed, dtype=torch.float64, device=device)

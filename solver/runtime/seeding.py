@@ -41,6 +41,12 @@ def set_micro_batch(step: int, first: int) -> None:
     _STATE.update(step=int(step), first=int(first))
 
 
+def rows_now() -> tuple[int | None, int]:
+    """(step, first): the global batch and first row that forward passes now hold (step None:
+    none set)."""
+    return _STATE["step"], _STATE["first"]
+
+
 def _seed(seed: int, step: int, sample: int, site: int) -> int:
     h = hashlib.blake2b(f"{seed}:{step}:{sample}:{site}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "little") & ((1 << 63) - 1)

@@ -31,6 +31,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from .layout import StageRole
 from .placement import synchronizer
+from .recompute import Recomputed
 from .seeding import set_micro_batch
 from .tp_stage import END, TPLeader
 
@@ -158,8 +159,10 @@ class TorchStage:
     def __init__(self, role: StageRole, layers: Mapping[int, nn.Module], group_ranks: Sequence[int],
                  pg: object, schedule: str, micro_batch: int, batch: int,
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device,
-                 repeat: int = 1, amp: torch.dtype | None = None, tp_pg: Any = None) -> None:
-        """tp_pg: the stage's TP process group when role.tp (this rank is its leader: runtime.tp_stage)."""
+                 repeat: int = 1, amp: torch.dtype | None = None, tp_pg: Any = None,
+                 recompute: bool = False) -> None:
+        """tp_pg: the stage's TP process group when role.tp (this rank is its leader: runtime.tp_stage);
+        recompute: the stage runs checkpointed (runtime.recompute; not with TP)."""
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {sorted(SCHEDULES)}, got {schedule!r}")
         if role.share % micro_batch:
@@ -175,8 +178,12 @@ class TorchStage:
         if role.tp and repeat > 1:
             raise ValueError(f"group {role.group}, stage {role.stage}: repeat {repeat} on a tensor-parallel stage "
                              "(emulated slow devices run without TP)")
+        if role.tp and recompute:
+            raise ValueError(f"group {role.group}, stage {role.stage}: recomputation on a tensor-parallel stage "
+                             "(not implemented)")
         self.leader = TPLeader(self.module, tp_pg, role.tp[0], device) if role.tp else None
-        run = Repeated(self.module, repeat) if repeat > 1 else (self.leader if self.leader is not None else self.module)
+        inner = Recomputed(self.module) if recompute else self.module
+        run = Repeated(inner, repeat) if repeat > 1 else (self.leader if self.leader is not None else inner)
         self.clock = _Clock(run, lambda m: role.offset + m * micro_batch, synchronizer(device))
         self.stage = PipelineStage(run, role.stage, k, device, group=pg)
         order = sorted(group_ranks)  # a process group's ranks are sorted

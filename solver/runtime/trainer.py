@@ -129,25 +129,28 @@ class TrainConfig:
                 "policy": "given" if self.plans else self.policy, "V": float(self.V)}
 
 
-RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,), recompute=False)
-"""The controller's search options without a model to check (no tensor parallelism, no
-activation recomputation); `runtime_options` gives those of a model."""
+RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
+"""The controller's search options without a model to check (no tensor parallelism;
+activation recomputation, which the runtime runs with torch.utils.checkpoint:
+runtime.recompute); `runtime_options` gives those of a model."""
 
 
 def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig | None = None) -> SolveOptions:
     """The controller's search options for a job on `blocks`: the TP degrees at which every
     block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
-    (`repeat`, whose extra passes would repeat the TP collectives), no recomputation."""
+    (`repeat`, whose extra passes would repeat the TP collectives); recomputation where no
+    TP degree is searched (the runtime recomputes on stages of one device only)."""
     if blocks is None or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
         return RUNTIME_OPTIONS
-    return replace(RUNTIME_OPTIONS, tp_degrees=degrees_for(blocks))
+    degrees = degrees_for(blocks)
+    return replace(RUNTIME_OPTIONS, tp_degrees=degrees, recompute=tuple(degrees) == (1,))
 
 
 def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None) -> list[str]:
     """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
-    1F1B or a TP stage inside a pipeline on the hand-written engine, recomputation, a TP
-    stage whose layers cannot be split: runtime.tensor_parallel.problems, or any TP stage
-    when `blocks` is not given), one line each."""
+    1F1B or a TP stage inside a pipeline on the hand-written engine, recomputation on a TP
+    stage, a TP stage whose layers cannot be split: runtime.tensor_parallel.problems, or any
+    TP stage when `blocks` is not given), one line each."""
     out = []
     for gi, g in enumerate(plan.groups):
         sched = getattr(g, "schedule", "gpipe")
@@ -155,10 +158,12 @@ def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Mod
             out.append(f"group {gi}: schedule {sched!r} (the runtime executes 'gpipe' and '1f1b')")
         elif sched == "1f1b" and engine == "hand" and g.num_stages > 1:
             out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
-        if getattr(g, "recompute", False):
-            out.append(f"group {gi}: recompute (activation recomputation is not implemented)")
         for j, ((d, a, b), peers) in enumerate(zip(g.stages(), g.tp_peers or ())):
             if not peers:
+                continue
+            if getattr(g, "recompute", False):
+                out.append(f"group {gi}, stage {j} (layers {a}..{b - 1}): recompute on a tensor-parallel stage "
+                           "(activation recomputation runs on stages of one device)")
                 continue
             where = (f"group {gi}, stage {j} (layers {a}..{b - 1}): tensor parallelism of degree "
                      f"{1 + len(peers)} over devices {[d, *peers]}")
@@ -559,7 +564,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             tstage = TorchStage(role, {i: held[i].module for i in role.layers}, g.devices,
                                 groups[tuple(sorted(g.devices))], g.schedule, g.micro_batch or wl.micro_batch, B,
                                 spec.loss, dev, repeat, spec.autocast,
-                                groups[tuple(sorted(role.tp))] if role.tp else None)
+                                groups[tuple(sorted(role.tp))] if role.tp else None, g.recompute)
         elif role is not None and role.tp and any(rank in g.all_devices for g in piped):
             g = rplan.groups[role.group]
             tstage = TPFollower(role, torch.nn.Sequential(*(held[i].module for i in role.layers)),
@@ -616,7 +621,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                                          x if role.prev is None else None, y if role.next is None else None,
                                          spec.loss, rplan.groups[role.group].micro_batch or wl.micro_batch, B,
                                          shapes[role.first][0], shapes[role.first][1], dev, None, repeat, step,
-                                         spec.autocast)
+                                         spec.autocast, rplan.groups[role.group].recompute)
                 c = f + b
             s1 = time.perf_counter()
             others.stop()
