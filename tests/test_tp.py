@@ -480,3 +480,26 @@ def test_few_units_are_of_the_slowest_devices(tmp_path):
     assert sorted(configuration_units(s, cfg)) == [(0, 1), (2, 3)]
     assert sorted(configuration_units(s, cfg, few=1)) == [(0, 1), (2,), (3,)]
     assert sorted(configuration_units(s, cfg, few=5)) == [(0, 1), (2, 3)]
+
+
+def test_recompute_tp_false_keeps_recomputation_out_of_tp_configurations(tmp_path: Path) -> None:
+    """SolveOptions.recompute_tp=False (the training runtime's): a search on a state with TP
+    units of two devices may not choose recomputation there, on the physical state it may;
+    the default allows it on both; and the runtime's controller options plan none on a TP
+    stage."""
+    import numpy as np
+    from solver import SolveOptions, solve_slot
+    from solver.solve.scoring import Scorer
+    from solver.solve.tp import units_state
+    from solver.subproblems.cache import SlotCache
+    inst = instance(tmp_path, FOUR, memory_gb=16)
+    st = inst.state(0)
+    cache = SlotCache(st)
+    ust, ucache = units_state(st, [(0, 1), (2, 3)], cache)
+    Q = np.zeros(len(st.budgets))
+    no = SolveOptions(recompute_tp=False)
+    assert not any(rc for _, rc in Scorer(ust, Q, 1.0, no, None, cache=ucache).variants)
+    assert any(rc for _, rc in Scorer(st, Q, 1.0, no, None, cache=cache).variants)
+    assert any(rc for _, rc in Scorer(ust, Q, 1.0, SolveOptions(), None, cache=ucache).variants)
+    plan = solve_slot(st, V=1.0, options=no).plan
+    assert not any(g.recompute and any(g.tp_peers or ()) for g in plan.groups)

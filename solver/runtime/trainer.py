@@ -129,21 +129,21 @@ class TrainConfig:
                 "policy": "given" if self.plans else self.policy, "V": float(self.V)}
 
 
-RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
+RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,), recompute_tp=False)
 """The controller's search options without a model to check (no tensor parallelism;
-activation recomputation, which the runtime runs with torch.utils.checkpoint:
-runtime.recompute); `runtime_options` gives those of a model."""
+activation recomputation, which the runtime runs with torch.utils.checkpoint on stages of
+one device: runtime.recompute); `runtime_options` gives those of a model."""
 
 
 def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig | None = None) -> SolveOptions:
     """The controller's search options for a job on `blocks`: the TP degrees at which every
     block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
-    (`repeat`, whose extra passes would repeat the TP collectives); recomputation where no
-    TP degree is searched (the runtime recomputes on stages of one device only)."""
+    (`repeat`, whose extra passes would repeat the TP collectives); recomputation outside TP
+    configurations (SolveOptions.recompute_tp False: the runtime recomputes stages of one
+    device only)."""
     if blocks is None or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
         return RUNTIME_OPTIONS
-    degrees = degrees_for(blocks)
-    return replace(RUNTIME_OPTIONS, tp_degrees=degrees, recompute=tuple(degrees) == (1,))
+    return replace(RUNTIME_OPTIONS, tp_degrees=degrees_for(blocks))
 
 
 def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None) -> list[str]:

@@ -233,7 +233,10 @@ class SolveOptions:
     schedules: also try 1F1B and activation recomputation per group where a memory cap binds
     (solve.schedules; False: GPipe without recomputation only, except plans the baselines or
     the previous plan bring); recompute: with schedules, activation recomputation may be chosen
-    too (False: 1F1B only, for a runtime that cannot recompute); tp_degrees: tensor-parallel
+    too (False: 1F1B only, for a runtime that cannot recompute); recompute_tp: with recompute,
+    recomputation may be chosen in TP configurations too (False: a search on a state with TP
+    units of more than one device chooses none there, for a runtime that recomputes stages
+    of one device only: solver.runtime); tp_degrees: tensor-parallel
     degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP);
     classes: "both" (the default): where a slot's available devices form a pool of few large
     classes of interchangeable devices (solve.classes; SearchTuning.class_from_devices etc. say
@@ -257,6 +260,7 @@ class SolveOptions:
     tuning: SearchTuning = field(default_factory=SearchTuning)
     schedules: bool = True
     recompute: bool = True
+    recompute_tp: bool = True
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     classes: str = "both"
     pause_gc: bool = True

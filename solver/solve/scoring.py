@@ -117,7 +117,8 @@ class Scorer:
         self._params, self._param_room = param_room(state)
         self._room_list = self._param_room.tolist()
         self._rooms: dict[int, tuple[float, list[float]]] = {}
-        self.variants = allowed_variants(options.recompute)
+        self.variants = allowed_variants(options.recompute and (options.recompute_tp or state.tp is None
+                                                               or max(state.tp) == 1))
         """The (schedule, recompute) variants this search may choose besides GPipe."""
         t = self.tuning = options.tuning
         self.n_avail = len(state.available_indices)
