@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..model.memory import MEM_RTOL, NO_CAP, SCHEDULES, share_cap
+from ..model.memory import MEM_RTOL, NO_CAP, SCHEDULES, StageMemory, share_cap
 from ..model.network import effective_bandwidth
 from ..model.state import SlotState
 
@@ -109,9 +109,11 @@ class GroupCoeffs:
 
 def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
                  schedule: str = "gpipe", recompute: bool = False,
-                 times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> GroupCoeffs:
-    """GroupCoeffs of an ordered, cut group; times: its stage_times when the caller has them
-    (the same arrays; they do not depend on the schedule)."""
+                 times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                 memory: StageMemory | None = None) -> GroupCoeffs:
+    """GroupCoeffs of an ordered, cut group; times and memory: its stage_times and
+    model.memory.stage_memory when the caller has them (the same arrays; they do not depend
+    on the schedule)."""
     if state.network is None and state.tp is None and schedule in SCHEDULES and len(devices) == len(cuts) > 0:
         gc = _plain_group_coeffs(state, devices, cuts, schedule, recompute)
         if gc is not None:
@@ -121,7 +123,7 @@ def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
     extra_w = state.extra_power_w[np.asarray(devices, dtype=int)]
     busy = F + G + F if recompute else F + G
     return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), alpha, beta,
-                       share_cap(state, devices, cuts, schedule, recompute), F, G, lam, extra_w * busy,
+                       share_cap(state, devices, cuts, schedule, recompute, memory), F, G, lam, extra_w * busy,
                        schedule, bool(recompute))
 
 

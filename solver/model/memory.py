@@ -92,18 +92,28 @@ def _use(kopt: float, u: int, P: np.ndarray, H: np.ndarray, I: np.ndarray | None
     return kopt * P + live * H
 
 
-def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
-              schedule: str = "gpipe", recompute: bool = False) -> int:
-    """Largest share (multiple of u) within every stage's memory (as Plan.validate checks it,
-    up to MEM_RTOL); 0 when none fits, NO_CAP when memory does not bind."""
-    _check_schedule(schedule)
-    wl = state.workload
+StageMemory = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""Per stage of an ordered, cut group: (P_j, H_j, device memory M_j with MEM_RTOL, I_j)."""
+
+
+def stage_memory(state: SlotState, devices: Sequence[int], cuts: Sequence[int]) -> StageMemory:
+    """The numbers share_cap reads of a group, whatever its schedule (bytes)."""
     P, H = stage_params_and_stash(state, cuts, devices)
     M = state.memory_bytes[np.asarray(devices, dtype=int)] * (1 + MEM_RTOL)
-    X = stage_input_bytes(state, cuts) if recompute else H
-    return int(_share_cap(float(wl.opt_factor), int(wl.micro_batch), np.ascontiguousarray(P, dtype=float),
-                          np.ascontiguousarray(H, dtype=float), np.ascontiguousarray(M, dtype=float),
-                          np.ascontiguousarray(X, dtype=float), bool(recompute), schedule == "1f1b"))
+    return (np.ascontiguousarray(P, dtype=float), np.ascontiguousarray(H, dtype=float),
+            np.ascontiguousarray(M, dtype=float), np.ascontiguousarray(stage_input_bytes(state, cuts), dtype=float))
+
+
+def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
+              schedule: str = "gpipe", recompute: bool = False, memory: StageMemory | None = None) -> int:
+    """Largest share (multiple of u) within every stage's memory (as Plan.validate checks it,
+    up to MEM_RTOL); 0 when none fits, NO_CAP when memory does not bind. memory: the group's
+    stage_memory when the caller has it (the same numbers)."""
+    _check_schedule(schedule)
+    wl = state.workload
+    P, H, M, I = stage_memory(state, devices, cuts) if memory is None else memory
+    return int(_share_cap(float(wl.opt_factor), int(wl.micro_batch), P, H, M, I if recompute else H,
+                          bool(recompute), schedule == "1f1b"))
 
 
 @njit(cache=True)

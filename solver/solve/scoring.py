@@ -701,11 +701,14 @@ def param_room(state: SlotState) -> tuple[float, np.ndarray]:
     room = np.array(state.memory_bytes, dtype=float)
     if state.tp is not None:
         pos = need > 0
+        rho: dict[int, float] = {}
         for i, t in enumerate(state.tp):
             if t > 1 and pos.any():
-                wt = state.workload_at(t)
-                need_t = wt.opt_factor * np.asarray(wt.param_bytes, float) + wt.micro_batch * np.asarray(wt.stash_bytes, float)
-                room[i] /= max(float(np.min(need_t[pos] / need[pos])), 1e-12)
+                if t not in rho:
+                    wt = state.workload_at(t)
+                    need_t = wt.opt_factor * np.asarray(wt.param_bytes, float) + wt.micro_batch * np.asarray(wt.stash_bytes, float)
+                    rho[t] = max(float(np.min(need_t[pos] / need[pos])), 1e-12)
+                room[i] /= rho[t]
     return float(need.sum()), room * (1 + 1e-9)
 
 

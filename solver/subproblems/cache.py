@@ -15,7 +15,7 @@ import numpy as np
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.pipeline import GroupCoeffs, group_coeffs, stage_times
 from ..cost.sync import sync_time
-from ..model.memory import share_cap
+from ..model.memory import StageMemory, share_cap, stage_memory
 from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
 from ..model.state import SlotState
@@ -120,7 +120,7 @@ class SlotCache:
         self._link_class: dict[tuple, int] = {}
         self._pair_class: dict[tuple[int, int], int] = {}
         self._sync: dict[tuple, float] = {}
-        self._times: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._times: dict[tuple, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], StageMemory]] = {}
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
@@ -439,14 +439,15 @@ class SlotCache:
                 gc = self._coeffs[key] = replace(twin, devices=key[0])
                 return gc
             st = self.state
-            times = None
-            if st.network is not None or st.tp is not None:     # no compiled path: share the stage times
-                times = self._times.get(key[:2])
-                if times is None:
+            times = memory = None
+            if st.network is not None or st.tp is not None:     # no compiled path: share the stage numbers
+                got = self._times.get(key[:2])
+                if got is None:
                     if len(self._times) >= MAX_STAGE_TIMES:
                         self._times.pop(next(iter(self._times)))
-                    times = self._times[key[:2]] = stage_times(st, devices, cuts)
-            gc = self._coeffs[key] = group_coeffs(st, devices, cuts, schedule, recompute, times)
+                    got = self._times[key[:2]] = (stage_times(st, devices, cuts), stage_memory(st, devices, cuts))
+                times, memory = got
+            gc = self._coeffs[key] = group_coeffs(st, devices, cuts, schedule, recompute, times, memory)
             if len(self._twin_coeffs) >= MAX_STAGE_TIMES:
                 self._twin_coeffs.pop(next(iter(self._twin_coeffs)))
             self._twin_coeffs[twin_key] = gc
