@@ -544,16 +544,18 @@ def _structure(sc: Scorer, index: Sequence[Sequence[int]], combo: Combination) -
                  for o in combo for g, d in enumerate(o.shape.groups(index)))
 
 
-def _score_combo(sc: Scorer, s: tuple, source: str) -> Scored | None:
-    """Score s, then its memory reliefs where a cap binds (the best of them)."""
-    best = sc.score(s, source=source)
+def _score_combo(sc: Scorer, s: tuple, source: str, bound: float = math.inf) -> Scored | None:
+    """Score s, then its memory reliefs where a cap binds (the best of them); each left
+    unscored where its own lower bound (Scorer.score) is above `bound`, so that the result is
+    exact whenever the best of them is below `bound`."""
+    best = sc.score(s, source=source, bound=bound)
     fixes = [("+mem", sc.relieve_memory)]
     if sc.opt.schedules:
         fixes.append(("+schedule", lambda x: relieve_by_schedule(sc, x)))
     for how, fix in fixes:
         s2 = fix(s)
         if s2 is not None:
-            got = sc.score(s2, source=source + how)
+            got = sc.score(s2, source=source + how, bound=bound)
             if got is not None and (best is None or better_scored(got, best)):
                 best = got
     return best
@@ -660,15 +662,23 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
     k = len(classes)
     scored: dict[Combination, Scored | None] = {}
 
+    kind_best = {False: math.inf, True: math.inf}      # least objective scored, without / with a chain
+
     def exact(combo: Combination) -> Scored | None:
+        """The combination scored exactly; left unscored (None) where its lower bound is above
+        the best of its kind so far, which it then cannot beat (nor become its kind's best,
+        from which the swap descent starts)."""
         if combo not in scored:
             degs = [1] * k
             for o in combo:
                 for c, t, _ in o.shape.chain:
                     degs[c] = t
             ust, sc, index = configs.get(tuple(degs))
-            scored[combo] = _score_combo(sc, _structure(sc, index, combo),
-                                         " + ".join(describe_option(o, classes) for o in combo))
+            kind = len(combo[0].shape.chain) > 1
+            got = scored[combo] = _score_combo(sc, _structure(sc, index, combo),
+                                               " + ".join(describe_option(o, classes) for o in combo), kind_best[kind])
+            if got is not None:
+                kind_best[kind] = min(kind_best[kind], got.objective)
         return scored[combo]
 
     for i, combo in enumerate(combos):

@@ -365,9 +365,10 @@ class Scorer:
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, s: Structure, shares: Sequence[int] | None = None, source: str = "",
-              prune: bool = False) -> Scored | None:
+              prune: bool = False, bound: float = math.inf) -> Scored | None:
         """Score a structure (exact integer shares unless given); None when infeasible, or
-        (with prune) when a lower bound shows it cannot beat the incumbent."""
+        (with prune) when a lower bound shows it cannot beat the incumbent, or when one shows
+        its objective above `bound` (a caller's incumbent elsewhere: solve.classes)."""
         if not s:
             return None
         key = (s, None if shares is None else tuple(shares))
@@ -388,6 +389,8 @@ class Scorer:
         # z >= B / sum(1/alpha) and z >= max beta + u alpha: a bound before anything costly
         # (plain floats, the same values as numpy's)
         zlb = max(self.B / float_sum([1.0 / a for a in a_list]), max(b + u * a for a, b, u in zip(a_list, b_list, us)))
+        if self.V * zlb > bound:        # its objective W (z + ...) + q b + qF >= V zlb: above the caller's bound
+            return None
         if prune and best is not None:
             if self.V * zlb > best.objective:
                 self.pruned_charged += 1
