@@ -344,3 +344,27 @@ def test_pruned_degree_pairs_change_no_plan_on_a_mixed_pool(tmp_path) -> None:
     finally:
         classes_mod._inverted = keep
     assert with_rule.objective == pytest.approx(without.objective, rel=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), frac=st.floats(0.5, 1.5))
+def test_a_bound_on_score_never_drops_a_structure_below_it(seed, frac) -> None:
+    """Scorer.score(..., bound=b) (the class search's pruning of exactly scored combinations)
+    returns None only for structures whose objective is above b, and otherwise exactly what
+    scoring without the bound returns: the candidate plans of a small random slot, each
+    scored on fresh Scorers with a bound at `frac` times its own objective."""
+    from solver.io.synthetic import random_state
+    state = random_state(seed, n=4, L=8)
+    res = solve_slot(state, V=1.0, options=SolveOptions(keep_candidates=True, classes="off"))
+    Q = np.zeros(len(state.budgets))
+    for plan, _, _ in res.candidate_pool[:12]:
+        s = tuple(group_entry(g, state.workload.micro_batch) for g in plan.groups)
+        free = Scorer(state, Q, 1.0, SolveOptions(), None, cache=SlotCache(state)).score(s)
+        if free is None:
+            continue
+        b = frac * free.objective
+        got = Scorer(state, Q, 1.0, SolveOptions(), None, cache=SlotCache(state)).score(s, bound=b)
+        if got is None:
+            assert free.objective > b
+        else:
+            assert got.objective == free.objective and got.plan == free.plan
