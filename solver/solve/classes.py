@@ -52,7 +52,10 @@ screened in closed form.
    configuration (solve.scoring.Scorer.score: exact integer shares, sync, migration, costs),
    then re-cut for memory where a cap binds (Scorer.relieve_memory,
    schedules.relieve_by_schedule); then a descent swaps one class's option at a time
-   (`_swap_descent`; a chain stays). The best of these and of the fixed candidates
+   (`_swap_descent`; a chain stays). A combination (or relief) whose lower bound V z_lb
+   (Scorer.score) is above the best objective scored so far among combinations of its kind
+   (with a chain, or without) is left unscored: it can be neither the result nor the best
+   of its kind, from which the descent starts. The best of these and of the fixed candidates
    (baselines, the cheapest plan, the previous plan: solve.incumbents) is the result.
 
 Plans outside these shapes (two shapes in one class, TP degrees mixed inside one class's
@@ -65,7 +68,7 @@ and the message says how many options
 and combinations were screened and scored. A time limit (SolveOptions.time_limit_s, one
 deadline for the whole solve) stops it between shapes, between exactly scored combinations
 (the screen's best is always scored) and in the descent, and the message says how far it got;
-the device-level search of "both" then gets what is left. It takes 0.1-0.5 s on 32-48 GPUs
+the device-level search of "both" then gets what is left. It takes 0.05-0.5 s on 32-48 GPUs
 (benchmarks/bench_classes.py).
 """
 from __future__ import annotations
@@ -561,23 +564,27 @@ def _score_combo(sc: Scorer, s: tuple, source: str, bound: float = math.inf) -> 
     return best
 
 
-def _swap_descent(exact, scored: dict, options: Sequence[Option], k: int, swaps: int, B: int,
+def swap_candidates(options: Sequence[Option], swaps: int, B: int) -> dict[int, list[Option]]:
+    """Per class, its best `swaps` single-class shapes, each at its best micro-batch size and
+    schedule by the time it would take the whole batch alone, caps aside (Option.solo)."""
+    per_class: dict[int, list[Option]] = {}
+    for o in sorted((o for o in options if len(o.shape.chain) == 1), key=lambda o: o.solo(B)):
+        mine = per_class.setdefault(o.shape.chain[0][0], [])
+        if len(mine) < swaps and all(x.shape != o.shape for x in mine):
+            mine.append(o)
+    return per_class
+
+
+def _swap_descent(exact, scored: dict, per_class: dict[int, list[Option]], k: int,
                   chained: bool = False, deadline: float = math.inf) -> None:
     """From the best exactly scored combination, replace one class's single-class option by
-    each of that class's best `swaps` shapes (each at its best micro-batch size and schedule by
-    the time it would take the whole batch alone, caps aside), add the class where it is left
+    each of that class's candidates (`per_class`: swap_candidates), add the class where it is left
     out, or leave it out (a chain stays as it is); keep the first change that lowers the exact
     objective; until none does. Among combinations without a chain, or (chained) with one: a
     chain over every class leaves nothing to swap, and the best single-class combination must
     still get its descent. Stops once `deadline` has passed. The screen leaves out the sync between classes, so its ranking of a
     class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
     servers the best combination of the screen was 5.9% above this descent's)."""
-    per_class: dict[int, list[Option]] = {}
-    for o in sorted(options, key=lambda o: o.solo(B)):
-        if len(o.shape.chain) == 1:
-            mine = per_class.setdefault(o.shape.chain[0][0], [])
-            if len(mine) < swaps and all(x.shape != o.shape for x in mine):
-                mine.append(o)
     while not past(deadline):
         live = [(x, v) for x, v in scored.items() if v is not None and (len(x[0].shape.chain) > 1) == chained]
         if not live:
@@ -685,8 +692,9 @@ def _solve_on(state: SlotState, classes: Sequence[DeviceClass], Q: np.ndarray, V
         if i and past(deadline):        # the screen's best is always scored
             break
         exact(combo)
+    per_class = swap_candidates(options, opt.tuning.class_swaps, sc0.B)
     for chained in (False, True):
-        _swap_descent(exact, scored, options, k, opt.tuning.class_swaps, sc0.B, chained, deadline)
+        _swap_descent(exact, scored, per_class, k, chained, deadline)
     # the fixed candidates on the physical slot, then each configuration's best
     phys = Scorer(state, Q, V, opt, previous_plan, cache=cache)
     score_incumbents(state, phys, Q, previous_plan, recut_previous=False)
