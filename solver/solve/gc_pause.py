@@ -3,7 +3,9 @@
 A solve creates tens of thousands of short-lived tuples, dicts and small objects, almost none of
 them in reference cycles: reference counting frees them. Each pass of the cyclic collector
 still walks every tracked object of the process (numba, numpy and the caller's own objects:
-over 100 000 of them), and on a 32-GPU class search those passes took 10-25% of the time.
+over 100 000 of them): on Sailor's 32-GPU case the class search took 2-18% longer (median
+pair, between runs) and 7-12% longer in the mean with the collector running, 1-2% on 8 and
+16 devices (benchmarks/bench_gc.py).
 Pausing it is safe for memory here: whatever cycles the solve leaves are collected at the
 collector's next pass after the solve.
 

@@ -241,12 +241,12 @@ class SolveOptions:
     classes: "both" (the default): where a slot's available devices form a pool of few large
     classes of interchangeable devices (solve.classes; SearchTuning.class_from_devices etc. say
     when), the class-level search runs beside the device-level search and the better plan is
-    returned; "auto": the class-level search alone there (2-6x faster in median, within 1% on
+    returned; "auto": the class-level search alone there (3.5-8.4x faster in median, within 1% on
     143 of 148 clusters measured, up to 9.6% worse on others: benchmarks/bench_classes.py);
     "off": the device-level search alone; pause_gc: pause Python's cyclic garbage collector
     for the solve (solve.gc_pause; restored when it returns or raises): the solve allocates
     many short-lived container objects, and the collector's passes over the whole process
-    cost up to a quarter of a solve's time when they come (benchmarks/bench_gc.py)."""
+    cost up to a sixth of a 32-GPU solve's time when they come (benchmarks/bench_gc.py)."""
 
     exact: bool = False
     max_groups: int | None = None
