@@ -186,11 +186,20 @@ class SlotState:
         return self._layer_seconds(1)
 
     def _layer_seconds(self, which: int) -> np.ndarray:
+        """layer_fwd_seconds (which 0) or layer_bwd_seconds (1); a row computed once per
+        (kind, degree, speed factor, speed, TP link), every input it has."""
         wl = self.workload
         flops = wl.fwd_flops if which == 0 else wl.bwd_flops
         out = np.empty((self.n, wl.num_layers))
+        done: dict[tuple, int] = {}
         for i, d in enumerate(self.devices):
             t = self.degree(i)
+            key = (d.kind, t, float(self.speed_factor[i]), float(self.speed[i]),
+                   None if self.tp_link is None else tuple(np.asarray(self.tp_link[i], dtype=float).tolist()))
+            if key in done:
+                out[i] = out[done[key]]
+                continue
+            done[key] = i
             m = self.workload_at(t).measured.get(d.kind) if t > 1 else None
             if m is not None:
                 out[i] = np.asarray(m[which], dtype=float) / max(self.speed_factor[i], 1e-300)
