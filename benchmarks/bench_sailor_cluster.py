@@ -13,7 +13,8 @@ degree, schedule, shares), its batch time, USD per iteration and planning time, 
 tp 1 only; beside the best baseline (tp 1) and the best Megatron-style uniform (dp, tp, pp) grid
 point, all scored in the same model. With --against COMMIT, the planning time of this tree's
 solve_slot and of COMMIT's (a `git worktree` in a temporary folder) on the same instances, each
-in its own process after one untimed warm-up solve, R rounds in turn (old, new, old, ...), the
+in its own process after one untimed warm-up solve, each timed solve on a freshly loaded state
+(nothing kept from an earlier solve), R rounds in turn (old, new, old, ...), the
 least CPU time (process seconds, which a shared machine's other work inflates less than wall
 time; the solver is single-threaded) of each kept: their ratio is what to read on a loaded machine.
 In trees that have SolveOptions.classes, the device-level search ("off") and the class-level search
@@ -153,14 +154,16 @@ bench.DATA = Path({data!r})
 from solver import SolveOptions, load_instance, solve_slot
 out = {{}}
 for model in {models!r}:
-    with tempfile.TemporaryDirectory() as tmp:
-        state = load_instance(bench.toml(Path(tmp), {batch}, {micro}, model, kinds={kinds!r}, nodes={nodes})).state(0)
-    solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=(1,)))
+    def fresh():
+        with tempfile.TemporaryDirectory() as tmp:
+            return load_instance(bench.toml(Path(tmp), {batch}, {micro}, model, kinds={kinds!r}, nodes={nodes})).state(0)
+    solve_slot(fresh(), V=1.0, options=SolveOptions(tp_degrees=(1,)))
     modes = [None]
     if "classes" in SolveOptions.__dataclass_fields__:     # trees since session 17: the class-level search alone too
         modes = ["off", "auto"]
     for degs in ((1,), (1, 2, 4, 8)):
         for mode in modes:
+            state = fresh()             # nothing kept on the state from an earlier solve
             t0 = time.process_time()
             res = solve_slot(state, V=1.0, options=SolveOptions(tp_degrees=degs) if mode is None else
                              SolveOptions(tp_degrees=degs, classes=mode))
