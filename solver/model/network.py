@@ -28,6 +28,7 @@ search and evaluate agree. Re-planning transfers
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -49,10 +50,20 @@ class Network:
     egress: np.ndarray | None = None
     zones: tuple[str | None, ...] = ()
 
-    @property
+    @cached_property
     def shares_nics(self) -> bool:
         """True when some server declares a finite NIC bandwidth."""
         return bool(np.isfinite(self.nic).any())
+
+    @cached_property
+    def server_list(self) -> list[int]:
+        """server as Python ints (the same indices)."""
+        return [int(s) for s in self.server]
+
+    @cached_property
+    def nic_list(self) -> list[float]:
+        """nic as Python floats (the same numbers)."""
+        return [float(x) for x in self.nic]
 
 
 def fitted_bandwidth(fit: np.ndarray, cap: np.ndarray, message_bytes: np.ndarray) -> np.ndarray:
@@ -83,6 +94,8 @@ def effective_bandwidth(network: Network | None, bandwidth: np.ndarray, src: np.
     if network.fit is not None:
         bw = fitted_bandwidth(network.fit[src, dst], bw, np.broadcast_to(message_bytes, bw.shape))
     if network.shares_nics:
+        if len(src) <= SMALL:
+            return _nic_limited(network, bw, src.tolist(), dst.tolist(), weights)
         s_src, s_dst = network.server[src], network.server[dst]
         cross = s_src != s_dst
         if cross.any():
@@ -92,6 +105,47 @@ def effective_bandwidth(network: Network | None, bandwidth: np.ndarray, src: np.
                              network.nic[s_dst] / np.maximum(n_in[s_dst], 1))
             bw = np.where(cross, np.minimum(bw, lim), bw)
     return bw
+
+
+SMALL = 64
+"""Transfer sets up to this size take effective_bandwidth's NIC limits in plain Python
+(`_nic_limited`: the same floats, without numpy's per-call overhead)."""
+
+
+def _nic_limited(network: Network, bw: np.ndarray, src: list[int], dst: list[int],
+                 weights: np.ndarray | None) -> np.ndarray:
+    """effective_bandwidth's NIC limits for a short transfer list: each cross-server transfer
+    at most its sender's NIC over the distinct devices (weighted) of the sender's server in
+    the list that send across servers, likewise for receivers."""
+    server = network.server_list
+    s_src, s_dst = [server[a] for a in src], [server[b] for b in dst]
+    senders: dict[int, set[int]] = {}
+    receivers: dict[int, set[int]] = {}
+    for a, b, sa, sb in zip(src, dst, s_src, s_dst):
+        if sa != sb:
+            senders.setdefault(sa, set()).add(a)
+            receivers.setdefault(sb, set()).add(b)
+    if not senders:
+        return bw
+
+    def count(devs: set[int]) -> float:
+        if weights is None:
+            return float(len(devs))
+        total = 0.0
+        for d in sorted(devs):          # np.bincount's order: increasing device index
+            total += float(weights[d])
+        return total
+
+    n_out = {s: count(d) for s, d in senders.items()}
+    n_in = {s: count(d) for s, d in receivers.items()}
+    nic = network.nic_list
+    out = bw.copy()
+    for k, (sa, sb) in enumerate(zip(s_src, s_dst)):
+        if sa != sb:
+            lim = min(nic[sa] / max(n_out[sa], 1.0), nic[sb] / max(n_in[sb], 1.0))
+            if lim < out[k]:
+                out[k] = lim
+    return out
 
 
 def _distinct_per_server(devices: np.ndarray, servers: np.ndarray, num_servers: int,
