@@ -406,7 +406,6 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
     out: list[Option] = []
     failed: dict[tuple, int] = {}       # (chain's classes and degrees, u, rc) -> least dp that did not fit
     packed_cuts: dict[tuple, tuple] = {}     # (chain, dp, u, rc) -> the packed shape's cuts, its shorter pipelines'
-    depth = min(configs.state.workload.num_layers, configs.opt.tuning.max_depth)
     visited = 0
     for shape in class_shapes(state, classes, degrees, configs.opt):
         if past(deadline):
@@ -421,7 +420,7 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
         family = tuple((c, t) for c, t, _ in shape.chain)
         groups = shape.groups(index)
         d, d2 = groups[0], (groups[-1] if shape.extra else None)     # d2: a shorter pipeline of a ragged shape
-        mine: list[tuple] = []         # Option's fields but sync
+        mine: list[dict] = []          # each option's fields but sync (known once the first is)
         for u in sorted(sc.micro_batches):
             mb = sc.mb(u)
             for rc in (False, True):
@@ -445,12 +444,13 @@ def class_options(configs: _Configs, degrees: Sequence[int], deadline: float = m
                     if all(math.isfinite(g.alpha) and g.alpha > 0 and g.cap >= u for g in (gc, gc2)):
                         short = None if d2 is None else (cuts2, float(gc2.alpha), float(gc2.beta),
                                                          float(min(gc2.cap, sc.B)))
-                        mine.append((shape, u, schedule, rc, cuts, float(gc.alpha), float(gc.beta),
-                                     float(min(gc.cap, sc.B)), 0.0, short))
+                        mine.append(dict(shape=shape, u=u, schedule=schedule, recompute=rc, cuts=cuts,
+                                         alpha=float(gc.alpha), beta=float(gc.beta),
+                                         cap=float(min(gc.cap, sc.B)), short=short))
         if mine:
-            first = Option(*mine[0])
+            first = Option(**mine[0])
             ts = sc.sync(tuple((g, first.cuts_of(i)) for i, g in enumerate(groups))) if len(groups) > 1 else 0.0
-            out += [Option(*o[:8], ts, o[9]) for o in mine]
+            out += [Option(**o, sync=ts) for o in mine]
     return out, visited
 
 
@@ -578,13 +578,14 @@ def swap_candidates(options: Sequence[Option], swaps: int, B: int) -> dict[int, 
 def _swap_descent(exact, scored: dict, per_class: dict[int, list[Option]], k: int,
                   chained: bool = False, deadline: float = math.inf) -> None:
     """From the best exactly scored combination, replace one class's single-class option by
-    each of that class's candidates (`per_class`: swap_candidates), add the class where it is left
-    out, or leave it out (a chain stays as it is); keep the first change that lowers the exact
+    each of that class's candidates (`per_class`: swap_candidates), add the class where it is
+    left out, or leave it out (a chain stays as it is); keep the first change that lowers the exact
     objective; until none does. Among combinations without a chain, or (chained) with one: a
     chain over every class leaves nothing to swap, and the best single-class combination must
-    still get its descent. Stops once `deadline` has passed. The screen leaves out the sync between classes, so its ranking of a
-    class's options beside other classes can be wrong (on A100 + V100 + GH-96 GPT-Neo-2.7
-    servers the best combination of the screen was 5.9% above this descent's)."""
+    still get its descent. Stops once `deadline` has passed. The screen leaves out the sync
+    between classes, so its ranking of a class's options beside other classes can be wrong (on
+    A100 + V100 + GH-96 GPT-Neo-2.7 servers the best combination of the screen was 5.9% above
+    this descent's)."""
     while not past(deadline):
         live = [(x, v) for x, v in scored.items() if v is not None and (len(x[0].shape.chain) > 1) == chained]
         if not live:

@@ -120,7 +120,8 @@ class SlotCache:
         self._link_class: dict[tuple, int] = {}
         self._pair_class: dict[tuple[int, int], int] = {}
         self._sync: dict[tuple, float] = {}
-        self._times: dict[tuple, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], StageMemory]] = {}
+        self._stages: dict[tuple, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], StageMemory]] = {}
+        """Per (devices, cuts): stage_times and stage_memory, shared by every schedule."""
         self._evaluations: dict[Plan, Evaluation] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
@@ -441,11 +442,11 @@ class SlotCache:
             st = self.state
             times = memory = None
             if st.network is not None or st.tp is not None:     # no compiled path: share the stage numbers
-                got = self._times.get(key[:2])
+                got = self._stages.get(key[:2])
                 if got is None:
-                    if len(self._times) >= MAX_STAGE_TIMES:
-                        self._times.pop(next(iter(self._times)))
-                    got = self._times[key[:2]] = (stage_times(st, devices, cuts), stage_memory(st, devices, cuts))
+                    if len(self._stages) >= MAX_STAGE_TIMES:
+                        self._stages.pop(next(iter(self._stages)))
+                    got = self._stages[key[:2]] = (stage_times(st, devices, cuts), stage_memory(st, devices, cuts))
                 times, memory = got
             gc = self._coeffs[key] = group_coeffs(st, devices, cuts, schedule, recompute, times, memory)
             if len(self._twin_coeffs) >= MAX_STAGE_TIMES:
