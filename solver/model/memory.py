@@ -79,17 +79,25 @@ def live_samples(k: int, share: int, u: int, schedule: str = "gpipe") -> np.ndar
 def memory_use(state: SlotState, devices: Sequence[int], cuts: Sequence[int], share: int,
                schedule: str = "gpipe", recompute: bool = False) -> np.ndarray:
     """Bytes each stage's device holds: k_opt * P_j plus its peak activations (module doc)."""
-    P, H = stage_params_and_stash(state, cuts, devices)
+    _check_schedule(schedule)
     wl = state.workload
-    live = live_samples(len(devices), share, wl.micro_batch, schedule)
-    return _use(wl.opt_factor, wl.micro_batch, P, H, stage_input_bytes(state, cuts) if recompute else None, live)
+    P, H, _, I = stage_memory(state, devices, cuts)
+    return _stage_use(float(wl.opt_factor), int(wl.micro_batch), P, H, I if recompute else H, bool(recompute),
+                      schedule == "1f1b", int(share))
 
 
-def _use(kopt: float, u: int, P: np.ndarray, H: np.ndarray, I: np.ndarray | None, live: np.ndarray) -> np.ndarray:
-    """memory_use from the stage numbers (I: stage input bytes under recomputation, else None)."""
-    if I is not None:
-        return kopt * P + live * I + u * H
-    return kopt * P + live * H
+@njit(cache=True)
+def _stage_use(kopt: float, u: int, P: np.ndarray, H: np.ndarray, X: np.ndarray, recompute: bool,
+               one_f_one_b: bool, share: int) -> np.ndarray:
+    """memory_use from the stage numbers (X: stage input bytes under recomputation, else H),
+    live samples as live_samples gives them: the one formula of Plan.validate and share_cap."""
+    k = P.shape[0]
+    n = -(-share // u)
+    out = np.empty(k)
+    for j in range(k):
+        live = float(u) if k == 1 else (float(u * min(k - j, n)) if one_f_one_b else float(share))
+        out[j] = kopt * P[j] + live * X[j] + u * H[j] if recompute else kopt * P[j] + live * X[j]
+    return out
 
 
 StageMemory = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -119,13 +127,10 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
 @njit(cache=True)
 def _fits(kopt: float, u: int, P: np.ndarray, H: np.ndarray, M: np.ndarray, X: np.ndarray, recompute: bool,
           one_f_one_b: bool, share: int) -> bool:
-    """Every stage's use (_use at live_samples(k, share, u)) within M."""
-    k = P.shape[0]
-    n = -(-share // u)
-    for j in range(k):
-        live = float(u) if k == 1 else (float(u * min(k - j, n)) if one_f_one_b else float(share))
-        use = kopt * P[j] + live * X[j] + u * H[j] if recompute else kopt * P[j] + live * X[j]
-        if not use <= M[j]:
+    """Every stage's use (_stage_use) within M."""
+    use = _stage_use(kopt, u, P, H, X, recompute, one_f_one_b, share)
+    for j in range(P.shape[0]):
+        if not use[j] <= M[j]:
             return False
     return True
 
