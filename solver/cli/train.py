@@ -2,6 +2,7 @@
 
     dynpar profile MODULE:FACTORY --kind NAME [-o FACTORY.csv] [--batch 32] [--micro-batch 4]
                    [--cpu-quota FRACTION] [--tp-degrees 1,2,4] [--tp-mode group|local]
+                   [--accelerator cpu|cuda]
 
     dynpar train INSTANCE --model MODULE:FACTORY --steps N --checkpoint-dir DIR
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
@@ -144,6 +145,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _torch()
     import torch
     args.tp_degrees = _degrees(args.tp_degrees)
+    if args.accelerator == "cuda" and (args.tp_degrees or args.cpu_quota is not None):
+        raise ValueError("--accelerator cuda: --tp-degrees and --cpu-quota time CPU processes; profile them "
+                         "with --accelerator cpu")
     if args.tp_degrees and args.tp_mode == "group" and args.cpu_quota is not None:
         raise ValueError("--cpu-quota with --tp-mode group: the quota would hold all t processes of the TP group "
                          "(use --tp-mode local, or profile the TP degrees without a quota)")
@@ -182,6 +186,7 @@ def _profile(args: argparse.Namespace, out: Path) -> Any:
     """Time the blocks (and their shards at --tp-degrees) and write the layer table; return the workload."""
     from dataclasses import replace
 
+    import torch
     from torch import nn
 
     from ..io.workloads import write_workload_csv
@@ -189,9 +194,11 @@ def _profile(args: argparse.Namespace, out: Path) -> Any:
     from ..runtime.tp_profile import profile_tp_group, profile_tp_local
     from ..runtime.seeding import batch_context
     from ..runtime.spec import Batches, blocks_of, load_factory
+    from ..runtime.placement import place
     spec = load_factory(args.model)
-    blocks = nn.Sequential(*blocks_of(spec.model))
-    x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0]
+    dev, _ = place(args.accelerator, 0)
+    blocks = nn.Sequential(*blocks_of(spec.model)).to(dev)
+    x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0].to(dev)
     with batch_context(0), spec.autocast_context(x.device):
         wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
                             name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer)
@@ -215,9 +222,10 @@ def _profile(args: argparse.Namespace, out: Path) -> Any:
            if args.tp_mode == "group" else "shard 0 alone in one process, its collectives skipped")
     tp = (f"; at TP degrees {', '.join(map(str, degrees))} (@tp<t> columns, --tp-mode {args.tp_mode}: {how}; "
           "tp_times shard_compute: the cost model adds the collectives)" if degrees else "")
+    where = (f"on {torch.cuda.get_device_name(dev)} ({dev})" if dev.type == "cuda"
+             else f"{args.threads} thread(s)")
     write_workload_csv(wl, out, comment=f"dynpar profile {args.model} --kind {args.kind}: seconds per sample "
-                                         f"measured at micro-batch {args.micro_batch}, {args.threads} thread(s)"
-                                         f"{quota}{tp}")
+                                         f"measured at micro-batch {args.micro_batch}, {where}{quota}{tp}")
     return wl
 
 
@@ -239,6 +247,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="--tp-degrees: group (default): t gloo processes here, each timing its shard, its "
                         "collectives' seconds left out; local: shard 0 alone, collectives skipped "
                         "(runtime.tp_profile)")
+    p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: time on the CPU with --threads; cuda: on GPU 0 (LOCAL_RANK when set), each "
+                        "timing between device synchronisations")
     p.add_argument("-o", "--out", default=None, help="output CSV (default FACTORY.csv)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)

@@ -102,3 +102,47 @@ def wide() -> TrainSpec:
     y = torch.randint(0, 10, (1024,), generator=g)
     return TrainSpec(model, nn.CrossEntropyLoss(), functools.partial(torch.optim.SGD, lr=0.01),
                      TensorDataset(x, y))
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids (N, S) -> token plus learned position embeddings (N, S, D)."""
+
+    def __init__(self, vocab: int, seq: int, dim: int) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Parameter(0.02 * torch.randn(seq, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tok(x) + self.pos
+
+
+def token_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every token: out (N, S, V) logits, y (N, S) ids."""
+    return nn.functional.cross_entropy(out.flatten(0, 1).float(), y.flatten())
+
+
+def encoder() -> TrainSpec:
+    """A pre-norm transformer encoder on token sequences, its layers timed as whole blocks:
+    TokenEmbedding, DYNPAR_ENC_LAYERS (default 4) nn.TransformerEncoderLayer blocks of width
+    D = DYNPAR_ENC_DIM (256), D / 64 heads, feed-forward 4 D, no dropout, then LayerNorm +
+    Linear(D, vocab 1024); AdamW (lr 3e-4); token cross-entropy on 512 sequences of
+    DYNPAR_ENC_SEQ (128) random tokens, each target the next token (a learnable shift)."""
+    layers = int(os.environ.get("DYNPAR_ENC_LAYERS", "4"))
+    dim = int(os.environ.get("DYNPAR_ENC_DIM", "256"))
+    seq = int(os.environ.get("DYNPAR_ENC_SEQ", "128"))
+    vocab = 1024
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        TokenEmbedding(vocab, seq, dim),
+        *(nn.TransformerEncoderLayer(dim, max(1, dim // 64), 4 * dim, dropout=0.0, batch_first=True,
+                                     norm_first=True) for _ in range(layers)),
+        nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, vocab)))
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, vocab, (512, seq + 1), generator=g)
+    return TrainSpec(model, token_cross_entropy, functools.partial(torch.optim.AdamW, lr=3e-4),
+                     TensorDataset(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+
+
+def encoder_bf16() -> TrainSpec:
+    """encoder under bf16 autocast (parameters and AdamW state in float32)."""
+    spec = encoder()
+    return TrainSpec(spec.model, spec.loss, spec.make_optimizer, spec.data, autocast=torch.bfloat16)
