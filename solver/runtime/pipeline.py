@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .accumulate import accumulate_step
 from .layout import StageRole, micro_sizes
 from .placement import synchronizer
 from .recompute import run_recomputed
@@ -61,11 +62,19 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     role.offset + its start). amp: run the forward passes and the loss under
     torch.autocast(device.type, amp) (TrainSpec.autocast). recompute: the stage's layers run
     checkpointed (runtime.recompute), their forward again inside the backward.
+    A one-stage group accumulates micro-batch by micro-batch instead (runtime.accumulate:
+    one micro-batch's activations live) and returns (its seconds, 0.0): its forward and
+    backward are not timed apart.
     """
     mods = [layers[i] for i in role.layers]
     sizes = micro_sizes(role.share, micro_batch)
     pad = pad or Pad()
     first, last = role.prev is None, role.next is None
+    if first and last:
+        secs = accumulate_step(mods, x, y, loss_fn, sizes, role.share, role.offset, synchronizer(device),
+                               pad.fwd_s + pad.bwd_s, repeat, step, amp, recompute)
+        _scale_grads(mods, role.share / batch)
+        return secs, 0.0
     sends: list[dist.Work] = []
     stash: list[tuple[torch.Tensor, torch.Tensor]] = []
     params = [p for mod in mods for p in mod.parameters() if p.requires_grad]
@@ -128,12 +137,14 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         stash[m] = None  # free the micro-batch's activations
     for w in sends:
         w.wait()
-    scale = role.share / batch
-    for mod in mods:
-        for p in mod.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale)
+    _scale_grads(mods, role.share / batch)
     return fwd_s, bwd_s
+
+
+def _scale_grads(mods: Sequence[nn.Module], scale: float) -> None:
+    grads = [p.grad for mod in mods for p in mod.parameters() if p.grad is not None]
+    if grads:
+        torch._foreach_mul_(grads, scale)
 
 
 def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],

@@ -52,6 +52,7 @@ from ..online.summary import summarise
 from ..solve.options import SolveOptions
 from . import ckpt, cpuquota, nodeload
 from .estimator import estimate, observed_state, predicted_compute
+from .feed import RowFeed
 from .layout import StageRole, buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
 from .placement import place, synchronizer
@@ -464,6 +465,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     if L != wl.num_layers:
         raise SpecError(f"model: {L} pipeline blocks, the instance's workload {wl.name!r} has {wl.num_layers} layers")
     data = Batches(spec.data, B)
+    feed = RowFeed(data, dev)
     shapes = input_shapes(blocks, data.example(), spec.autocast_context(dev))
     templates = [copy.deepcopy(b).to("meta") for b in blocks]
     has_params = [any(True for _ in b.parameters()) for b in blocks]
@@ -579,6 +581,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         alone = role is not None and role.prev is None and role.next is None
         others.reset()
         own.start()
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
         probes = probe_ranks(rplan, cfg, L, slot_end - step)
         probed: dict[int, tuple[float, float]] = {}
         done = 0
@@ -611,8 +615,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             c_cpu: float | None = None
             if role is not None:
                 rows = (role.offset, role.offset + role.share)
-                x, y = data.rows(step, *rows)
-                x, y = x.to(dev), y.to(dev)
+                x, y = feed.get(step, *rows)
                 if tstage is not None:
                     f, b = tstage.step(x if role.prev is None else None, y if role.next is None else None, step)
                     c_cpu = tstage.clock.cpu_s
@@ -644,7 +647,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         report = [None] * dist.get_world_size()
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
                                         {"pipeline": piped_s, "sync": sync_s, "step": step_s,
-                                         "cpu_share": cpu, **({"tp_comm": tp_s} if role is not None and role.tp
+                                         "cpu_share": cpu, **_peak(dev),
+                                         **({"tp_comm": tp_s} if role is not None and role.tp
                                                               else {})}, compute_cpu,
                                         nodeload.report(others, own), probed))
         if ctl:
@@ -665,9 +669,15 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             with cpuquota.outside(quota):
                 print(_log(ctl.finish(measured), inst), flush=True)
                 _write_results(ctl, inst, out)
+    feed.close()
     _checkpoint(cfg, step, rank, held, holders, ctl, ident, None, units, templates)
     if rank == 0:
         _write_results(ctl, inst, out)
+
+
+def _peak(dev: torch.device) -> dict[str, list[float]]:
+    """On a GPU: {"peak_bytes": [the most bytes torch's allocator held on it this slot]}."""
+    return {"peak_bytes": [float(torch.cuda.max_memory_allocated(dev))]} if dev.type == "cuda" else {}
 
 
 def _splits(rplan: Plan, rank: int, templates: Sequence[torch.nn.Module], groups: dict,

@@ -1,0 +1,58 @@
+"""A one-stage group accumulates micro-batch by micro-batch (runtime.accumulate): the
+schedule model.memory charges (one micro-batch of activations live), the full-batch
+gradient, and the emulation knobs (repeat, pad) leave the gradient unchanged."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from solver.runtime.layout import StageRole  # noqa: E402
+from solver.runtime.pipeline import Pad, pipeline_step  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 2)).double()
+
+
+def _data(n: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(4)
+    return torch.randn(n, 5, generator=g, dtype=torch.float64), torch.randn(n, 2, generator=g, dtype=torch.float64)
+
+
+def _run(model: nn.Sequential, x, y, share: int, batch: int, u: int, **kw) -> tuple[float, float]:
+    role = StageRole(0, 0, 0, len(model), None, None, share, 0)
+    return pipeline_step(role, dict(enumerate(model)), x, y, nn.MSELoss(), u, batch, (5,), torch.float64, CPU,
+                         step=0, **kw)
+
+
+def test_one_stage_alternates_forward_and_backward_and_keeps_the_full_batch_gradient() -> None:
+    model = _model()
+    x, y = _data()
+    events: list[str] = []
+    model[2].register_forward_hook(lambda *_: events.append("F"))
+    model[2].register_full_backward_hook(lambda *_: events.append("B"))
+    secs, zero = _run(model, x, y, 12, 24, 4)
+    assert events == ["F", "B"] * 3       # u = 4 of a share of 12: three micro-batches, one live at a time
+    assert secs > 0 and zero == 0.0
+    ref = _model()
+    (nn.functional.mse_loss(ref(x), y) * 12 / 24).backward()   # share / batch: the all-reduce's factor
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("share,u", [(12, 5), (7, 7), (1, 4)])
+def test_uneven_micro_batches_repeat_and_pad_leave_the_gradient_unchanged(share: int, u: int) -> None:
+    x, y = _data(share)
+    plain, emulated = _model(), _model()
+    _run(plain, x, y, share, 16, u)
+    _run(emulated, x, y, share, 16, u, repeat=3, pad=Pad(1e-5, 1e-5))
+    ref = _model()
+    (nn.functional.mse_loss(ref(x), y) * share / 16).backward()
+    for p, q, r in zip(plain.parameters(), emulated.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, r.grad, rtol=0, atol=1e-14)
+        torch.testing.assert_close(q.grad, r.grad, rtol=0, atol=1e-14)
