@@ -198,6 +198,25 @@ def test_torch_pipelining_equivalence_across_replan(tmp_path: Path, factory: str
         assert all(v > 0 for v in json.loads(js).values()) and len(json.loads(js)) == 4
 
 
+def test_transformer_blocks_train_like_one_process(tmp_path: Path) -> None:
+    """examples.encoder_tiny (token embedding, two nn.TransformerEncoderLayer blocks, head;
+    AdamW, token cross-entropy), profiled here: a 2-stage 1F1B group beside a one-stage group,
+    re-planned to a one-stage group beside a 2-stage GPipe group, ends where single-process
+    full-batch training ends."""
+    from solver.runtime import examples
+    inst = load_instance(write_instance(tmp_path, factory=examples.encoder_tiny))
+    assert inst.workload.num_layers == 4
+    p1 = Plan((Group((0, 1), (2, 4), 24, "1f1b"), Group((2,), (4,), 8)))
+    p2 = Plan((Group((3,), (4,), 12), Group((1, 2), (1, 4), 20, "gpipe")))
+    cfg = TrainConfig("solver.runtime.examples:encoder_tiny", 6, str(tmp_path / "ck"), iterations_per_slot=3,
+                      plans=(plan_to_json(p1), plan_to_json(p2)), engine="torch")
+    launch(inst, cfg)
+    ref, got = reference(6, examples.encoder_tiny), final_state(tmp_path / "ck", 4)
+    assert set(got) == set(ref)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
 @pytest.mark.parametrize("engine", ["torch", "hand"])
 def test_dropout_masks_do_not_depend_on_the_plan(tmp_path: Path, engine: str) -> None:
     """nn.Dropout is seeded per sample: two plans (re-planned mid-run, micro-batches and

@@ -117,32 +117,39 @@ class TokenEmbedding(nn.Module):
 
 def token_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every token: out (N, S, V) logits, y (N, S) ids."""
-    return nn.functional.cross_entropy(out.flatten(0, 1).float(), y.flatten())
+    return nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
 
 
-def encoder() -> TrainSpec:
-    """A pre-norm transformer encoder on token sequences, its layers timed as whole blocks:
-    TokenEmbedding, DYNPAR_ENC_LAYERS (default 4) nn.TransformerEncoderLayer blocks of width
-    D = DYNPAR_ENC_DIM (256), D / 64 heads, feed-forward 4 D, no dropout, then LayerNorm +
-    Linear(D, vocab 1024); AdamW (lr 3e-4); token cross-entropy on 512 sequences of
-    DYNPAR_ENC_SEQ (128) random tokens, each target the next token (a learnable shift)."""
-    layers = int(os.environ.get("DYNPAR_ENC_LAYERS", "4"))
-    dim = int(os.environ.get("DYNPAR_ENC_DIM", "256"))
-    seq = int(os.environ.get("DYNPAR_ENC_SEQ", "128"))
+def _encoder(layers: int, dim: int, seq: int, dtype: torch.dtype = torch.float32) -> TrainSpec:
     vocab = 1024
     torch.manual_seed(0)
     model = nn.Sequential(
         TokenEmbedding(vocab, seq, dim),
         *(nn.TransformerEncoderLayer(dim, max(1, dim // 64), 4 * dim, dropout=0.0, batch_first=True,
                                      norm_first=True) for _ in range(layers)),
-        nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, vocab)))
+        nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, vocab))).to(dtype)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, vocab, (512, seq + 1), generator=g)
     return TrainSpec(model, token_cross_entropy, functools.partial(torch.optim.AdamW, lr=3e-4),
                      TensorDataset(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
 
 
+def encoder() -> TrainSpec:
+    """A pre-norm transformer encoder on token sequences, its layers timed as whole blocks:
+    TokenEmbedding, DYNPAR_ENC_LAYERS (default 4) nn.TransformerEncoderLayer blocks of width
+    D = DYNPAR_ENC_DIM (256), max(1, D / 64) heads, feed-forward 4 D, no dropout, then
+    LayerNorm + Linear(D, vocab 1024); AdamW (lr 3e-4); token cross-entropy on 512 sequences
+    of DYNPAR_ENC_SEQ (128) random tokens, each target the next token (a learnable shift)."""
+    return _encoder(int(os.environ.get("DYNPAR_ENC_LAYERS", "4")), int(os.environ.get("DYNPAR_ENC_DIM", "256")),
+                    int(os.environ.get("DYNPAR_ENC_SEQ", "128")))
+
+
 def encoder_bf16() -> TrainSpec:
     """encoder under bf16 autocast (parameters and AdamW state in float32)."""
     spec = encoder()
     return TrainSpec(spec.model, spec.loss, spec.make_optimizer, spec.data, autocast=torch.bfloat16)
+
+
+def encoder_tiny() -> TrainSpec:
+    """encoder at 2 layers of width 16 over 6 tokens, in float64 (tests)."""
+    return _encoder(2, 16, 6, torch.float64)
