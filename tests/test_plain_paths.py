@@ -43,6 +43,41 @@ def test_plain_group_coeffs_equal_the_general_path(seed):
             assert gc.busy_j == float(busy.sum())
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_network_group_coeffs_equal_the_numpy_forms(seed):
+    """With a network model (servers sharing NICs, bandwidth fits) group_coeffs' compiled
+    schedule numbers equal schedule_coeffs, share_cap and the busy energy in numpy."""
+    from dataclasses import replace
+
+    from solver.model.network import Network, effective_bandwidth
+    rng = np.random.default_rng(9_060 + seed)
+    n, L = int(rng.integers(2, 14)), int(rng.integers(2, 50))
+    state = random_state(9_060 + seed, n=n, L=L, scale=float(rng.choice([1.0, 10.0, 30.0])))
+    S_ = int(rng.integers(1, 4))
+    fit = None if seed % 2 else rng.normal(size=(n, n, 3))
+    if fit is not None:
+        fit[rng.random((n, n)) < 0.3] = np.nan      # pairs without a fit run at their cap
+    state = replace(state, network=Network(server=rng.integers(0, S_, n), server_names=tuple(f"s{i}" for i in range(S_)),
+                                           nic=rng.choice([np.inf, 1e9, 6e9], S_), fit=fit))
+    u = state.workload.micro_batch
+    for _ in range(20):
+        k = int(rng.integers(1, min(n, L) + 1))
+        d = tuple(int(x) for x in rng.choice(n, k, replace=False))
+        c = _cuts(rng, L, k)
+        for schedule, recompute in itertools.product(("gpipe", "1f1b"), (False, True)):
+            gc = P.group_coeffs(state, d, c, schedule, recompute)
+            F, G, lam = P.stage_times(state, d, c)
+            alpha, beta = P.schedule_coeffs(F, G, lam, u, schedule, recompute)
+            busy = state.extra_power_w[list(d)] * (F + G + F if recompute else F + G)
+            assert (gc.alpha, gc.beta, gc.cap) == (alpha, beta, share_cap(state, d, c, schedule, recompute))
+            assert np.array_equal(gc.busy_j_per_sample, busy) and np.array_equal(gc.lam, lam)
+        if k > 1:       # the boundaries' memoised fitted bandwidths give effective_bandwidth's floats
+            o = state.workload.out_bytes[np.asarray(c[:-1]) - 1]
+            src, dst = np.asarray(d[:-1]), np.asarray(d[1:])
+            bw = effective_bandwidth(state.network, state.bandwidth, src, dst, o * u)
+            assert np.array_equal(P.stage_times(state, d, c)[2], o / bw + state.latency[src, dst] / u)
+
+
 def test_plain_group_coeffs_leave_bad_indices_to_the_general_path():
     state = random_state(9_050, n=4, L=8)
     assert P._plain_group_coeffs(state, (0, 9), (4, 8), "gpipe", False) is None

@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..model.memory import MEM_RTOL, NO_CAP, SCHEDULES, StageMemory, share_cap
-from ..model.network import effective_bandwidth
+from ..model.memory import MEM_RTOL, SCHEDULES, StageMemory, _share_cap, stage_memory
+from ..model.network import fitted_bandwidth, nic_limits
 from ..model.state import SlotState
 
 
@@ -35,12 +35,37 @@ def stage_times(state: SlotState, devices: Sequence[int], cuts: Sequence[int]
     if len(d) > 1:
         o = state.workload.out_bytes[c[:-1] - 1]
         u = state.workload.micro_batch
-        bw = state.bandwidth[d[:-1], d[1:]] if state.network is None else \
-            effective_bandwidth(state.network, state.bandwidth, d[:-1], d[1:], o * u)
-        lam = o / bw + state.latency[d[:-1], d[1:]] / u
+        if state.network is None:
+            lam = o / state.bandwidth[d[:-1], d[1:]] + state.latency[d[:-1], d[1:]] / u
+        else:
+            lam = _boundary_seconds(state, d, o, u)
     else:
         lam = np.zeros(0)
     return F, G, lam
+
+
+def _boundary_seconds(state: SlotState, d: np.ndarray, o: np.ndarray, u: int) -> np.ndarray:
+    """stage_times' lambda under a network model: effective_bandwidth with each pair's fitted
+    bandwidth kept per (sender, receiver, message bytes) for the state and its micro-batch
+    copies (pipelines of like servers send the same messages over like pairs), then the NIC
+    limits. The same floats as effective_bandwidth (the fit is element-wise)."""
+    net = state.network
+    src, dst = d[:-1], d[1:]
+    msg = o * u
+    bw = np.asarray(state.bandwidth[src, dst], dtype=float)
+    if net.fit is not None:
+        memo = state.link_memo("_fitted_bandwidth")
+        keys = list(zip(src.tolist(), dst.tolist(), msg.tolist()))
+        got = [memo.get(k) for k in keys]
+        miss = [j for j, v in enumerate(got) if v is None]
+        if miss:
+            m = np.asarray(miss)
+            fresh = fitted_bandwidth(net.fit[src[m], dst[m]], bw[m], msg[m]).tolist()
+            for j, v in zip(miss, fresh):
+                got[j] = memo[keys[j]] = v
+        bw = np.array(got)
+    bw = nic_limits(net, bw, src, dst)
+    return o / bw + state.latency[src, dst] / u
 
 
 def gpipe_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple[float, float]:
@@ -118,12 +143,17 @@ def group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
         gc = _plain_group_coeffs(state, devices, cuts, schedule, recompute)
         if gc is not None:
             return gc
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
     F, G, lam = stage_times(state, devices, cuts) if times is None else times
-    alpha, beta = schedule_coeffs(F, G, lam, state.workload.micro_batch, schedule, recompute)
-    extra_w = state.extra_power_w[np.asarray(devices, dtype=int)]
-    busy = F + G + F if recompute else F + G
-    return GroupCoeffs(tuple(int(x) for x in devices), tuple(int(x) for x in cuts), alpha, beta,
-                       share_cap(state, devices, cuts, schedule, recompute, memory), F, G, lam, extra_w * busy,
+    P, H, M, I = stage_memory(state, devices, cuts) if memory is None else memory
+    wl = state.workload
+    ab, busy, cap = _schedule_numbers(np.ascontiguousarray(F, dtype=float), np.ascontiguousarray(G, dtype=float),
+                                      np.ascontiguousarray(lam, dtype=float), int(wl.micro_batch),
+                                      schedule == "1f1b", bool(recompute),
+                                      state.extra_power_w[np.asarray(devices, dtype=np.int64)], P, H, M, I,
+                                      float(wl.opt_factor))
+    return GroupCoeffs(_int_tuple(devices), _int_tuple(cuts), float(ab[0]), float(ab[1]), int(cap), F, G, lam, busy,
                        schedule, bool(recompute))
 
 
@@ -131,8 +161,7 @@ def _plain_group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence
                         recompute: bool) -> GroupCoeffs | None:
     """group_coeffs on a state without a network model or TP, in one compiled call (the same
     numbers float for float: the same operations in the same order, sums as numpy's pairwise
-    sum); None where the share cap would not fit in 53 bits or an index is out of range (the
-    general path handles it)."""
+    sum); None where an index is out of range (the general path raises)."""
     wl = state.workload
     d = np.asarray(devices, dtype=np.int64)
     c = np.asarray(cuts, dtype=np.int64)
@@ -142,8 +171,8 @@ def _plain_group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence
         state.memory_bytes, float(wl.opt_factor), float(wl.input_bytes), 1.0 + MEM_RTOL)
     if cap == -2:
         return None
-    return GroupCoeffs(_int_tuple(devices), _int_tuple(cuts), float(ab[0]), float(ab[1]),
-                       NO_CAP if cap == -1 else int(cap), F, G, lam, busy, schedule, bool(recompute))
+    return GroupCoeffs(_int_tuple(devices), _int_tuple(cuts), float(ab[0]), float(ab[1]), int(cap), F, G, lam, busy,
+                       schedule, bool(recompute))
 
 
 def _int_tuple(x: Sequence[int]) -> tuple[int, ...]:
@@ -210,33 +239,32 @@ def npsum(a: np.ndarray) -> float:
 
 
 @njit(cache=True, error_model="numpy")
-def _fits(kopt: float, u: int, P: np.ndarray, H: np.ndarray, I: np.ndarray, recompute: bool, M: np.ndarray,
-          share: int, one_f_one_b: bool) -> bool:
-    """model.memory's fits(share) inside share_cap: every stage's use within M."""
-    k = P.shape[0]
-    n = -(-share // u)
+def _schedule_numbers(F, G, lam, u, one_f_one_b, recompute, w, P, H, M, I, kopt):
+    """((alpha, beta), busy joules per sample per stage, share cap) of an ordered, cut group
+    from its stage numbers (stage_times; model.memory.stage_memory, M with MEM_RTOL; w: each
+    stage device's busy watts above idle): schedule_coeffs, the busy energy and
+    model.memory.share_cap in one compiled call, the same floats as the numpy forms."""
+    k = F.shape[0]
+    Gr = G + F if recompute else G
+    lmax = lam.max() if lam.shape[0] > 0 else 0.0
+    if one_f_one_b:
+        alpha = F.max() + Gr.max() + 2.0 * lmax
+    else:
+        alpha = max(F.max(), lmax) + max(Gr.max(), lmax)
+    beta = u * (npsum(F) + npsum(Gr) + 2.0 * npsum(lam)) - u * alpha
+    busy = np.empty(k)
     for j in range(k):
-        if k == 1:
-            live = float(u)
-        elif not one_f_one_b:
-            live = float(share)
-        else:
-            live = float(u * min(k - j, n))
-        if recompute:
-            use = kopt * P[j] + live * I[j] + u * H[j]
-        else:
-            use = kopt * P[j] + live * H[j]
-        if not use <= M[j]:
-            return False
-    return True
+        busy[j] = w[j] * (F[j] + G[j] + F[j] if recompute else F[j] + G[j])
+    cap = _share_cap(kopt, u, P, H, M, I if recompute else H, recompute, one_f_one_b)
+    return np.array([alpha, beta]), busy, cap
 
 
 @njit(cache=True, error_model="numpy")
 def _coeffs_kernel(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, c, one_f_one_b, recompute,
                    extra_w, pp, sp, mem, kopt, input_bytes, rtol1):
-    """(F, G, lam, busy, (alpha, beta), cap) of group_coeffs (stage_times, schedule_coeffs and
-    share_cap); cap -1 for NO_CAP, -2 where it would not fit in 53 bits or an index is out of
-    range (the general path then raises)."""
+    """(F, G, lam, busy, (alpha, beta), cap) of group_coeffs: stage_times on a state without a
+    network model, then _schedule_numbers; cap -2 where an index is out of range (the
+    general path then raises)."""
     k = d.shape[0]
     n, L1 = fwd_prefix.shape
     for j in range(k):
@@ -258,49 +286,10 @@ def _coeffs_kernel(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, 
     lam = np.empty(k - 1)
     for j in range(k - 1):
         lam[j] = out_bytes[c[j] - 1] / bandwidth[d[j], d[j + 1]] + latency[d[j], d[j + 1]] / u
-    Gr = G + F if recompute else G
-    lmax = lam.max() if k > 1 else 0.0
-    if one_f_one_b:
-        alpha = F.max() + Gr.max() + 2.0 * lmax
-    else:
-        alpha = max(F.max(), lmax) + max(Gr.max(), lmax)
-    beta = u * (npsum(F) + npsum(Gr) + 2.0 * npsum(lam)) - u * alpha
-    busy = np.empty(k)
-    for j in range(k):
-        busy[j] = extra_w[d[j]] * (F[j] + G[j] + F[j] if recompute else F[j] + G[j])
-    ab = np.array([alpha, beta])
-    # share_cap
     M = np.empty(k)
-    free = np.empty(k)
-    X = np.empty(k)
-    neg = False
+    w = np.empty(k)
     for j in range(k):
         M[j] = mem[d[j]] * rtol1
-        free[j] = M[j] - kopt * P[j]
-        X[j] = H[j]
-        if recompute:
-            free[j] = free[j] - u * H[j]
-            X[j] = I[j]
-        if free[j] < 0:
-            neg = True
-    if neg:
-        return F, G, lam, busy, ab, 0
-    if k == 1:
-        return F, G, lam, busy, ab, (-1 if free[0] >= u * X[0] else 0)
-    b = np.inf
-    for j in range(k):
-        per = free[j] / X[j] if X[j] > 0 else np.inf
-        if one_f_one_b and per >= u * (k - j):
-            per = np.inf
-        b = min(b, per)
-    if not np.isfinite(b):
-        return F, G, lam, busy, ab, -1
-    q = np.floor(b / u)
-    if q > 2.0 ** 52:
-        return F, G, lam, busy, ab, -2
-    cap = int(q) * u
-    if cap > 0 and not _fits(kopt, u, P, H, I, recompute, M, cap, one_f_one_b):
-        cap -= u
-    elif _fits(kopt, u, P, H, I, recompute, M, cap + u, one_f_one_b):
-        cap += u
+        w[j] = extra_w[d[j]]
+    ab, busy, cap = _schedule_numbers(F, G, lam, u, one_f_one_b, recompute, w, P, H, M, I, kopt)
     return F, G, lam, busy, ab, cap

@@ -93,6 +93,13 @@ def effective_bandwidth(network: Network | None, bandwidth: np.ndarray, src: np.
         return bw
     if network.fit is not None:
         bw = fitted_bandwidth(network.fit[src, dst], bw, np.broadcast_to(message_bytes, bw.shape))
+    return nic_limits(network, bw, src, dst, weights)
+
+
+def nic_limits(network: Network, bw: np.ndarray, src: np.ndarray, dst: np.ndarray,
+               weights: np.ndarray | None = None) -> np.ndarray:
+    """effective_bandwidth's second step: the pairs' bandwidths `bw` (bytes/s, fits applied)
+    with each cross-server transfer limited by its servers' NICs shared as described there."""
     if network.shares_nics:
         if len(src) <= SMALL:
             return _nic_limited(network, bw, src.tolist(), dst.tolist(), weights)
