@@ -45,27 +45,34 @@ def stage_times(state: SlotState, devices: Sequence[int], cuts: Sequence[int]
 
 
 def _boundary_seconds(state: SlotState, d: np.ndarray, o: np.ndarray, u: int) -> np.ndarray:
-    """stage_times' lambda under a network model: effective_bandwidth with each pair's fitted
-    bandwidth kept per (sender, receiver, message bytes) for the state and its micro-batch
-    copies (pipelines of like servers send the same messages over like pairs), then the NIC
-    limits. The same floats as effective_bandwidth (the fit is element-wise)."""
+    """stage_times' lambda under a network model: effective_bandwidth, its bandwidth fits read
+    from _fitted_matrix, then the NIC limits (the same floats: the fit is element-wise)."""
     net = state.network
     src, dst = d[:-1], d[1:]
     msg = o * u
-    bw = np.asarray(state.bandwidth[src, dst], dtype=float)
-    if net.fit is not None:
-        memo = state.link_memo("_fitted_bandwidth")
-        keys = list(zip(src.tolist(), dst.tolist(), msg.tolist()))
-        got = [memo.get(k) for k in keys]
-        miss = [j for j, v in enumerate(got) if v is None]
-        if miss:
-            m = np.asarray(miss)
-            fresh = fitted_bandwidth(net.fit[src[m], dst[m]], bw[m], msg[m]).tolist()
-            for j, v in zip(miss, fresh):
-                got[j] = memo[keys[j]] = v
-        bw = np.array(got)
+    if net.fit is None:
+        bw = np.asarray(state.bandwidth[src, dst], dtype=float)
+    else:
+        sizes = msg.tolist()
+        if len(set(sizes)) == 1:
+            bw = _fitted_matrix(state, sizes[0])[src, dst]
+        else:
+            bw = np.array([_fitted_matrix(state, m)[a, b] for a, b, m in zip(src.tolist(), dst.tolist(), sizes)])
     bw = nic_limits(net, bw, src, dst)
     return o / bw + state.latency[src, dst] / u
+
+
+def _fitted_matrix(state: SlotState, message_bytes: float) -> np.ndarray:
+    """(n, n) fitted bandwidth of every pair at one message size (bytes/s; model.network's
+    fitted_bandwidth), kept for the state and its micro-batch copies: a model's boundaries
+    send few distinct sizes."""
+    memo = state.link_memo("_fitted_bandwidth")
+    got = memo.get(message_bytes)
+    if got is None:
+        bw = np.asarray(state.bandwidth, dtype=float)
+        got = memo[message_bytes] = fitted_bandwidth(state.network.fit, bw, np.full(bw.shape, message_bytes))
+        got.flags.writeable = False
+    return got
 
 
 def gpipe_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple[float, float]:
