@@ -235,6 +235,24 @@ def test_dropout_masks_do_not_depend_on_the_plan(tmp_path: Path, engine: str) ->
         torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
 
 
+def test_controller_plans_recomputation_where_memory_binds_and_the_run_equals_one_process(tmp_path: Path) -> None:
+    """With 46 kB per device (mlp64's recorded table), no plan fits without recomputation and
+    the controller's first plan is two 2-stage 1F1B groups that recompute (found by scanning
+    the memory level: at 44 kB a 3-stage pipeline without it fits, from 48 kB the same groups
+    without it). The job runs the controller's own plans and ends where single-process
+    training ends."""
+    path = write_instance(tmp_path, recorded=True)
+    path.write_text(path.read_text().replace("memory_gb = 4", "memory_gb = 46e-6"))
+    assert train(path, tmp_path / "ck") == 0
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    first = json.loads(rows["plan_json"].iloc[0])["groups"]
+    assert [g.get("recompute", False) for g in first] == [True, True]
+    assert all(len(g["devices"]) == 2 and g.get("schedule") == "1f1b" for g in first)
+    ref, got = reference(STEPS), final_state(tmp_path / "ck", 7)
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-12, msg=k)
+
+
 @pytest.mark.parametrize("engine", ["torch", "hand"])
 def test_recomputation_equals_training_without_it(tmp_path: Path, engine: str) -> None:
     """Groups with activation recomputation (runtime.recompute: GPipe and 1F1B pipelines, a
