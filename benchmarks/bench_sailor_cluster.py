@@ -203,7 +203,7 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
             (so, oo), (sn, on) = least[("old", case)], least[("new", case)]
         close = oo == on or (math.isfinite(oo) and math.isfinite(on) and abs(oo - on) <= 1e-9 * abs(oo))
         same = "same objective" if close else f"objective {oo:.6g} -> {on:.6g}"
-        print(f"  {case}: old {so:.2f} s, new {sn:.2f} s, {so / sn:.2f}x faster, {same}")
+        print(f"  {case}: old {so:.3f} s, new {sn:.3f} s, {so / sn:.2f}x faster, {same}")
 
 
 def main() -> int:

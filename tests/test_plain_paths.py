@@ -21,26 +21,33 @@ def _cuts(rng, L: int, k: int) -> tuple[int, ...]:
     return tuple(sorted(int(x) for x in rng.choice(np.arange(1, L), k - 1, replace=False))) + (L,)
 
 
+def _groups(rng, n: int, L: int, count: int):
+    """`count` random ordered groups of n devices over L layers: (devices, cuts)."""
+    for _ in range(count):
+        k = int(rng.integers(1, min(n, L) + 1))
+        yield tuple(int(x) for x in rng.choice(n, k, replace=False)), _cuts(rng, L, k)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_plain_group_coeffs_equal_the_general_path(seed):
     rng = np.random.default_rng(9_000 + seed)
     n, L = int(rng.integers(2, 14)), int(rng.integers(2, 50))
     state = random_state(9_000 + seed, n=n, L=L, scale=float(rng.choice([1.0, 10.0, 30.0])))
-    u = state.workload.micro_batch
-    for _ in range(30):
-        k = int(rng.integers(1, min(n, L) + 1))
-        d = tuple(int(x) for x in rng.choice(n, k, replace=False))
-        c = _cuts(rng, L, k)
+    for d, c in _groups(rng, n, L, 30):
         for schedule, recompute in itertools.product(("gpipe", "1f1b"), (False, True)):
-            gc = P._plain_group_coeffs(state, d, c, schedule, recompute)
-            F, G, lam = P.stage_times(state, d, c)
-            alpha, beta = P.schedule_coeffs(F, G, lam, u, schedule, recompute)
-            busy = state.extra_power_w[list(d)] * (F + G + F if recompute else F + G)
-            assert gc is not None
-            assert (gc.alpha, gc.beta, gc.cap) == (alpha, beta, share_cap(state, d, c, schedule, recompute))
-            for got, want in ((gc.fwd, F), (gc.bwd, G), (gc.lam, lam), (gc.busy_j_per_sample, busy)):
-                assert np.array_equal(got, want)
-            assert gc.busy_j == float(busy.sum())
+            _assert_numpy_forms(P._plain_group_coeffs(state, d, c, schedule, recompute), state, d, c)
+
+
+def _assert_numpy_forms(gc, state, d, c) -> None:
+    """gc has the numbers of schedule_coeffs, share_cap and the busy energy in numpy."""
+    assert gc is not None
+    F, G, lam = P.stage_times(state, d, c)
+    alpha, beta = P.schedule_coeffs(F, G, lam, state.workload.micro_batch, gc.schedule, gc.recompute)
+    busy = state.extra_power_w[list(d)] * (F + G + F if gc.recompute else F + G)
+    assert (gc.alpha, gc.beta, gc.cap) == (alpha, beta, share_cap(state, d, c, gc.schedule, gc.recompute))
+    for got, want in ((gc.fwd, F), (gc.bwd, G), (gc.lam, lam), (gc.busy_j_per_sample, busy)):
+        assert np.array_equal(got, want)
+    assert gc.busy_j == float(busy.sum())
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -60,18 +67,10 @@ def test_network_group_coeffs_equal_the_numpy_forms(seed):
     state = replace(state, network=Network(server=rng.integers(0, S_, n), server_names=tuple(f"s{i}" for i in range(S_)),
                                            nic=rng.choice([np.inf, 1e9, 6e9], S_), fit=fit))
     u = state.workload.micro_batch
-    for _ in range(20):
-        k = int(rng.integers(1, min(n, L) + 1))
-        d = tuple(int(x) for x in rng.choice(n, k, replace=False))
-        c = _cuts(rng, L, k)
+    for d, c in _groups(rng, n, L, 20):
         for schedule, recompute in itertools.product(("gpipe", "1f1b"), (False, True)):
-            gc = P.group_coeffs(state, d, c, schedule, recompute)
-            F, G, lam = P.stage_times(state, d, c)
-            alpha, beta = P.schedule_coeffs(F, G, lam, u, schedule, recompute)
-            busy = state.extra_power_w[list(d)] * (F + G + F if recompute else F + G)
-            assert (gc.alpha, gc.beta, gc.cap) == (alpha, beta, share_cap(state, d, c, schedule, recompute))
-            assert np.array_equal(gc.busy_j_per_sample, busy) and np.array_equal(gc.lam, lam)
-        if k > 1:       # the boundaries' memoised fitted bandwidths give effective_bandwidth's floats
+            _assert_numpy_forms(P.group_coeffs(state, d, c, schedule, recompute), state, d, c)
+        if len(d) > 1:       # the boundaries' memoised fitted bandwidths give effective_bandwidth's floats
             o = state.workload.out_bytes[np.asarray(c[:-1]) - 1]
             src, dst = np.asarray(d[:-1]), np.asarray(d[1:])
             bw = effective_bandwidth(state.network, state.bandwidth, src, dst, o * u)
