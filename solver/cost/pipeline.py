@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..model.memory import MEM_RTOL, SCHEDULES, StageMemory, _share_cap, stage_memory
+from ..model.memory import MEM_RTOL, SCHEDULES, StageMemory, stage_memory, stage_share_cap
 from ..model.network import fitted_bandwidth, nic_limits
 from ..model.state import SlotState
 
@@ -262,7 +262,7 @@ def _schedule_numbers(F, G, lam, u, one_f_one_b, recompute, w, P, H, M, I, kopt)
     busy = np.empty(k)
     for j in range(k):
         busy[j] = w[j] * (F[j] + G[j] + F[j] if recompute else F[j] + G[j])
-    cap = _share_cap(kopt, u, P, H, M, I if recompute else H, recompute, one_f_one_b)
+    cap = stage_share_cap(kopt, u, P, H, M, I if recompute else H, recompute, one_f_one_b)
     return np.array([alpha, beta]), busy, cap
 
 

@@ -120,7 +120,7 @@ def share_cap(state: SlotState, devices: Sequence[int], cuts: Sequence[int],
     _check_schedule(schedule)
     wl = state.workload
     P, H, M, I = stage_memory(state, devices, cuts) if memory is None else memory
-    return int(_share_cap(float(wl.opt_factor), int(wl.micro_batch), P, H, M, I if recompute else H,
+    return int(stage_share_cap(float(wl.opt_factor), int(wl.micro_batch), P, H, M, I if recompute else H,
                           bool(recompute), schedule == "1f1b"))
 
 
@@ -136,8 +136,8 @@ def _fits(kopt: float, u: int, P: np.ndarray, H: np.ndarray, M: np.ndarray, X: n
 
 
 @njit(cache=True)
-def _share_cap(kopt: float, u: int, P: np.ndarray, H: np.ndarray, M: np.ndarray, X: np.ndarray, recompute: bool,
-               one_f_one_b: bool) -> int:
+def stage_share_cap(kopt: float, u: int, P: np.ndarray, H: np.ndarray, M: np.ndarray, X: np.ndarray, recompute: bool,
+                    one_f_one_b: bool) -> int:
     """share_cap on the stage numbers (X: stage input bytes under recomputation, else H):
     the least free memory per live sample, rounded to a multiple of u and checked by _fits
     one micro-batch either side."""
