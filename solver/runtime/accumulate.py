@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from .recompute import run_recomputed
+from .recompute import run_layers, run_recomputed
 from .seeding import micro_batch as holding_rows
 
 
@@ -41,11 +41,11 @@ def accumulate_step(mods: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
         t0 = time.perf_counter()
         inp = x[start:start + s]
         with holding_rows(step, offset + start) if step is not None else contextlib.nullcontext(), cast:
-            out = run_recomputed(mods, inp) if recompute else _forward(mods, inp)
+            out = run_recomputed(mods, inp) if recompute else run_layers(mods, inp)
             loss = loss_fn(out, y[start:start + s]) * (s / share)
             for _ in range(repeat - 1):
                 with torch.no_grad():
-                    loss_fn(_forward(mods, inp), y[start:start + s])
+                    loss_fn(run_layers(mods, inp), y[start:start + s])
         for _ in range(repeat - 1):
             if params:
                 torch.autograd.grad(loss, params, retain_graph=True)
@@ -58,9 +58,3 @@ def accumulate_step(mods: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
         start += s
     sync()
     return time.perf_counter() - t_start
-
-
-def _forward(mods: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    for mod in mods:
-        x = mod(x)
-    return x

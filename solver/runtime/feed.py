@@ -17,7 +17,7 @@ from .spec import Batches
 
 class RowFeed:
     """`get(step, start, stop)` -> (inputs, targets) of rows start..stop-1 of batch `step` on
-    `device`. Close it (or use it as a context manager) to stop its thread."""
+    `device`. close() stops its thread."""
 
     def __init__(self, data: Batches, device: torch.device) -> None:
         self.data, self.device = data, device
@@ -44,9 +44,3 @@ class RowFeed:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool, self._ahead = None, None
-
-    def __enter__(self) -> "RowFeed":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

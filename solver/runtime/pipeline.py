@@ -15,7 +15,7 @@ from torch import nn
 from .accumulate import accumulate_step
 from .layout import StageRole, micro_sizes
 from .placement import synchronizer
-from .recompute import run_recomputed
+from .recompute import run_layers, run_recomputed
 from .tp_sync import counted
 
 CPU = torch.device("cpu")
@@ -92,20 +92,13 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         sync()
         t0 = time.perf_counter()
         with holding_rows(step, role.offset + start) if step is not None else contextlib.nullcontext(), cast:
-            if recompute:
-                out = run_recomputed(mods, inp)
-            else:
-                out = inp
-                for mod in mods:
-                    out = mod(out)
+            out = run_recomputed(mods, inp) if recompute else run_layers(mods, inp)
             if last:
                 out = loss_fn(out, y[start:start + s]) * (s / role.share)
             if repeat > 1:
                 with torch.no_grad():
                     for _ in range(repeat - 1):
-                        o = inp
-                        for mod in mods:
-                            o = mod(o)
+                        o = run_layers(mods, inp)
                         if last:
                             loss_fn(o, y[start:start + s])
         sync()

@@ -20,6 +20,13 @@ from torch.utils.checkpoint import checkpoint
 from . import seeding
 
 
+def run_layers(mods: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """x through `mods` in order."""
+    for mod in mods:
+        x = mod(x)
+    return x
+
+
 def run_recomputed(mods: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
     """x through `mods` in order, checkpointed (module doc)."""
     step, first = seeding.rows_now()
@@ -27,10 +34,7 @@ def run_recomputed(mods: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
     def forward(inp: torch.Tensor) -> torch.Tensor:
         rows = seeding.micro_batch(step, first) if step is not None else contextlib.nullcontext()
         with rows:
-            out = inp
-            for mod in mods:
-                out = mod(out)
-            return out
+            return run_layers(mods, inp)
 
     return checkpoint(forward, x, use_reentrant=False)
 
