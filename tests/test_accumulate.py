@@ -56,3 +56,35 @@ def test_uneven_micro_batches_repeat_and_pad_leave_the_gradient_unchanged(share:
     for p, q, r in zip(plain.parameters(), emulated.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, r.grad, rtol=0, atol=1e-14)
         torch.testing.assert_close(q.grad, r.grad, rtol=0, atol=1e-14)
+
+
+def test_tensor_dataset_rows_at_once_equal_item_by_item_and_subclasses_keep_their_items() -> None:
+    """Batches.rows indexes a plain TensorDataset at once (wrapping around its end) with the
+    rows and dtypes item-by-item reading gives; a subclass's own __getitem__ is still used."""
+    from torch.utils.data import TensorDataset
+
+    from solver.runtime.spec import Batches
+
+    class Items:
+        def __init__(self, d) -> None:
+            self.d = d
+
+        def __len__(self) -> int:
+            return len(self.d)
+
+        def __getitem__(self, j):
+            return self.d[j]
+
+    class Doubled(TensorDataset):
+        def __getitem__(self, j):
+            x, y = super().__getitem__(j)
+            return 2 * x, y
+
+    g = torch.Generator().manual_seed(5)
+    d = TensorDataset(torch.randn(50, 3, 2, generator=g), torch.randint(0, 9, (50,), generator=g))
+    for i, a, b in [(0, 0, 16), (3, 5, 16), (7, 0, 1)]:
+        fast, slow = Batches(d, 16).rows(i, a, b), Batches(Items(d), 16).rows(i, a, b)
+        for f, s in zip(fast, slow):
+            assert torch.equal(f, s) and f.dtype == s.dtype
+    x, _ = Batches(Doubled(*d.tensors), 16).rows(1, 0, 4)
+    assert torch.equal(x, 2 * Batches(d, 16).rows(1, 0, 4)[0])

@@ -160,13 +160,13 @@ class Batches:
             raise SpecError(f"data: batches of {data.batch} samples, the instance's batch is {batch}")
 
     def rows(self, i: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows start..stop-1 of global batch i (inputs, targets); a TensorDataset of
-        (inputs, targets) is indexed at once (the same rows as item by item)."""
+        """Rows start..stop-1 of global batch i (inputs, targets); a plain TensorDataset of
+        (inputs, targets), not a subclass, is indexed at once (the same rows as item by item)."""
         if self._get:
             x, y = self.data.get(i)
             return x[start:stop], y[start:stop]
         n = len(self.data)
-        if isinstance(self.data, TensorDataset) and len(self.data.tensors) == 2:
+        if type(self.data) is TensorDataset and len(self.data.tensors) == 2:   # a subclass may override __getitem__
             idx = torch.arange(i * self.batch + start, i * self.batch + stop) % n
             return self.data.tensors[0][idx], self.data.tensors[1][idx]
         items = [self.data[(i * self.batch + j) % n] for j in range(start, stop)]
