@@ -34,6 +34,7 @@ Writes DIR/gpu_train.json and prints one table row per case.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -130,7 +131,7 @@ def plain_loop(case: Case, device: torch.device, iterations: int, ddp: bool,
         opt.zero_grad(set_to_none=True)
         for a in range(0, case.batch, micro):
             last = a + micro >= case.batch
-            ctx = run.no_sync() if ddp and not last else _null()
+            ctx = run.no_sync() if ddp and not last else contextlib.nullcontext()
             with ctx, spec.autocast_context(device):
                 loss = spec.loss(run(x[a:a + micro]), y[a:a + micro]) * (min(micro, case.batch - a) / case.batch)
             loss.backward()
@@ -151,14 +152,6 @@ def relative_change(a: dict, b: dict, start: dict) -> float:
     num = sum(float((a[k].double() - b[k].double()).pow(2).sum()) for k in keys)
     den = sum(float((b[k].double() - start[k].double()).pow(2).sum()) for k in keys)
     return (num / den) ** 0.5 if den > 0 else float("nan")
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def run_case(case: Case, out: Path, accelerator: str, kind: str, slots: int, per_slot: int) -> dict:
