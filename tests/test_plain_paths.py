@@ -50,10 +50,15 @@ def _assert_numpy_forms(gc, state, d, c) -> None:
     assert gc.busy_j == float(busy.sum())
 
 
+@pytest.mark.parametrize("matrix", [True, False])
 @pytest.mark.parametrize("seed", range(12))
-def test_network_group_coeffs_equal_the_numpy_forms(seed):
+def test_network_group_coeffs_equal_the_numpy_forms(seed, matrix, monkeypatch):
     """With a network model (servers sharing NICs, bandwidth fits) group_coeffs' compiled
-    schedule numbers equal schedule_coeffs, share_cap and the busy energy in numpy."""
+    schedule numbers equal schedule_coeffs, share_cap and the busy energy in numpy; the
+    boundary times equal effective_bandwidth's, from the per-state fit matrices or (matrix
+    False: as above MATRIX_DEVICES devices) fitted per call."""
+    if not matrix:
+        monkeypatch.setattr(P, "MATRIX_DEVICES", 0)
     from dataclasses import replace
 
     from solver.model.network import Network, effective_bandwidth

@@ -46,13 +46,15 @@ def stage_times(state: SlotState, devices: Sequence[int], cuts: Sequence[int]
 
 def _boundary_seconds(state: SlotState, d: np.ndarray, o: np.ndarray, u: int) -> np.ndarray:
     """stage_times' lambda under a network model: effective_bandwidth, its bandwidth fits read
-    from _fitted_matrix, then the NIC limits (the same floats: the fit is element-wise)."""
+    from _fitted_matrix (up to MATRIX_DEVICES devices; above, fitted per call), then the NIC
+    limits (the same floats: the fit is element-wise)."""
     net = state.network
     src, dst = d[:-1], d[1:]
     msg = o * u
-    if net.fit is None:
-        bw = np.asarray(state.bandwidth[src, dst], dtype=float)
-    else:
+    bw = np.asarray(state.bandwidth[src, dst], dtype=float)
+    if net.fit is not None and state.n > MATRIX_DEVICES:
+        bw = fitted_bandwidth(net.fit[src, dst], bw, msg)
+    elif net.fit is not None:
         sizes = msg.tolist()
         if len(set(sizes)) == 1:
             bw = _fitted_matrix(state, sizes[0])[src, dst]
@@ -60,6 +62,11 @@ def _boundary_seconds(state: SlotState, d: np.ndarray, o: np.ndarray, u: int) ->
             bw = np.array([_fitted_matrix(state, m)[a, b] for a, b, m in zip(src.tolist(), dst.tolist(), sizes)])
     bw = nic_limits(net, bw, src, dst)
     return o / bw + state.latency[src, dst] / u
+
+
+MATRIX_DEVICES = 256
+"""Most devices for which _boundary_seconds keeps a whole (n, n) fitted-bandwidth matrix per
+message size (each n^2 entries: about 1 ms at 256 devices on this machine)."""
 
 
 def _fitted_matrix(state: SlotState, message_bytes: float) -> np.ndarray:
