@@ -212,24 +212,30 @@ def _configs(state: SlotState) -> list[tuple[int, int]]:
 def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     sc = slot_cache(state, cache)
     avail = state.available_indices
-    best, best_t = None, np.inf
-    for m, k in _configs(state):
-        chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
-        u = state.workload.micro_batch
+    u = state.workload.micro_batch
+    ranked = []
+    for i, (m, k) in enumerate(_configs(state)):
+        chunks = [avail[j * k:(j + 1) * k] for j in range(m)]
         plan = _unchecked_equal_groups(
             state, chunks, lambda ch, b: balanced_cuts(state, ch, min_share=one_f_one_b_peak(len(ch), b, u), cache=sc),
             one_f_one_b=True)
-        if plan is None:
-            continue
-        # its batch time is its slowest group's time plus sync and optimizer seconds (>= 0), so
-        # a configuration whose slowest group alone is not faster than the best cannot win
-        if max(sc.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute).time(g.share)
-               for g in plan.groups) >= best_t:
+        if plan is not None:
+            slowest = max(sc.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute).time(g.share)
+                          for g in plan.groups)
+            ranked.append((slowest, i, plan))
+    # a plan's batch time is its slowest group's time plus sync and optimizer seconds (>= 0): in
+    # order of that bound, the search stops at the first bound above the best time (ties: the
+    # first configuration wins)
+    best, key = None, (np.inf, -1)
+    for slowest, i, plan in sorted(ranked, key=lambda r: r[:2]):
+        if (slowest, i) >= key:
+            if slowest > key[0]:
+                break
             continue
         if not plan.validate(state):
             t = sc.evaluation(plan).batch_time
-            if t < best_t:
-                best, best_t = plan, t
+            if (t, i) < key:
+                best, key = plan, (t, i)
     return best
 
 
@@ -262,9 +268,9 @@ def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | Non
     else:
         bw, lat = np.inf, 0.0
     sc = slot_cache(state, cache)
-    best, best_est = None, np.inf
-    for m, k in _configs(state):
-        chunks = [avail[i * k:(i + 1) * k] for i in range(m)]
+    ranked = []
+    for i, (m, k) in enumerate(_configs(state)):
+        chunks = [avail[j * k:(j + 1) * k] for j in range(m)]
         shares = even_split(m, wl.batch, wl.micro_batch)
         t, cuts = _pipedream_cuts(state, chunks[0], one_f_one_b_peak(k, shares[0], wl.micro_batch), bw, lat, sc)
         if cuts is None:
@@ -272,12 +278,15 @@ def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | Non
         stage_params = np.diff(np.concatenate([[0.0], state.param_prefix[list(cuts)]]))
         sync = 2.0 * (m - 1) / m * float(stage_params.max()) / bw + 2.0 * (m - 1) * lat if m > 1 else 0.0
         est = t * shares[0] + sync
-        if est < best_est:
-            plan = _equal_groups(state, chunks, lambda ch, b, c=cuts: c if share_cap(
-                state, ch, c, _schedule(len(ch), True)) >= b else None, one_f_one_b=True)
-            if plan is not None:
-                best, best_est = plan, est
-    return best
+        if est < np.inf:
+            ranked.append((est, i, chunks, cuts))
+    # the least estimate whose plan fits (ties: the first configuration); plans built in that order
+    for _, _, chunks, cuts in sorted(ranked, key=lambda r: r[:2]):
+        plan = _equal_groups(state, chunks, lambda ch, b, c=cuts: c if share_cap(
+            state, ch, c, _schedule(len(ch), True)) >= b else None, one_f_one_b=True)
+        if plan is not None:
+            return plan
+    return None
 
 
 def virtual_workers(state: SlotState, size: int = 4) -> list[list[int]]:
