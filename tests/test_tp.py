@@ -483,10 +483,10 @@ def test_few_units_are_of_the_slowest_devices(tmp_path):
 
 
 def test_recompute_tp_false_keeps_recomputation_out_of_tp_configurations(tmp_path: Path) -> None:
-    """SolveOptions.recompute_tp=False (the training runtime's): a search on a state with TP
-    units of two devices may not choose recomputation there, on the physical state it may;
-    the default allows it on both; and the runtime's controller options plan none on a TP
-    stage."""
+    """SolveOptions.recompute_tp=False (for a runtime that recomputes stages of one device
+    only): a search on a state with TP units of two devices may not choose recomputation
+    there, on the physical state it may; the default allows it on both; and a search with
+    the option plans none on a TP stage."""
     import numpy as np
     from solver import SolveOptions, solve_slot
     from solver.solve.scoring import Scorer

@@ -92,6 +92,47 @@ def test_tp_with_adam_alone_and_as_first_stage_across_replan(tmp_path: Path) -> 
     assert rows["measured_migration_time"].iloc[1] > 0
 
 
+def test_tp_stages_recomputed_equal_single_process(tmp_path: Path) -> None:
+    """Recomputation on TP stages (leader and peer checkpointed alike), float64, Adam with
+    clipping and LR warm-up, one job over three slots: a GPipe group p0 > p1+p2 (stage 1
+    TP-2, recomputed); a 1F1B group p0 > p1+p2 (layers 2..6 TP-2) beside p3, both recomputed,
+    shares 24 | 8; a one-stage TP-2 group p0+p1 recomputed beside a 1F1B pipeline p2 > p3."""
+    inst = load_instance(tp_instance(tmp_path))
+    plans = (Plan((Group((0, 1), (3, 7), 32, "gpipe", True, tp_peers=((), (2,))),)),
+             Plan((Group((0, 1), (2, 7), 24, "1f1b", True, tp_peers=((), (2,))), Group((3,), (7,), 8, "gpipe", True))),
+             Plan((Group((0,), (7,), 16, "gpipe", True, tp_peers=((1,),)), Group((2, 3), (4, 7), 16, "1f1b"))))
+    factory = "mlp64_adam_clip_sched"
+    launch(inst, TrainConfig(f"solver.runtime.examples:{factory}", 12, str(tmp_path / "ck"), iterations_per_slot=4,
+                             plans=tuple(plan_to_json(p) for p in plans)))
+    assert_matches(tmp_path / "ck", 12, factory)
+    rows = pd.read_csv(tmp_path / "ck" / "slots.csv")
+    assert [g["recompute"] for g in json.loads(rows["plan_json"].iloc[1])["groups"]] == [True, True]
+
+
+def test_recomputation_keeps_the_forwards_tp_switch() -> None:
+    """A forward run with the TP collectives off (local_only: the pipeline's shape inference
+    on a TP leader) is recomputed with them off, though its backward runs outside the block
+    (with them on, the leader's recomputation waited for peers that never join)."""
+    from solver.runtime.recompute import run_recomputed
+    from solver.runtime.tensor_parallel import COLLECTIVES_OFF, local_only
+    seen: list[bool] = []
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(COLLECTIVES_OFF.get())
+            return x * x
+
+    x = torch.randn(3, requires_grad=True)
+    with local_only():
+        y = run_recomputed([Probe()], x)
+    y.sum().backward()
+    assert seen == [True, True] and COLLECTIVES_OFF.get() is False
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    seen.clear()
+    run_recomputed([Probe()], x).sum().backward()
+    assert seen == [False, False]
+
+
 def test_train_runs_the_tp_plan_the_planner_chooses(tmp_path: Path) -> None:
     """Devices of 30 kB: no plan without TP holds mlp64 (the controller's search without TP
     finds none); `dynpar train` plans with the TP degrees the model splits at, runs them and

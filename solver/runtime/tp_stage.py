@@ -14,7 +14,9 @@ micro-batches as the schedule's scale_grads, then share / B), so a parameter kep
 the same gradient on every rank of the stage. The TP collectives inside the layers then meet
 in the same order on every rank: each rank runs the same forward and backward graphs in the
 leader's order. The schedule's metadata-inference pass runs on the leader alone, with the
-TP collectives off (tensor_parallel.local_only; its values are dropped).
+TP collectives off (tensor_parallel.local_only; its values are dropped). A recomputed stage
+runs checkpointed on the leader and on every peer (runtime.recompute), so the recomputation
+inside each backward meets the same collectives on every rank.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .layout import StageRole
+from .recompute import Recomputed
 from .seeding import set_micro_batch
 from .tensor_parallel import local_only
 
@@ -79,8 +82,11 @@ class TPFollower:
 
     def __init__(self, role: StageRole, module: nn.Module, pg: Any, in_shape: Sequence[int],
                  in_dtype: torch.dtype, micro_batch: int, batch: int, device: torch.device,
-                 amp: torch.dtype | None = None, sync: Callable[[], None] = lambda: None) -> None:
+                 amp: torch.dtype | None = None, sync: Callable[[], None] = lambda: None,
+                 recompute: bool = False) -> None:
+        """recompute: the stage runs checkpointed, as its leader's (runtime.recompute)."""
         self.role, self.module, self.pg, self.src = role, module, pg, role.tp[0]
+        self.run = Recomputed(module) if recompute else module
         self.in_shape, self.in_dtype, self.micro_batch, self.batch = tuple(in_shape), in_dtype, micro_batch, batch
         self.device, self.amp, self.sync = device, amp, sync
         self.clock = self  # TorchStage's interface: clock.cpu_s
@@ -107,7 +113,7 @@ class TPFollower:
                 self.sync()
                 t0, c0 = time.perf_counter(), time.thread_time()
                 with cast:
-                    stash[micro] = self.module(inp)
+                    stash[micro] = self.run(inp)
                 self.sync()
                 fwd += time.perf_counter() - t0
                 cpu += time.thread_time() - c0

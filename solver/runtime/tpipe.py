@@ -162,7 +162,8 @@ class TorchStage:
                  repeat: int = 1, amp: torch.dtype | None = None, tp_pg: Any = None,
                  recompute: bool = False) -> None:
         """tp_pg: the stage's TP process group when role.tp (this rank is its leader: runtime.tp_stage);
-        recompute: the stage runs checkpointed (runtime.recompute; not with TP)."""
+        recompute: the stage runs checkpointed (runtime.recompute; on a TP stage, its peers too:
+        runtime.tp_stage)."""
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {sorted(SCHEDULES)}, got {schedule!r}")
         if role.share % micro_batch:
@@ -178,11 +179,8 @@ class TorchStage:
         if role.tp and repeat > 1:
             raise ValueError(f"group {role.group}, stage {role.stage}: repeat {repeat} on a tensor-parallel stage "
                              "(emulated slow devices run without TP)")
-        if role.tp and recompute:
-            raise ValueError(f"group {role.group}, stage {role.stage}: recomputation on a tensor-parallel stage "
-                             "(not implemented)")
-        self.leader = TPLeader(self.module, tp_pg, role.tp[0], device) if role.tp else None
         inner = Recomputed(self.module) if recompute else self.module
+        self.leader = TPLeader(inner, tp_pg, role.tp[0], device) if role.tp else None
         run = Repeated(inner, repeat) if repeat > 1 else (self.leader if self.leader is not None else inner)
         self.clock = _Clock(run, lambda m: role.offset + m * micro_batch, synchronizer(device))
         self.stage = PipelineStage(run, role.stage, k, device, group=pg)

@@ -130,18 +130,17 @@ class TrainConfig:
                 "policy": "given" if self.plans else self.policy, "V": float(self.V)}
 
 
-RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,), recompute_tp=False)
-"""The controller's search options without a model to check (no tensor parallelism;
-activation recomputation, which the runtime runs with torch.utils.checkpoint on stages of
-one device: runtime.recompute); `runtime_options` gives those of a model."""
+RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
+"""The controller's search options without a model to check (no tensor parallelism; activation
+recomputation, which the runtime runs with torch.utils.checkpoint: runtime.recompute);
+`runtime_options` gives those of a model."""
 
 
 def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig | None = None) -> SolveOptions:
     """The controller's search options for a job on `blocks`: the TP degrees at which every
     block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
-    (`repeat`, whose extra passes would repeat the TP collectives); recomputation outside TP
-    configurations (SolveOptions.recompute_tp False: the runtime recomputes stages of one
-    device only)."""
+    (`repeat`, whose extra passes would repeat the TP collectives); recomputation anywhere,
+    TP stages included (their leader and peers checkpointed alike: runtime.tp_stage)."""
     if blocks is None or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
         return RUNTIME_OPTIONS
     return replace(RUNTIME_OPTIONS, tp_degrees=degrees_for(blocks))
@@ -149,8 +148,8 @@ def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig |
 
 def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None) -> list[str]:
     """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
-    1F1B or a TP stage inside a pipeline on the hand-written engine, recomputation on a TP
-    stage, a TP stage whose layers cannot be split: runtime.tensor_parallel.problems, or any
+    1F1B or a TP stage inside a pipeline on the hand-written engine, a TP stage whose layers
+    cannot be split: runtime.tensor_parallel.problems, or any
     TP stage when `blocks` is not given), one line each."""
     out = []
     for gi, g in enumerate(plan.groups):
@@ -161,10 +160,6 @@ def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Mod
             out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
         for j, ((d, a, b), peers) in enumerate(zip(g.stages(), g.tp_peers or ())):
             if not peers:
-                continue
-            if getattr(g, "recompute", False):
-                out.append(f"group {gi}, stage {j} (layers {a}..{b - 1}): recompute on a tensor-parallel stage "
-                           "(activation recomputation runs on stages of one device)")
                 continue
             where = (f"group {gi}, stage {j} (layers {a}..{b - 1}): tensor parallelism of degree "
                      f"{1 + len(peers)} over devices {[d, *peers]}")
@@ -571,7 +566,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             g = rplan.groups[role.group]
             tstage = TPFollower(role, torch.nn.Sequential(*(held[i].module for i in role.layers)),
                                 groups[tuple(sorted(role.tp))], shapes[role.first][0], shapes[role.first][1],
-                                g.micro_batch or wl.micro_batch, B, dev, spec.autocast, synchronizer(dev))
+                                g.micro_batch or wl.micro_batch, B, dev, spec.autocast, synchronizer(dev),
+                                g.recompute)
         if replanned or fresh:
             _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
         fresh = False

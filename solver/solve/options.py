@@ -237,7 +237,7 @@ class SolveOptions:
     too (False: 1F1B only, for a runtime that cannot recompute); recompute_tp: with recompute,
     recomputation may be chosen in TP configurations too (False: a search on a state with TP
     units of more than one device chooses none there, for a runtime that recomputes stages
-    of one device only: solver.runtime); tp_degrees: tensor-parallel
+    of one device only); tp_degrees: tensor-parallel
     degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP);
     classes: "both" (the default): where a slot's available devices form a pool of few large
     classes of interchangeable devices (solve.classes; SearchTuning.class_from_devices etc. say
