@@ -73,7 +73,7 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
     if first and last:
         secs = accumulate_step(mods, x, y, loss_fn, sizes, role.share, role.offset, synchronizer(device),
                                pad.fwd_s + pad.bwd_s, repeat, step, amp, recompute)
-        _scale_grads(mods, role.share / batch)
+        scale_grads(mods, role.share / batch)
         return secs, 0.0
     sends: list[dist.Work] = []
     stash: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -130,11 +130,12 @@ def pipeline_step(role: StageRole, layers: Mapping[int, nn.Module], x: torch.Ten
         stash[m] = None  # free the micro-batch's activations
     for w in sends:
         w.wait()
-    _scale_grads(mods, role.share / batch)
+    scale_grads(mods, role.share / batch)
     return fwd_s, bwd_s
 
 
-def _scale_grads(mods: Sequence[nn.Module], scale: float) -> None:
+def scale_grads(mods: Sequence[nn.Module], scale: float) -> None:
+    """Multiply every gradient of the modules' parameters by `scale` (one fused call)."""
     grads = [p.grad for mod in mods for p in mod.parameters() if p.grad is not None]
     if grads:
         torch._foreach_mul_(grads, scale)
@@ -177,11 +178,7 @@ def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequen
     sq = sq.to(device)
     dist.all_reduce(sq, op=dist.ReduceOp.SUM)
     norm = float(sq.sqrt().item())
-    coef = min(max_norm / (norm + 1e-6), 1.0)
-    for i in layers:
-        for p in held[i].module.parameters():
-            if p.grad is not None:
-                p.grad.mul_(coef)
+    scale_grads([held[i].module for i in layers], min(max_norm / (norm + 1e-6), 1.0))
     return norm
 
 

@@ -132,12 +132,11 @@ class TPFollower:
                 raise RuntimeError(f"TP stage: unknown header {cmd} from rank {self.src}")
         if stash:
             raise RuntimeError(f"TP stage: micro-batches {sorted(stash)} had no backward from rank {self.src}")
-        scale = self.role.share / self.batch
-        for p in self.module.parameters():
-            if p.grad is not None:
-                if n_micro != 1:
-                    p.grad.div_(n_micro)
-                p.grad.mul_(scale)
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if grads:       # as the leader's schedule (scale_grads) and TorchStage.step, in that order
+            if n_micro != 1:
+                torch._foreach_div_(grads, n_micro)
+            torch._foreach_mul_(grads, self.role.share / self.batch)
         self.cpu_s = cpu
         return fwd, bwd
 

@@ -30,6 +30,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from .layout import StageRole
+from .pipeline import scale_grads
 from .placement import synchronizer
 from .recompute import Recomputed
 from .seeding import set_micro_batch
@@ -210,10 +211,7 @@ class TorchStage:
                 self.schedule.step(*args, return_outputs=False)
         if self.leader is not None:
             self.leader.header(END)
-        scale = self.role.share / self.batch
-        for p in self.module.parameters():
-            if p.grad is not None:
-                p.grad.mul_(scale)
+        scale_grads([self.module], self.role.share / self.batch)
         return self.clock.take()
 
     def close(self) -> None:
