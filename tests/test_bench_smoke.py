@@ -34,6 +34,12 @@ def test_bench_budget_smoke(tmp_path):
     ref = feasible[["objective", "big_objective"]].min(axis=1)
     assert ((feasible["gap"] - (feasible["objective"] / ref - 1)).abs() < 1e-12).all()
     assert (feasible["big_worse"] == (feasible["big_objective"] > feasible["objective"] * (1 + 1e-12))).all()
+    # --portfolio: the runs at small budgets join the reference (the gap can only grow)
+    assert budget_main([str(tmp_path), "--slots", "2", "--sizes", "8", "--factor", "2", "--portfolio", "1,3"]) == 0
+    both = pd.read_csv(tmp_path / "budget.csv")
+    ref = both[["objective", "big_objective", "portfolio_objective"]].min(axis=1)
+    assert ((both["gap"] - (both["objective"] / ref - 1)).abs() < 1e-12).all()
+    assert (both["gap"] >= table["gap"] - 1e-12).all() and set(both["portfolio_budget"]) <= {1, 3}
 
 
 def test_bench_margin_replay_follows_the_recorded_run(tmp_path):
