@@ -341,7 +341,9 @@ def test_a_search_out_of_budget_with_few_structures_goes_on():
     of the memory it needs. Every structure costs tens of work units of memory-relief DPs, so
     the default budget ran out after a few dozen structures, before the local search's drops
     found the 16x search's plan (0.10025 against 0.11928). SearchTuning.min_structures lets
-    such a search go on (up to extend_cap budgets) until it has scored that many."""
+    such a search go on (up to extend_cap budgets) until it has scored that many; the last
+    local search's order-keeping moves (SearchTuning.final_ordered_devices) reach that plan
+    too, and without both the search stops short of it."""
     from benchmarks.bench_budget import slot
     from benchmarks.bench_quality import SHARED, workloads
     from solver.solve.options import SearchTuning
@@ -353,5 +355,8 @@ def test_a_search_out_of_budget_with_few_structures_goes_on():
     res = solve_slot(s, Q, 1.0)
     assert res.success and res.plan.validate(s) == []
     assert res.objective <= 0.10026
-    without = solve_slot(s, Q, 1.0, options=SolveOptions(tuning=replace(SearchTuning(), min_structures=0)))
+    for alone in (dict(min_structures=0), dict(final_ordered_devices=0)):
+        assert solve_slot(s, Q, 1.0, options=SolveOptions(tuning=replace(SearchTuning(), **alone))).objective <= 0.10026
+    without = solve_slot(s, Q, 1.0, options=SolveOptions(tuning=replace(SearchTuning(), min_structures=0,
+                                                                         final_ordered_devices=0)))
     assert without.objective > 0.11

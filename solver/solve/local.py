@@ -122,7 +122,7 @@ def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_
 
 
 def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, deadline: float,
-                 max_iter: int) -> Scored:
+                 max_iter: int, ordered: bool = False) -> Scored:
     """Best-improvement descent over `neighbours` from `start`, at most `max_iter` moves (each
     neighbour cut with min-bottleneck cuts and exact shares). In slots of up to
     SearchTuning.small_devices devices (whose work budget is more than the search needs) the
@@ -130,8 +130,9 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
     moves (`ordered_neighbours`: a device inserted into or removed from a group where it
     stands, not re-chained) are tried before stopping, and each neighbour is also scored with
     its groups in their least-alpha orders (Scorer.alpha_order) where those differ from the
-    chains; larger slots keep their budget for the other starts and the polish. Stops at a
-    local optimum, when the work budget is spent or past `deadline` (perf_counter seconds)."""
+    chains; larger slots keep their budget for the other starts and the polish (with
+    `ordered`, they too try the order-keeping moves at each local optimum). Stops at a local
+    optimum, when the work budget is spent or past `deadline` (perf_counter seconds)."""
     avail = state.available_indices
     rich = len(avail) <= sc.tuning.small_devices
     cur = start
@@ -166,7 +167,7 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
                 cand = sc.score_groups(orders, source=f"ls-{name}{tag}")
                 if cand is not None and better(cand, best):
                     best = cand
-        if best is cur and rich:
+        if best is cur and (rich or ordered):
             tried: set = set()
             for name, ng in ordered_neighbours([g.devices for g in cur.plan.groups], avail, max_depth):
                 if late():
