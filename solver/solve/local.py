@@ -121,6 +121,25 @@ def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_
                     yield "move-at", [x for x in new if x]
 
 
+def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
+    """True when these ordered groups, each at its min-bottleneck cuts for one micro-batch,
+    already bound the objective above the incumbent's: V B / sum_g 1 / alpha_g (any cuts and
+    any memory relief in these orders only raise a group's alpha, and W >= V). Their reliefs
+    in other orders are then not tried either."""
+    if sc.best is None:
+        return False
+    inv = 0.0
+    for d in groups:
+        c = sc.cuts(d)
+        if c is None:
+            return False
+        a = sc.coeffs(d, c).alpha
+        if not a > 0:
+            return False
+        inv += 1.0 / a
+    return sc.V * sc.B / inv > sc.best.objective
+
+
 def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, deadline: float,
                  max_iter: int, ordered: bool = False) -> Scored:
     """Best-improvement descent over `neighbours` from `start`, at most `max_iter` moves (each
@@ -176,6 +195,8 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
                 if not ng or key in tried:
                     continue
                 tried.add(key)
+                if not rich and _cannot_win(sc, ng):
+                    continue
                 cand = sc.score_groups(ng, source=f"ls-{name}")
                 if cand is not None and better(cand, best):
                     best = cand
