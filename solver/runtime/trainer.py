@@ -149,8 +149,8 @@ def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig |
 def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None) -> list[str]:
     """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
     1F1B or a TP stage inside a pipeline on the hand-written engine, a TP stage whose layers
-    cannot be split: runtime.tensor_parallel.problems, or any
-    TP stage when `blocks` is not given), one line each."""
+    cannot be split: runtime.tensor_parallel.problems, or any TP stage when `blocks` is not
+    given), one line each."""
     out = []
     for gi, g in enumerate(plan.groups):
         sched = getattr(g, "schedule", "gpipe")
