@@ -227,9 +227,11 @@ def nudged_cuts(cuts: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
-def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int, rounds: int) -> Scored:
+def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to: int, rounds: int,
+           relocate: bool = False) -> Scored:
     """Per group, try other orders (group_orders, every order up to `all_up_to` devices, and in
-    slots of up to SearchTuning.small_devices devices every single-device relocation) with
+    slots of up to SearchTuning.small_devices devices or with `relocate` every single-device
+    relocation of groups of up to orders.RELOCATE_UP_TO devices) with
     their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
     recomputation also those for its own per-stage peaks at that share, and every order's
     frontier cut sets for those peaks), and the frontier cut sets of the current order (in those
@@ -247,7 +249,7 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
             share = cur.plan.groups[gi].share
             def options():
                 variant = (how[0], how[1]) if how else ("gpipe", False)
-                orders = group_orders(state, d, all_up_to, relocate=rich)
+                orders = group_orders(state, d, all_up_to, relocate=rich or relocate)
                 for o in orders:
                     yield from ((o, c, *how) for c in (sc.cuts(o, None, mb), sc.cuts(o, share, mb)) if c is not None)
                     if variant != ("gpipe", False) and len(o) > 1:     # cuts for the variant's own peaks

@@ -33,6 +33,13 @@ class SearchTuning:
     n = 8 slots came within 1% of the best plan known; at 800, all 15)."""
     medium_devices: int = 8
     """Devices up to which `work_medium` applies."""
+    final_relocate: bool = True
+    """The last polish (of the best plan, after the last local search) also tries every
+    single-device relocation in the order of each group of up to orders.RELOCATE_UP_TO devices,
+    as small slots' polishes do. On bench_budget's seeds 650000+ (64 slots of 8-64 devices) 3
+    plans better (by 18% at n = 64, PipeDream ResNet-50 at 0.35 of its memory; 0.2% and 0.7%),
+    none worse; on seeds 620000+ n = 16 within 1% of the best plan known on 79% from 74%;
+    2-9% more solve time (bench_speed's cases)."""
     final_ordered_devices: int = 16
     """Devices up to which the last local search (from the best plan, before the last polish)
     also tries the order-keeping moves at its local optima (local.ordered_neighbours: a device

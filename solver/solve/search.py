@@ -301,7 +301,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
             polish(state, sc, s, deadline, orders, tune.polish_rounds)
         local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter,
                      ordered=n <= tune.final_ordered_devices)
-        polish(state, sc, sc.best, deadline, orders, tune.polish_rounds)
+        polish(state, sc, sc.best, deadline, orders, tune.polish_rounds, relocate=tune.final_relocate)
     if report is not None:      # tries only grow and the budget only rises: below the first budget, never stopped
         report["ran_out"] = sc.tries >= budget or past(deadline)
     return slot_result(state, sc, Q, V, Status.FEASIBLE,
