@@ -1,7 +1,7 @@
 """The `dynpar` command line: a thin layer over the library (no logic of its own).
 
     dynpar run [INSTANCE] [--V V] [--budget-tolerance 0.01] [--pricing {history,queue}] [--policy ours]
-               [--out results] [--slots N]
+               [--out results] [--slots N] [--preemption RESTART_S:CHECKPOINT_EVERY] [--ignore-hazards]
     dynpar solve INSTANCE --slot T [--V 1] [--queues 0,0] [--exact] [--json]
     dynpar compare [INSTANCE] [--V 1] [--policies a,b] [--out results] [--slots N]
     dynpar bench [--quick] [--out DIR]
@@ -95,11 +95,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"note: {n}")
     compile_note()
     from ..solve import SolveOptions
+    if args.preemption is not None or inst.preemption is not None:
+        pre = args.preemption or inst.preemption
+        aware = args.policy == "ours" and not args.ignore_hazards
+        print(f"preemption: {pre.restart_s:g} s to restart, a checkpoint every {pre.checkpoint_every} iterations; "
+              + ("ours weighs each device's hazard from the trace so far" if aware else "no hazard weighed"))
+    elif args.ignore_hazards:
+        raise UsageError("--ignore-hazards: the instance declares no [preemption] and --preemption is not given")
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
                      options=SolveOptions(tp_degrees=args.tp_degrees, classes=args.classes),
                      state_path=out / "controller_state.json" if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
-                     budget_tolerance=args.budget_tolerance, pricing=args.pricing)
+                     budget_tolerance=args.budget_tolerance, pricing=args.pricing,
+                     preemption=args.preemption, availability_aware=not args.ignore_hazards)
     df = run.rows
     for note in run.notes:
         print(f"note: {note}", flush=True)
@@ -350,6 +358,17 @@ def _tolerance(text: str) -> float | None:
     return _parsed(text, float, lambda v: 0 <= v < 1, "a fraction in [0, 1) or 'off'")
 
 
+def _preemption(text: str):
+    from ..model.preemption import Preemption
+    expected = "RESTART_S:CHECKPOINT_EVERY, seconds >= 0 and an integer >= 1 (e.g. 120:50)"
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    restart = _parsed(parts[0], float, lambda v: math.isfinite(v) and v >= 0, f"{expected}; restart seconds")
+    every = _parsed(parts[1], int, lambda v: v >= 1, f"{expected}; checkpoint interval")
+    return Preemption(restart, every)
+
+
 def _v_weight(text: str) -> float:
     return _parsed(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
@@ -457,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--slots", type=int, help="only the first SLOTS slots, 1..the instance's slot count "
                                              "(default all)")
     r.add_argument("--no-replan", action="store_true", help="ignore re-planning cost (the article's setting)")
+    r.add_argument("--preemption", type=_preemption, default=None, metavar="RESTART_S:CHECKPOINT_EVERY",
+                   help="charge each slot after a device of the plan was preempted the restart seconds and the "
+                        "iterations since the last checkpoint (default: the instance's [preemption], if any); "
+                        "ours weighs per-device hazards learnt from the trace so far (docs/BUDGETS.md)")
+    r.add_argument("--ignore-hazards", action="store_true",
+                   help="with a preemption cost, plan without the hazards (losses are still charged)")
     r.add_argument("--resumable", action="store_true",
                    help="save the controller state to controller_state.json after each slot; resume from it "
                         "when present")

@@ -63,7 +63,8 @@ def progress(label: str, stream: TextIO | None = None, every_s: float = 10.0, ev
 def slot_columns(budgets: Sequence[Budget]) -> dict[str, str]:
     """Names of a run's per-slot columns (run_online) -> the same with units, as written to
     slots.csv and printed: seconds `_s`, money `_usd`, energy `_j` (per iteration)."""
-    cols = {c: f"{c}_s" for c in ("batch_time", "migration_time", "charged_time", "solve_time")}
+    cols = {c: f"{c}_s" for c in ("batch_time", "migration_time", "charged_time", "solve_time", "preemption_time",
+                                  "risk_time")}
     cols.update({f"cost_{b.name}": f"cost_{b.name}_{UNIT_SUFFIX[b.kind]}" for b in budgets})
     cols.update({f"{p}_{b.name}": f"{p}_{b.name}_{UNIT_SUFFIX[b.kind]}" for b in budgets for p in ("avg", "cheapest")})
     return cols
@@ -71,7 +72,8 @@ def slot_columns(budgets: Sequence[Budget]) -> dict[str, str]:
 
 def summary_keys(budgets: Sequence[Budget]) -> dict[str, str]:
     """Keys of summarise()'s dict -> the same with units (summary.json and the printed summary)."""
-    keys = {k: f"{k}_s" for k in ("avg_batch_time", "avg_plan_time", "avg_migration_time", "avg_solve_time")}
+    keys = {k: f"{k}_s" for k in ("avg_batch_time", "avg_plan_time", "avg_migration_time", "avg_solve_time",
+                                  "avg_preemption_time")}
     for b in budgets:
         u = UNIT_SUFFIX[b.kind]
         keys[f"avg_cost_{b.name}"] = f"avg_cost_{b.name}_{u}"

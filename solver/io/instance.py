@@ -85,6 +85,7 @@ import numpy as np
 
 from ..errors import InstanceError
 from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
+from ..model.preemption import Preemption
 from ..model.workload import PRECISIONS
 from . import ranges as R
 from .cluster import (FIT_KEYS, at_precision, check_gpus_per_node, check_measured_kinds, cluster_lines, declared_kinds, kind_spec,
@@ -101,8 +102,9 @@ NETWORK_DEFAULTS = {"intra_server_gbps": 100.0, "inter_server_gbps": 10.0,
                     "intra_server_latency_ms": 0.005, "inter_server_latency_ms": 0.1}
 DEFAULT_EFFICIENCY = 0.5
 _TOP = {"name", "num_slots", "description", "workload", "devices", "network", "links", "budgets", "traces",
-        "kinds", "servers", "egress", "memory_reserve_gb", "train"}
+        "kinds", "servers", "egress", "memory_reserve_gb", "train", "preemption"}
 _TRAIN = {"iterations_per_slot"}
+_PREEMPTION = {"restart_s", "checkpoint_every"}
 _WORKLOAD = {"model", "batch", "micro_batch", "optimizer_factor", "input_bytes", "precision", "optimizer_step"}
 _DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour",
            "memory_bandwidth_gbs"}
@@ -484,7 +486,17 @@ def load_instance(path: str | Path) -> Instance:
                             rng=R.ITERATIONS)) if "iterations_per_slot" in train else None
     return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network,
                     per_slot, _call_latency(f, doc, "tp_collective_latency_ms"),
-                    _call_latency(f, doc, "allreduce_latency_ms"))
+                    _call_latency(f, doc, "allreduce_latency_ms"), _preemption(f, doc))
+
+
+def _preemption(f: _File, doc: dict) -> Preemption | None:
+    """The [preemption] table (restart_s, checkpoint_every; both required), or None."""
+    if "preemption" not in doc:
+        return None
+    t = f.table(doc, "preemption", _PREEMPTION)
+    return Preemption(float(f.number(t, "restart_s", "preemption.restart_s", rng=R.RESTART_S)),
+                      int(f.number(t, "checkpoint_every", "preemption.checkpoint_every", integer=True,
+                                   rng=R.ITERATIONS)))
 
 
 def _toml_value(v: Any) -> str:
@@ -516,6 +528,9 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
              f"links = {_toml_value(stem + '_links.csv')}", ""]
     if instance.iterations_per_slot is not None:
         lines += ["[train]", f"iterations_per_slot = {instance.iterations_per_slot}", ""]
+    if instance.preemption is not None:
+        lines += ["[preemption]", f"restart_s = {_toml_value(instance.preemption.restart_s)}",
+                  f"checkpoint_every = {instance.preemption.checkpoint_every}", ""]
     calls = [f"{key} = {_toml_value(v * 1000)}" for key, v in (("tp_collective_latency_ms", instance.tp_collective_latency),
                                                                 ("allreduce_latency_ms", instance.allreduce_latency)) if v]
     if calls:

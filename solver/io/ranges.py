@@ -51,6 +51,7 @@ class Range:
 
 SLOTS = Range(1, 1e6, "slots")
 ITERATIONS = Range(1, 1e9, "iterations")
+RESTART_S = Range(0, 1e6, "s")
 SAMPLES = Range(1, 1e7, "samples")
 OPTIMIZER_FACTOR = Range(0, 100, "bytes per parameter byte", lo_open=True)
 INPUT_BYTES = Range(0, 1e12, "bytes per sample")

@@ -12,6 +12,7 @@ import numpy as np
 
 from .cluster import Budget, Device
 from .network import Network
+from .preemption import Preemption, PreemptionRisk
 from .workload import Workload
 
 
@@ -65,6 +66,7 @@ class SlotState:
     per-call overhead, e.g. about 1 ms for gloo on CPU processes; 0: none, the default);
     allreduce_latency: seconds each cross-group gradient all-reduce (one per bucket,
     cost.sync) costs beyond its ring, the same kind of per-call overhead (0: none, the default).
+    risk: the preemption risk the planner weighs (model.preemption; None: none, the default).
     """
 
     t: int
@@ -84,6 +86,12 @@ class SlotState:
     tp_link: np.ndarray | None = None
     tp_collective_latency: float = 0.0
     allreduce_latency: float = 0.0
+    risk: PreemptionRisk | None = None
+
+    def __post_init__(self) -> None:
+        if self.risk is not None and len(self.risk.hazard) != len(self.devices):
+            raise ValueError(f"SlotState.risk: expected a hazard per device ({len(self.devices)}), "
+                             f"got {len(self.risk.hazard)}")
 
     @property
     def n(self) -> int:
@@ -262,7 +270,8 @@ class Instance:
     seconds each tensor-parallel collective costs beyond its ring ([network]
     tp_collective_latency_ms; 0 by default), SlotState's; allreduce_latency: seconds each
     cross-group gradient all-reduce costs beyond its ring ([network] allreduce_latency_ms; 0 by
-    default), SlotState's.
+    default), SlotState's; preemption: what a preemption costs ([preemption] restart_s,
+    checkpoint_every; model.preemption), None when the file declares none.
     """
 
     name: str
@@ -280,6 +289,7 @@ class Instance:
     iterations_per_slot: int | None = None
     tp_collective_latency: float = 0.0
     allreduce_latency: float = 0.0
+    preemption: Preemption | None = None
 
     @property
     def notes(self) -> tuple[str, ...]:

@@ -86,7 +86,8 @@ def unit_state(state: SlotState, units: Sequence[Sequence[int]]) -> SlotState:
                    speed_factor=np.array([min(state.speed_factor[i] for i in u) for u in units], dtype=float),
                    price=np.array([sum(state.price[i] for i in u) for u in units], dtype=float),
                    bandwidth=bw, latency=lat, network=net, tp=tuple(len(u) for u in units),
-                   members=tuple(units), base=state, tp_link=tp_link)
+                   members=tuple(units), base=state, tp_link=tp_link,
+                   risk=None if state.risk is None else state.risk.for_units(units))
 
 
 def _unit_device(state: SlotState, unit: Unit):

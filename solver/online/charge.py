@@ -7,6 +7,12 @@ time, and the devices of the new plan are paid for that time at their idle rates
 c_k += R_k * m / N (R_money = sum of prices in USD/s, R_energy = sum of idle powers in W).
 With replan=False there is no migration charge at all and the search does not weigh it (the
 article's setting).
+
+Preemption (online.preemption): when the previous slot's plan lost a device, the restart and
+the lost iterations, p seconds, are charged the same way: (m + p) / N per iteration, at the new
+plan's idle rates. With a preemption risk on the state (model.preemption), the plan's expected
+loss per iteration r = kappa z + extra is not charged (it may not happen) but weighs in the
+objective the controller chooses by, as in the search's: V (T + r) + sum_k Q_k (c_k + R_k r) / Cbar_k.
 """
 from __future__ import annotations
 
@@ -38,11 +44,16 @@ class Charge:
     charged_time: float
     costs: tuple[float, ...]
     evaluation: Evaluation
+    preemption_time: float = 0.0
+    risk_time: float = 0.0
+    risk_costs: tuple[float, ...] = ()
 
     def objective(self, queues: Sequence[float], V: float) -> float:
-        """Drift-plus-penalty V * charged_time + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
+        """Drift-plus-penalty V * charged_time + sum_k Q_k c_k / Cbar_k (queues in budget units),
+        with the expected preemption loss risk_time and its costs (module docstring)."""
         w = budget_weights(self.evaluation.limits, queues)
-        return float(V * self.charged_time + float(w @ np.asarray(self.costs)))
+        costs = np.asarray(self.costs) + (np.asarray(self.risk_costs) if self.risk_costs else 0.0)
+        return float(V * (self.charged_time + self.risk_time) + float(w @ costs))
 
 
 def migration_seconds(previous: Plan | None, plan: Plan, state: SlotState) -> float:
@@ -53,14 +64,26 @@ def migration_seconds(previous: Plan | None, plan: Plan, state: SlotState) -> fl
 
 
 def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, replan: bool = True,
-                iterations_per_slot: int = 100, cache: SlotCache | None = None) -> Charge:
+                iterations_per_slot: int = 100, cache: SlotCache | None = None,
+                preemption_time: float = 0.0) -> Charge:
     """Charge `plan` in `state` the controller's way (module docstring), for any policy; cache:
-    the slot's SlotCache (the same numbers, evaluations shared with the slot's searches)."""
+    the slot's SlotCache (the same numbers, evaluations shared with the slot's searches);
+    preemption_time: seconds the previous slot's preemption costs this slot (online.preemption)."""
     ev = cache.evaluation(plan) if cache is not None else evaluate(plan, state)
     mig = migration_seconds(previous, plan, state) if replan else 0.0
-    per_iter = mig / max(int(iterations_per_slot), 1)
+    n = max(int(iterations_per_slot), 1)
+    per_iter = (mig + preemption_time) / n
     costs = np.asarray(ev.costs, dtype=float)
-    if per_iter > 0 and len(costs):
+    risk, risk_costs = 0.0, ()
+    R = None
+    if (per_iter > 0 or state.risk is not None) and len(costs):
         R = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]).R
+    if per_iter > 0 and R is not None:
         costs = costs + R * per_iter
-    return Charge(ev.batch_time, mig, ev.batch_time + per_iter, tuple(float(c) for c in costs), ev)
+    if state.risk is not None:
+        kappa, extra = state.risk.terms(plan.devices, n)
+        risk = kappa * ev.batch_time + extra
+        if R is not None:
+            risk_costs = tuple(float(c) for c in R * risk)
+    return Charge(ev.batch_time, mig, ev.batch_time + per_iter, tuple(float(c) for c in costs), ev,
+                  float(preemption_time), risk, risk_costs)

@@ -39,9 +39,11 @@ from ..model.plan import Plan, plan_from_json, plan_to_json
 from ..model.state import Instance, SlotState
 from ..solve import SolveOptions, solve_slot
 from ..subproblems.cache import SlotCache
+from ..model.preemption import Preemption
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
 from .policies import Decision, Ours, Policy, make_policy, with_lp_shares
+from .preemption import preempted, risk_at
 from .pricing import BRACKET, FASTEST_TUNING, RESHARE, TIE, History, Price, lp_weight, margin, points
 from .queues import initial_queues, update_queues
 from .result import OnlineRun, run_status
@@ -63,6 +65,8 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
     row["batch_time"] = ch.batch_time if ch else nan
     row["migration_time"] = ch.migration_time if ch else 0.0
     row["charged_time"] = ch.charged_time if ch else nan
+    row["preemption_time"] = ch.preemption_time if ch else 0.0
+    row["risk_time"] = ch.risk_time if ch else 0.0
     for k, b in enumerate(state.budgets):
         row[f"cost_{b.name}"] = ch.costs[k] if ch else 0.0
     for k, b in enumerate(state.budgets):
@@ -116,7 +120,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                start: int = 0, stop: int | None = None,
                progress: Callable[[int, int], None] | None = None,
                on_infeasible: str = "skip", budget_tolerance: float | None = DEFAULT_TOLERANCE,
-               check_budgets: bool = True, pricing: str | None = None) -> OnlineRun:
+               check_budgets: bool = True, pricing: str | None = None, preemption: Preemption | None = None,
+               availability_aware: bool = True) -> OnlineRun:
     """Run `policy` over slots start..stop-1 of `instance`; an OnlineRun (online.result) whose
     .rows has one row per slot (see `_row`).
 
@@ -131,6 +136,10 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     state_path: JSON file of the controller state; if it exists the run continues from it
     (`start` is then ignored) and the returned rows hold every row so far.
     progress(done, total): called after each slot. on_infeasible: "skip" | "raise".
+    preemption: what a preemption costs (model.preemption; None: the instance's, if it declares
+    one): each slot after one that lost a device of its plan is charged the loss, every policy
+    alike (online.preemption); with availability_aware, "ours" also weighs each plan's expected
+    loss from per-device hazards learnt from the slots seen so far.
     """
     if on_infeasible not in ("skip", "raise"):
         raise ValueError(f"on_infeasible must be 'skip' or 'raise', not {on_infeasible!r}")
@@ -151,7 +160,11 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         raise ValueError(f"pricing='history' prices the budgets for 'ours'; policy {name!r} has no price")
     mode = pricing or ("history" if tracked else "queue")
     priced = mode == "history" and isinstance(pol, Ours) and pol.queue_mode == "real" and bool(limits)
+    preempt = preemption if preemption is not None else instance.preemption
+    aware = preempt is not None and availability_aware and isinstance(pol, Ours)
     config = run_config(instance, name, V, replan, iterations_per_slot, options, budget_tolerance, mode)
+    if preempt is not None:
+        config["preemption"] = [float(preempt.restart_s), int(preempt.checkpoint_every), bool(aware)]
     stop = instance.num_slots if stop is None else min(int(stop), instance.num_slots)
     opts = replace(options or SolveOptions(), replan=replan, iterations_per_slot=iterations_per_slot)
 
@@ -187,6 +200,9 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         state = instance.state(t)
         Q = cs.queues
         prev = cs.previous_plan
+        lost = _preemption_time(preempt, prev, state, cs.rows[-1] if cs.rows else None, iterations_per_slot)
+        if aware:
+            state = replace(state, risk=risk_at(instance.available, t, preempt))
         # shared by every search and charge of this slot; exact entries of the last slot's carried over
         cache = last_cache = SlotCache.following(last_cache, state)
         fastest = _Fastest(state, opts, cache)
@@ -199,7 +215,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         slot_plans: list[Plan] = []   # with the price: every plan the slot's searches found (tracker candidates)
 
         def charge(p: Plan) -> Charge:
-            return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot, cache=cache)
+            return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot, cache=cache,
+                               preemption_time=lost)
         if priced:
             W, pr, seen = _priced_weights(state, Vt, slack, history, excess, horizon,
                                           int(cs.rows[-1]["executed"]) if cs.rows else 0, limits, opts,
@@ -290,6 +307,17 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             progress(done, total)
     return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None,
                    mode if isinstance(pol, Ours) else None)
+
+
+def _preemption_time(preempt: Preemption | None, prev: Plan | None, state: SlotState, last: dict | None,
+                     iterations: int) -> float:
+    """Seconds this slot is charged for the previous slot's preemption (online.preemption): the
+    previous slot ran `prev` (its row executed a plan) and a device of it is gone now."""
+    if preempt is None or prev is None or last is None or not np.isfinite(last["batch_time"]):
+        return 0.0
+    if not preempted(prev, state.available):
+        return 0.0
+    return preempt.lost_seconds(float(last["batch_time"]), iterations)
 
 
 def _priced_weights(state: SlotState, V: float, slack: Plan | None, history: History, excess: Sequence[float],

@@ -14,6 +14,8 @@ def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = No
 
     avg_batch_time: seconds per iteration, amortised migration included (charged_time);
     avg_plan_time: the plans' own batch time; avg_migration_time: seconds per slot;
+    avg_preemption_time: seconds per slot lost to preemptions (online.preemption), and
+    preempted_slots: how many slots paid one;
     per budget `name`: avg_cost_<name>, limit_<name>, overshoot_<name> = (avg - limit)/limit
     (a fraction; negative = under budget), final_queue_<name>, bound_<name> = Q(T)/T (guarantee
     (a): avg / limit - 1 <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
@@ -28,6 +30,9 @@ def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = No
     out["avg_batch_time"] = float(ok["charged_time"].mean()) if H else nan
     out["avg_plan_time"] = float(ok["batch_time"].mean()) if H else nan
     out["avg_migration_time"] = float(ok["migration_time"].mean()) if H else nan
+    if "preemption_time" in ok:
+        out["avg_preemption_time"] = float(ok["preemption_time"].mean()) if H else nan
+        out["preempted_slots"] = int((ok["preemption_time"] > 0).sum())
     out["avg_solve_time"] = float(df["solve_time"].mean()) if len(df) else nan
     for b in instance.budgets:
         avg = float(ok[f"cost_{b.name}"].mean()) if H else nan

@@ -7,7 +7,10 @@ number of the slot problem is fixed and the shares come from `subproblems.shares
     W = V + sum_k Q_k R_k,   q_g = sum_k Q_k e_kg,
     objective = W (z + T_sync + migration / iterations_per_slot) + q.b + sum_k Q_k F_k
 
-(= V T + sum_k Q_k c_k, plus the amortised migration time charged like batch time), where
+(= V T + sum_k Q_k c_k, plus the amortised migration time charged like batch time; with a
+preemption risk on the state, W ((z + T_sync) (1 + kappa) + ... + extra) with the plan's
+expected loss per iteration kappa (z + T_sync) + extra, model.preemption, and the shares at the
+weight W (1 + kappa)), where
 Q_k here is the weight queue_k / Cbar_k (queues are kept in budget units; cost.costs.budget_weights).
 """
 from __future__ import annotations
@@ -89,6 +92,7 @@ class Scorer:
         self.pruned_charged = 0         # score calls charged a try and pruned (a repeat is charged again)
         self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
         self._nn: dict[frozenset, Ordered] = {}
+        self._risk_memo: dict[frozenset, tuple[float, float]] = {}
         self._alpha_order: dict[frozenset, Ordered] = {}
         self._wanted: dict[Structure, np.ndarray] = {}
         self.deadline = math.inf
@@ -419,13 +423,15 @@ class Scorer:
                 self.pruned_charged += 1
                 return None
         self._seen[key] = None
+        kappa, extra = self._risk_terms(s) if self.state.risk is not None else (0.0, 0.0)
+        Wz = W * (1.0 + kappa) if kappa else W
         if shares is None and m == 1:      # solve_shares' one-group case: the whole batch when it fits
             if not (gcs[0].cap >= self.B and math.isfinite(a_list[0]) and a_list[0] > 0 and math.isfinite(b_list[0])
                     and math.isfinite(q[0]) and math.isfinite(W) and W >= 0 and self.B % us[0] == 0):
                 return None
             b = np.array([float(self.B)])
         elif shares is None:
-            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, us[0] if len(set(us)) == 1 else us, W, q,
+            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, us[0] if len(set(us)) == 1 else us, Wz, q,
                              lp_bound=False)
             if r.status != "optimal":
                 return None
@@ -441,7 +447,7 @@ class Scorer:
         mig = 0.0
         if self.prev is not None:
             mig = migration_time(self.prev, plan, self.state, self.prev_held)
-        obj = W * (z + ts + mig / max(self.opt.iterations_per_slot, 1)) + float(q @ b) + qF
+        obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + float(q @ b) + qF
         sc = Scored(obj, z + ts, plan, s, mig, source)
         self._seen[key] = sc
         if self.opt.keep_candidates:
@@ -451,6 +457,15 @@ class Scorer:
                 self.improved_at = self.tries
             self.best = sc
         return sc
+
+    def _risk_terms(self, s: Structure) -> tuple[float, float]:
+        """(kappa, extra seconds per iteration) of the preemption risk of a structure's devices
+        (model.preemption), kept per device set."""
+        devs = frozenset(d for e in s for d in e[0])
+        got = self._risk_memo.get(devs)
+        if got is None:
+            got = self._risk_memo[devs] = self.state.risk.terms(devs, self.opt.iterations_per_slot)
+        return got
 
     def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True) -> Scored | None:
         """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups

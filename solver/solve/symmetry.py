@@ -8,7 +8,7 @@ key maps a structure (ordered device groups) to its class under the cluster's sy
 
 Two devices are alike when every input the scoring reads for one device is the same number
 for both (`plan_classes`: the cut DPs' class of SlotCache.signature, the Device's fields but its
-name, price, speed, speed factor, availability, TP link, and its name where a per-device
+name, price, speed, speed factor, availability, TP link, preemption hazard, and its name where a per-device
 energy budget names it). The key is used only where the network is symmetric over those
 classes (`symmetric_links`: every pair's bandwidth, latency, bandwidth fit and egress price is a
 function of the two classes and whether they share a server). With a previous plan (charged
@@ -46,7 +46,8 @@ def plan_classes(state: SlotState, cache: SlotCache, held: np.ndarray | None = N
                dev.price_per_s, dev.memory_bandwidth, float(state.price[d]), float(state.speed[d]),
                float(state.speed_factor[d]), bool(state.available[d]),
                None if state.tp_link is None else np.asarray(state.tp_link[d], dtype=float).tobytes(),
-               dev.name if dev.name in named else None, None if held is None else held[d].tobytes())
+               dev.name if dev.name in named else None, None if held is None else held[d].tobytes(),
+               None if state.risk is None else state.risk.hazard[d])
         out.append(ids.setdefault(key, len(ids)))
     return out
 
