@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from solver import SolveOptions, solve_slot
 from solver.cli.commands import main
+from solver.cost.costs import idle_rates
 from solver.errors import InstanceError
 from solver.io.instance import load_instance, save_instance
 from solver.io.synthetic import random_instance, random_state
@@ -118,7 +119,8 @@ def test_the_loss_is_charged_to_the_slot_after_a_device_of_the_plan_left():
     base = charge_plan(q, s1, p)
     hit = charge_plan(q, s1, p, preemption_time=lost)
     assert hit.charged_time == pytest.approx(base.charged_time + lost / 100)
-    assert all(h > b for h, b in zip(hit.costs, base.costs))
+    left = [d for d in p.devices if d != gone]
+    assert hit.costs == pytest.approx(tuple(np.asarray(base.costs) + idle_rates(s1, left) * lost / 100))
 
 
 def test_online_runs_pay_the_same_losses_whatever_they_plan():

@@ -54,26 +54,40 @@ def _egress(state: SlotState, groups: Sequence[GroupCoeffs]) -> tuple[np.ndarray
 
 def cost_coeffs(state: SlotState, groups: Sequence[GroupCoeffs]) -> CostCoeffs:
     K, m = len(state.budgets), len(groups)
-    R, e, F = np.zeros(K), np.zeros((K, m)), np.zeros(K)
-    held = [d for g in groups for d in g.devices]
+    e, F = np.zeros((K, m)), np.zeros(K)
+    R = idle_rates(state, [d for g in groups for d in g.devices])
     egress = _egress(state, groups) if state.network is not None and state.network.egress is not None else None
     for k, b in enumerate(state.budgets):
         if b.kind == "money":
-            R[k] = float(sum(state.price[d] for d in held))
             if egress is not None:
                 e[k], F[k] = egress
         elif b.kind == "energy":
-            R[k] = float(sum(state.devices[d].idle_power_w for d in held))
             e[k] = [g.busy_j for g in groups]
         elif b.kind == "device_energy":
             i, frac = budget_device(state, b.device)
             for gi, g in enumerate(groups):
                 if i in g.devices:
-                    R[k] = state.devices[i].idle_power_w * frac
                     e[k, gi] = float(g.busy_j_per_sample[g.devices.index(i)]) * frac
+    return CostCoeffs(R, e, F)
+
+
+def idle_rates(state: SlotState, held: Sequence[int]) -> np.ndarray:
+    """R per budget of holding the devices `held` (distinct): the prices (USD/s) for money, the
+    idle powers (W) for energy and the named device's share of its idle power for device
+    energy."""
+    R = np.zeros(len(state.budgets))
+    for k, b in enumerate(state.budgets):
+        if b.kind == "money":
+            R[k] = float(sum(state.price[d] for d in held))
+        elif b.kind == "energy":
+            R[k] = float(sum(state.devices[d].idle_power_w for d in held))
+        elif b.kind == "device_energy":
+            i, frac = budget_device(state, b.device)
+            if i in held:
+                R[k] = state.devices[i].idle_power_w * frac
         else:
             raise ValueError(f"budget {b.name!r}: unknown kind {b.kind!r}")
-    return CostCoeffs(R, e, F)
+    return R
 
 
 def budget_device(state: SlotState, name: str) -> tuple[int, float]:

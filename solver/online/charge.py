@@ -9,8 +9,9 @@ With replan=False there is no migration charge at all and the search does not we
 article's setting).
 
 Preemption (online.preemption): when the previous slot's plan lost a device, the restart and
-the lost iterations, p seconds, are charged the same way: (m + p) / N per iteration, at the new
-plan's idle rates. With a preemption risk on the state (model.preemption), the plan's expected
+the lost iterations, p seconds, are charged the same way, p / N per iteration, at the idle
+rates of the previous plan's devices that are left (they sat through the restart and re-ran
+the lost iterations), so the charge is the same whatever the slot's plan. With a preemption risk on the state (model.preemption), the plan's expected
 loss per iteration r = kappa z + extra is not charged (it may not happen) but weighs in the
 objective the controller chooses by, as in the search's: V (T + r) + sum_k Q_k (c_k + R_k r) / Cbar_k.
 """
@@ -21,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost.costs import budget_weights, cost_coeffs
+from ..cost.costs import budget_weights, cost_coeffs, idle_rates
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import migration_time
 from ..cost.pipeline import group_coeffs
@@ -72,7 +73,7 @@ def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, r
     ev = cache.evaluation(plan) if cache is not None else evaluate(plan, state)
     mig = migration_seconds(previous, plan, state) if replan else 0.0
     n = max(int(iterations_per_slot), 1)
-    per_iter = (mig + preemption_time) / n
+    per_iter = mig / n
     costs = np.asarray(ev.costs, dtype=float)
     risk, risk_costs = 0.0, ()
     R = None
@@ -80,6 +81,10 @@ def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, r
         R = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]).R
     if per_iter > 0 and R is not None:
         costs = costs + R * per_iter
+    if preemption_time > 0 and previous is not None and len(costs):
+        left = [d for d in previous.devices if state.available[d]]
+        costs = costs + idle_rates(state, left) * (preemption_time / n)
+    per_iter += preemption_time / n
     if state.risk is not None:
         kappa, extra = state.risk.terms(plan.devices, n)
         risk = kappa * ev.batch_time + extra
