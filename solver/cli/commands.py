@@ -128,6 +128,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             *[f"queue_{b.name}_after" for b in inst.budgets],
             *[c for b in inst.budgets for c in (f"over_{b.name}_pct", f"bound_{b.name}_pct")], "V",
             "solve_time_s", "status"]
+    if "preemption_time_s" in table and (table["preemption_time_s"] > 0).any():
+        cols.insert(cols.index("migration_time_s") + 1, "preemption_time_s")
     print()
     print_slots(table, cols, out / "slots.csv")
     print("\nsummary (times in s; money in USD and energy in J per iteration; queues in budgets):")
