@@ -168,3 +168,12 @@ def test_cli_preemption_flag(tmp_path, capsys):
     assert "RESTART_S:CHECKPOINT_EVERY" in capsys.readouterr().err
     assert main(["run", DEFAULT, "--slots", "2", "--out", str(tmp_path), "--ignore-hazards"]) == 2
     assert "--ignore-hazards" in capsys.readouterr().err
+
+
+def test_a_tracked_run_says_when_preemptions_were_paid():
+    inst = random_instance(11, n=4, L=6, slots=6, p_leave=0.3)
+    run = run_online(inst, preemption=COST)
+    paid = run.summary["preempted_slots"]
+    assert paid > 0
+    assert any(f"{paid} slot(s) paid a preemption" in n for n in run.notes)
+    assert not any("paid a preemption" in n for n in run_online(inst).notes)

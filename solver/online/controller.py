@@ -474,6 +474,9 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
     status, message = run_status(rows)
     notes = tuple(pre.lines if pre else ()) + tuple(tracker.notes if tracker else ())
     s = summarise(rows, instance, tolerance=tolerance)
+    if tracker is not None and s.get("preempted_slots"):
+        notes += (f"{s['preempted_slots']} slot(s) paid a preemption; those losses are costs no plan of their slot "
+                  f"avoids, outside the budget tracker's promise (docs/BUDGETS.md, \"Preemption risk\")",)
     over = [f"{b.name} {100 * s[f'overshoot_{b.name}']:+.2f}%" for b in instance.budgets
             if s["executed_slots"]]
     if over:
