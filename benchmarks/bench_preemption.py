@@ -1,11 +1,11 @@
 """Availability-aware planning against the same controller without it (issue 13, item 6).
 
     python benchmarks/bench_preemption.py [OUTDIR] [--instances aws_spot,...] [--markov mixed_gpus:3,...]
-                                         [--settings 30:10,300:50] [--slots N]
+                                         [--settings 30:10,300:50] [--slots N] [--iterations 100]
 
 Each run charges every slot after a device of the plan was preempted the restart seconds and
 the expected iterations since the last checkpoint (online.preemption; a setting is
-RESTART_S:CHECKPOINT_EVERY, the slot is run_online's 100 iterations). "ours" runs with its
+RESTART_S:CHECKPOINT_EVERY, a slot --iterations iterations, run_online's 100 by default). "ours" runs with its
 defaults (budget tracker at 1%, price from history), once planning with the per-device hazards
 learnt from the trace so far (aware) and once without them (plain); both pay the same losses.
 
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markov", default="mixed_gpus:10,hetero_strong:4")
     ap.add_argument("--settings", default="30:10,300:50")
     ap.add_argument("--slots", type=int, default=None, help="only the first SLOTS slots of each trace")
+    ap.add_argument("--iterations", type=int, default=100, help="training iterations per slot")
     a = ap.parse_args(argv)
     settings = []
     for s in a.settings.split(","):
@@ -92,11 +93,13 @@ def main(argv: list[str] | None = None) -> int:
             got = {}
             for aware in (False, True):
                 t0 = time.process_time()
-                s = run_online(inst, preemption=pre, availability_aware=aware).summary
+                s = run_online(inst, preemption=pre, availability_aware=aware,
+                               iterations_per_slot=a.iterations).summary
                 cpu = time.process_time() - t0
                 over = max((s[f"overshoot_{b.name}"] for b in inst.budgets), default=float("nan"))
                 got[aware] = s["avg_batch_time"]
                 rows.append({"trace": label, "restart_s": pre.restart_s, "checkpoint_every": pre.checkpoint_every,
+                             "iterations": a.iterations,
                              "aware": aware, "slots": s["executed_slots"], "avg_batch_time": s["avg_batch_time"],
                              "avg_plan_time": s["avg_plan_time"], "avg_preemption_time": s["avg_preemption_time"],
                              "preempted_slots": s["preempted_slots"], "worst_overshoot": over, "cpu_s": cpu})

@@ -86,3 +86,17 @@ def test_bench_classes_smoke(tmp_path, monkeypatch):
     assert list(table.lost) == [0, 2]
     assert table.loc[table.lost == 0, "auto_searched"].item() == "classes"
     assert (table.ratio <= 1.28).all()
+
+
+def test_bench_preemption_smoke(tmp_path):
+    """bench_preemption on one short Markov trace: both runs per setting, the ratio is theirs,
+    and the Markov trace starts with every device and keeps one available in every slot."""
+    from benchmarks.bench_preemption import main as pre_main, markov_trace
+    A = markov_trace(5, 40, 990_123)
+    assert A[0].all() and A.any(axis=1).all()
+    assert pre_main([str(tmp_path), "--instances", "", "--markov", "default:1", "--slots", "4",
+                     "--settings", "30:10"]) == 0
+    table = pd.read_csv(tmp_path / "preemption.csv")
+    assert list(table["aware"]) == [False, True]
+    plain, aware = table["avg_batch_time"]
+    assert table["aware_over_plain"].iloc[-1] == pytest.approx(aware / plain)
