@@ -11,9 +11,10 @@ article's setting).
 Preemption (online.preemption): when the previous slot's plan lost a device, the restart and
 the lost iterations, p seconds, are charged the same way, p / N per iteration, at the idle
 rates of the previous plan's devices that are left (they sat through the restart and re-ran
-the lost iterations), so the charge is the same whatever the slot's plan. With a preemption risk on the state (model.preemption), the plan's expected
-loss per iteration r = kappa z + extra is not charged (it may not happen) but weighs in the
-objective the controller chooses by, as in the search's: V (T + r) + sum_k Q_k (c_k + R_k r) / Cbar_k.
+the lost iterations), so the charge is the same whatever the slot's plan. With a preemption
+risk on the state (model.preemption), the plan's expected loss per iteration r = kappa z +
+extra is not charged (it may not happen) but weighs in the objective the controller chooses
+by, as in the search's: V (T + r) + sum_k Q_k (c_k + R_k r) / Cbar_k.
 """
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ class Charge:
     batch_time: the plan's predicted seconds per iteration; migration_time: seconds to move
     to it from the previous plan (whole slot; 0 when replan is off); charged_time: batch_time
     + migration_time / iterations_per_slot (seconds per iteration); costs: per budget, per
-    iteration, migration share included (USD, J)."""
+    iteration, migration share included (USD, J); preemption_time: seconds the previous slot's
+    preemption costs this slot (whole slot; in charged_time and costs like migration);
+    risk_time, risk_costs: the plan's expected preemption loss per iteration and its costs
+    (weighed by `objective`, not charged)."""
 
     batch_time: float
     migration_time: float

@@ -36,10 +36,10 @@ import pandas as pd
 
 from ..errors import InfeasibleSlotError
 from ..model.plan import Plan, plan_from_json, plan_to_json
+from ..model.preemption import Preemption
 from ..model.state import Instance, SlotState
 from ..solve import SolveOptions, solve_slot
 from ..subproblems.cache import SlotCache
-from ..model.preemption import Preemption
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
 from .policies import Decision, Ours, Policy, make_policy, with_lp_shares
