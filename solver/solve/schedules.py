@@ -116,17 +116,18 @@ def binding_wants(sc: Scorer, s: tuple) -> np.ndarray | None:
     return sc.wanted_shares(s)
 
 
-def relieve_each(sc: Scorer, s: tuple, fix: Callable[[tuple, int], tuple | None], min_stages: int = 1
+def relieve_each(sc: Scorer, s: tuple, fix: Callable[[tuple, int], tuple | None], kind: tuple, min_stages: int = 1
                  ) -> tuple | None:
     """The loop of every memory relief: for each group of at least `min_stages` stages whose
     memory cap is below the share w it would get without caps (binding_wants), fix(entry, w)
-    gives its replacement entry, or None to keep it; None when no cap binds or nothing changes."""
+    gives its replacement entry, or None to keep it; None when no cap binds or nothing changes.
+    `kind` names the relief (with its options) for Scorer.relief, which keeps each answer."""
     want = binding_wants(sc, s)
     if want is None:
         return None
     out, changed = [], False
     for e, w in zip(s, want):
-        new = fix(e, int(w)) if sc.coeffs(*e).cap < w and len(e[0]) >= min_stages else None
+        new = sc.relief(kind, e, int(w), fix) if sc.coeffs(*e).cap < w and len(e[0]) >= min_stages else None
         out.append(e if new is None else new)
         changed = changed or new is not None
     return tuple(out) if changed else None
@@ -150,7 +151,7 @@ def relieve_by_schedule(sc: Scorer, s: tuple) -> tuple | None:
                 options.append((g.cap < w, -min(g.cap, w), g.alpha, v))
         best = min(options, key=lambda o: o[:3], default=None)
         return best[3] if best is not None and best[1] < -sc.coeffs(*e).cap else None
-    return relieve_each(sc, s, fix, min_stages=2)
+    return relieve_each(sc, s, fix, ("schedule",), min_stages=2)
 
 
 def simulated_note(plan: Plan, state: SlotState, closed_form: float) -> tuple[float, str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -95,6 +95,7 @@ class Scorer:
         self._risk_memo: dict[frozenset, tuple[float, float]] = {}
         self._alpha_order: dict[frozenset, Ordered] = {}
         self._wanted: dict[Structure, np.ndarray] = {}
+        self._reliefs: dict[tuple, tuple | None] = {}
         self.deadline = math.inf
         self.budget = math.inf          # structures the search may still try (work budget)
         self.tries = 0
@@ -634,7 +635,7 @@ class Scorer:
             if best is not None and (-best[1] > min(gc.cap, w) or (not best[0] and best[2] < gc.time(w))):
                 return best[3]
             return None
-        return relieve_each(self, s, fix, min_stages=2)
+        return relieve_each(self, s, fix, ("variant-cuts", only), min_stages=2)
 
     def micro_batch_entries(self, e: tuple, share: int | None = None) -> list[tuple]:
         """The group of entry e at every other allowed micro-batch size: its devices with
@@ -656,6 +657,20 @@ class Scorer:
             for c in cut_sets:
                 out += [entry(d, c, micro_batch=mb), *variant_entries(self, d, c, mb)]
         return out
+
+    def relief(self, kind: tuple, e: tuple, w: int, fix: Callable[[tuple, int], tuple | None]) -> tuple | None:
+        """fix(e, w) of the memory relief `kind` (schedules.relieve_each), kept: a relief of one
+        entry for one share reads only this slot's cut DPs and coefficients, so a later call
+        (the local search meets the same group at the same share in many neighbours) returns
+        the same entry. An answer that the work budget or deadline may have cut short
+        (`exhausted` after the call) is not kept, so a raised budget recomputes it."""
+        key = (kind, e, w)
+        got = self._reliefs.get(key, _UNSEEN)
+        if got is _UNSEEN:
+            got = fix(e, w)
+            if not self.exhausted():
+                self._reliefs[key] = got
+        return got
 
     def wanted_shares(self, s: Structure) -> np.ndarray:
         """Shares (samples, multiples of each group's u) the structure would get if memory did
@@ -700,7 +715,7 @@ class Scorer:
                 if c2 is not None:
                     options.append((self.coeffs(o, c2, "gpipe", False, mb).alpha, o, c2))
             return entry(*min(options)[1:], micro_batch=mb) if options else None
-        return relieve_each(self, s, fix)
+        return relieve_each(self, s, fix, ("memory",))
 
 
 def param_room(state: SlotState) -> tuple[float, np.ndarray]:
