@@ -49,3 +49,40 @@ def test_maxend_gives_the_numpy_memory_masks(seed):
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="dp_backend: expected one of"):
         SlotCache(random_state(0, n=2, L=4), dp_backend="fortran")
+
+
+def _through_group_arrays(sc, devices, min_share, schedule, recompute):
+    """min_bottleneck_cuts by the general path: the group's arrays (need matrices) and frontier."""
+    ga = sc.group_arrays(devices, min_share, schedule, recompute)
+    if ga is None:
+        return None
+    pts = C._alpha_frontier(ga)
+    return min(pts, key=lambda p: p[0] + p[1])[2] if pts else None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_fused_kernel_gives_the_group_arrays_cuts(seed):
+    """dp_kernel.plain_min_alpha_cuts (maxend from the memory rule, no need matrices) against
+    the need matrices' path, under every schedule and recomputation and several shares."""
+    from solver.subproblems.dp_kernel import maxend_of, maxend_rule
+    rng = np.random.default_rng(7_200 + seed)
+    n = int(rng.integers(2, 7))
+    state = random_state(7_200 + seed, n=n, L=int(rng.integers(n, 40)), scale=float(rng.choice([1.0, 10.0, 30.0])))
+    u = state.workload.micro_batch
+    av = list(state.available_indices)
+    fused, general = SlotCache(state), SlotCache(state)
+    checked = 0
+    for k in range(2, min(len(av), 5) + 1):
+        devices = tuple(int(x) for x in rng.permutation(av)[:k])
+        for min_share in (None, 2 * u, 5 * u, state.workload.batch):
+            for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
+                args = fused.plain_rule(devices, min_share, schedule, recompute)
+                assert args is not None
+                ga = general.group_arrays(devices, min_share, schedule, recompute)
+                if ga is not None:
+                    me = maxend_rule(args[7], args[8], args[9], args[10], float(u), args[11], recompute, args[13])
+                    assert np.array_equal(me, maxend_of(ga.need, ga.needs, ga.mem))
+                got = C._min_bottleneck_cuts(fused, devices, min_share, schedule, recompute)
+                assert got == _through_group_arrays(general, devices, min_share, schedule, recompute)
+                checked += got is not None
+    assert checked > 0

@@ -101,6 +101,7 @@ class SlotCache:
         self.max_need_matrices = int(max_need_matrices)
         self.max_array_bytes = int(max_array_bytes)
         self._need: dict[int, np.ndarray] = {}
+        self._input_row: np.ndarray | None = None
         self._arrays: dict[tuple, GroupArrays] = {}
         self._arrays_bytes = 0
         self._pairs: dict[tuple[int, int], np.ndarray] = {}
@@ -241,6 +242,39 @@ class SlotCache:
         ga = GroupArrays(dev, L, u, Fp, Gp, lam, need, mem, self._scratch(dev, False, need, needs, mem),
                          dp=self.dp_backend, needs=needs)
         return self._keep(key, ga)
+
+    def plain_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
+                   recompute: bool = False) -> tuple | None:
+        """The arguments of dp_kernel.plain_min_alpha_cuts for the group arrays that
+        group_arrays(devices, min_share, schedule, recompute) would build, where that kernel
+        applies (compiled DPs, 2 <= k <= L devices, no TP units, no fitted bandwidths); else
+        None. Per stage, the live samples of `need` / `recompute_need` (s - 1e-9 u, with s
+        the share, or 1F1B's u min(k - j, share / u))."""
+        st = self.state
+        k = len(devices)
+        if self.dp_backend != "compiled" or st.tp is not None or (st.network is not None and st.network.fit is not None):
+            return None
+        wl = st.workload
+        L, u = wl.num_layers, wl.micro_batch
+        if k < 2 or k > L:
+            return None
+        s = u if min_share is None else max(int(min_share), u)
+        variant = (schedule, bool(recompute)) != ("gpipe", False)
+        n = -(-s // u)
+        live = np.array([(s if not variant or schedule == "gpipe" else u * min(k - j, n)) - 1e-9 * u
+                         for j in range(k)])
+        d = np.asarray(devices, dtype=np.int64)
+        inp = self._inputs()
+        return (st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency, int(u), d,
+                st.param_prefix, st.stash_prefix, inp, float(wl.opt_factor), live, bool(recompute),
+                st.memory_bytes[d])
+
+    def _inputs(self) -> np.ndarray:
+        """(L+1,) input bytes per sample of a stage starting at each layer (recompute_need's)."""
+        if self._input_row is None:
+            wl = self.state.workload
+            self._input_row = np.concatenate([[wl.input_bytes], wl.out_bytes])
+        return self._input_row
 
     def _base(self, dev: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(Fp, Gp, lam, mem) of a device order (GroupArrays), which do not depend on the share."""

@@ -18,7 +18,10 @@ O(k L^2): by default the compiled scalar recurrence of `dp_kernel.cut_dp` (no te
 its memory rule `maxend` is built from the same need matrix and comparisons as the numpy
 masks); a SlotCache made with dp_backend="numpy" selects the vectorised numpy recurrence
 below instead (the same operations in the same order, so the same values and cuts; kept as
-the reference the kernel is tested and benchmarked against).
+the reference the kernel is tested and benchmarked against). On a state without TP units or
+fitted bandwidths, `min_bottleneck_cuts` is one compiled call (`dp_kernel.plain_min_alpha_cuts`:
+the group's rows, its memory rule from the prefix sums in the need matrices' own operations,
+the frontier walk), with no group arrays built in Python.
 
 Memory: stage j fits when k_opt * P_j + s * H_j <= M_{d_j} with s = the share the group must
 be able to hold (one micro-batch by default; a one-stage group only ever stashes one
@@ -359,6 +362,10 @@ def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int
 
 def _min_bottleneck_cuts(sc: SlotCache, devices: Sequence[int], min_share: int | None, schedule: str,
                          recompute: bool) -> Cuts | None:
+    fused = sc.plain_rule(devices, min_share, schedule, recompute)
+    if fused is not None:       # one compiled call, the same cuts as the path below
+        found, cuts = dp_kernel.plain_min_alpha_cuts(*fused)
+        return tuple(cuts.tolist()) if found else None
     ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
         return None

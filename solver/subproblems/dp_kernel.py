@@ -525,6 +525,57 @@ def plain_group_arrays(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes
     return Fp, Gp, lam
 
 
+@njit(cache=True)
+def maxend_rule(pp: np.ndarray, sp: np.ndarray, inp: np.ndarray, kopt: float, u: float, live: np.ndarray,
+                recompute: bool, mem: np.ndarray) -> np.ndarray:
+    """maxend_need of the need matrices `SlotCache.need` (live[j] in place of its slackened
+    share s - 1e-9 u) or, with recompute, `SlotCache.recompute_need`, without building them:
+    need_j(a, c) = kopt (pp[c] - pp[a]) + live[j] (sp[c] - sp[a]), or with recompute
+    kopt (pp[c] - pp[a]) + u (sp[c] - sp[a]) + live[j] inp[a], in the matrices' own operations
+    and order (so the same floats and the same comparisons with mem[j]); non-decreasing in c,
+    so found by binary search. O(k L log L)."""
+    k = mem.shape[0]
+    L = pp.shape[0] - 1
+    out = np.empty((k, L + 1), dtype=np.int64)
+    for j in range(k):
+        for a in range(L + 1):
+            lo, hi = a, L
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if recompute:
+                    need = kopt * (pp[mid] - pp[a]) + u * (sp[mid] - sp[a]) + live[j] * inp[a]
+                else:
+                    need = kopt * (pp[mid] - pp[a]) + live[j] * (sp[mid] - sp[a])
+                if need <= mem[j]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[j, a] = lo
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def plain_min_alpha_cuts(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
+                         bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
+                         sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
+                         mem: np.ndarray) -> tuple[bool, np.ndarray]:
+    """`subproblems.cuts.min_bottleneck_cuts` of an ordered group d (k >= 2) on a state without
+    TP or fitted bandwidths, in one call: plain_group_arrays (Gp + Fp under recomputation),
+    maxend_rule, alpha_frontier, and its first point of least a + b. Returns (found, cuts)."""
+    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
+    if recompute:
+        Gp = Fp + Gp
+    me = maxend_rule(pp, sp, inp, kopt, float(u), live, recompute, mem)
+    A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
+    best = -1
+    for i in range(A.shape[0]):
+        if best < 0 or A[i] + Bv[i] < A[best] + Bv[best]:
+            best = i
+    if best < 0 or not A[best] < INF:
+        return False, np.empty(0, dtype=np.int64)
+    return True, C[best].copy()
+
+
 def compiled_cached() -> bool | None:
     """Whether numba's on-disk cache already holds the cut DP kernel (so the first solve of this
     process loads it in well under a second instead of compiling the kernels, about 30 CPU
