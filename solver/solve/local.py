@@ -123,21 +123,45 @@ def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_
 
 def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     """True when these ordered groups, each at its min-bottleneck cuts for one micro-batch,
-    already bound the objective above the incumbent's: V B / sum_g 1 / alpha_g (any cuts and
-    any memory relief in these orders only raise a group's alpha, and W >= V). Their reliefs
-    in other orders are then not tried either."""
-    if sc.best is None:
+    already bound the objective above the incumbent's (W >= V, sync >= 0): any cuts and any
+    memory relief in these orders only raise a group's alpha_g, so with t_g >= 1 / alpha_g,
+    T = sum_g t_g and w_g = Scorer.work_floor (a group's time is alpha_g (b_g - u) + u times
+    its stages' summed seconds, b_g >= u), the batch time is at least each of B / T,
+    (B + u sum_g w_g t_g - u m) / T and u max_g w_g. Their reliefs in other orders are then
+    not tried either.
+
+    The groups whose cuts are known come first (t_g = 1 / alpha_g), and until a group's cut
+    DP has run, t_g is Scorer.throughput_ceiling (compute alone, any order, or the bound on a
+    one-device edit of a group, Scorer.note_edits): once the bound with those ceilings already
+    exceeds the incumbent, the remaining DPs are skipped (with cuts that cannot hold a
+    micro-batch, score_groups would prune on the same bound, since another order's alpha or a
+    dropped group only lowers T)."""
+    if sc.best is None or not sc.V > 0:
         return False
-    inv = 0.0
-    for d in groups:
-        c = sc.cuts(d)
+    limit = sc.best.objective / sc.V            # the least batch time that could still win
+    u, m = sc.u, len(groups)
+    w = [sc.work_floor(d) for d in groups]
+    if u * max(w) > limit:
+        return True
+
+    def beaten(t: list[float]) -> bool:
+        T = sum(t)
+        if not T < math.inf:
+            return False
+        return sc.B / T > limit or (sc.B + u * sum(x * y for x, y in zip(w, t)) - u * m) / T > limit
+
+    t = [sc.throughput_ceiling(d) for d in groups]
+    for i in sorted(range(m), key=lambda i: not sc.known_cuts(groups[i])):
+        if beaten(t):
+            return True
+        c = sc.cuts(groups[i])
         if c is None:
             return False
-        a = sc.coeffs(d, c).alpha
+        a = sc.coeffs(groups[i], c).alpha
         if not a > 0:
             return False
-        inv += 1.0 / a
-    return sc.V * sc.B / inv > sc.best.objective
+        t[i] = 1.0 / a
+    return beaten(t)
 
 
 def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, deadline: float,
@@ -188,6 +212,8 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
                     best = cand
         if best is cur and (rich or ordered):
             tried: set = set()
+            if not rich:
+                sc.note_edits([g.devices for g in cur.plan.groups])
             for name, ng in ordered_neighbours([g.devices for g in cur.plan.groups], avail, max_depth):
                 if late():
                     break

@@ -91,6 +91,8 @@ class Scorer:
         self._groups_done: dict[tuple, tuple[Scored | None, int]] = {}   # score_groups' complete calls
         self.pruned_charged = 0         # score calls charged a try and pruned (a repeat is charged again)
         self._group_throughput: dict[tuple, float] = {}     # (ordered group, u) -> 1 / alpha_lb
+        self._edit_bounds: dict[tuple[int, ...], float] = {}     # ordered group -> lower bound on its alpha
+        self._work_floor: dict[frozenset, float] = {}          # device set -> work_floor
         self._nn: dict[frozenset, Ordered] = {}
         self._risk_memo: dict[frozenset, tuple[float, float]] = {}
         self._alpha_order: dict[frozenset, Ordered] = {}
@@ -235,6 +237,40 @@ class Scorer:
         if got is None:
             got = self._symmetry = Symmetry(self.state, self.cache, self.prev_held)
         return got
+
+    def known_cuts(self, devices: Ordered) -> bool:
+        """True when cuts(devices) (one micro-batch, GPipe) has run already: asking again is free."""
+        return (devices, None) in self._cuts
+
+    def throughput_ceiling(self, devices: Ordered) -> float:
+        """An upper bound (samples per second, possibly inf) on 1 / alpha of this order at its
+        min-bottleneck cuts for one micro-batch at the workload's size: device_bound's compute
+        bound, or where note_edits bounded this order, one over that bound if less."""
+        inv = self._throughput([devices], self.u)
+        lb = self._edit_bounds.get(devices)
+        return min(inv, 1.0 / lb) if lb is not None and lb > 0 else inv
+
+    def work_floor(self, devices: Ordered) -> float:
+        """A lower bound (seconds per sample) on the forward plus backward seconds of a
+        pipeline of these devices summed over its stages, for any order and cuts: per layer,
+        the least of its members' (less a relative 1e-9 for the prefix sums' rounding)."""
+        key = frozenset(devices)
+        got = self._work_floor.get(key)
+        if got is None:
+            st, d = self.state, sorted(key)
+            per_layer = st.layer_fwd_seconds[d] + st.layer_bwd_seconds[d]
+            got = self._work_floor[key] = float(per_layer.min(axis=0).sum()) * (1.0 - 1e-9)
+        return got
+
+    def note_edits(self, groups: Sequence[Ordered]) -> None:
+        """Bound the alpha of every one-device edit of these ordered groups by the available
+        devices outside each (SlotCache.edit_alpha_bounds), for throughput_ceiling."""
+        for g in groups:
+            others = [d for d in self.state.available_indices if d not in g]
+            got = self.cache.edit_alpha_bounds(tuple(g), others)
+            if got is None:
+                return
+            self._edit_bounds.update(got)
 
     def nn(self, devices: frozenset) -> Ordered:
         """orders.nn_order of a device set, kept per set (it depends only on the set)."""

@@ -19,7 +19,7 @@ from ..model.memory import StageMemory, share_cap, stage_memory
 from ..model.network import fitted_bandwidth
 from ..model.plan import Plan
 from ..model.state import SlotState
-from . import dp_kernel
+from . import dp_kernel, edit_bounds
 from .dp_kernel import plain_group_arrays
 
 Cuts = tuple[int, ...]
@@ -102,6 +102,7 @@ class SlotCache:
         self.max_array_bytes = int(max_array_bytes)
         self._need: dict[int, np.ndarray] = {}
         self._input_row: np.ndarray | None = None
+        self._maxend_all: np.ndarray | None = None
         self._arrays: dict[tuple, GroupArrays] = {}
         self._arrays_bytes = 0
         self._pairs: dict[tuple[int, int], np.ndarray] = {}
@@ -243,6 +244,11 @@ class SlotCache:
                          dp=self.dp_backend, needs=needs)
         return self._keep(key, ga)
 
+    def _plain(self) -> bool:
+        """Whether the fused compiled kernels apply: compiled DPs, no TP units, no fitted bandwidths."""
+        st = self.state
+        return self.dp_backend == "compiled" and st.tp is None and (st.network is None or st.network.fit is None)
+
     def plain_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
                    recompute: bool = False) -> tuple | None:
         """The arguments of dp_kernel.plain_min_alpha_cuts for the group arrays that
@@ -252,7 +258,7 @@ class SlotCache:
         the share, or 1F1B's u min(k - j, share / u))."""
         st = self.state
         k = len(devices)
-        if self.dp_backend != "compiled" or st.tp is not None or (st.network is not None and st.network.fit is not None):
+        if not self._plain():
             return None
         wl = st.workload
         L, u = wl.num_layers, wl.micro_batch
@@ -268,6 +274,44 @@ class SlotCache:
         return (st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency, int(u), d,
                 st.param_prefix, st.stash_prefix, inp, float(wl.opt_factor), live, bool(recompute),
                 st.memory_bytes[d])
+
+    def edit_alpha_bounds(self, devices: tuple[int, ...], others: Sequence[int]
+                          ) -> dict[tuple[int, ...], float] | None:
+        """Lower bounds (seconds per sample) on GPipe's alpha at the min-bottleneck cuts for one
+        micro-batch of every one-device edit of the order `devices` (edit_bounds: each device
+        of `others` inserted at each position or put in place of each device, each device
+        removed), keyed by the edited order; only edits whose bound is finite (inf means that
+        no cut set of that order fits, which the caller leaves to the DP). None where the
+        fused kernels do not apply (_plain) or a layer time is negative."""
+        if not self._plain() or not others:
+            return None
+        st = self.state
+        if self._maxend_all is None:
+            wl = st.workload
+            u = wl.micro_batch
+            if np.any(np.diff(st.fwd_prefix, axis=1) < 0) or np.any(np.diff(st.bwd_prefix, axis=1) < 0):
+                self._maxend_all = np.empty((0, 0), dtype=np.int64)
+            else:
+                live = np.full(st.n, u - 1e-9 * u)
+                self._maxend_all = dp_kernel.maxend_rule(st.param_prefix, st.stash_prefix, self._inputs(),
+                                                         float(wl.opt_factor), float(u), live, False,
+                                                         np.asarray(st.memory_bytes, dtype=float))
+        if self._maxend_all.shape[0] == 0:
+            return None
+        g = np.asarray(devices, dtype=np.int64)
+        cand = np.asarray(others, dtype=np.int64)
+        ins, rep, rem = edit_bounds.edit_bounds(st.fwd_prefix, st.bwd_prefix, st.workload.out_bytes, st.bandwidth,
+                                                st.latency, int(st.workload.micro_batch), g, cand, self._maxend_all)
+        out: dict[tuple[int, ...], float] = {}
+        k = len(devices)
+        for i, x in enumerate(others):
+            for p in range(k + 1):
+                out[devices[:p] + (x,) + devices[p:]] = float(ins[i, p])
+            for p in range(k):
+                out[devices[:p] + (x,) + devices[p + 1:]] = float(rep[i, p])
+        for p in range(k):
+            out[devices[:p] + devices[p + 1:]] = float(rem[p])
+        return {key: v for key, v in out.items() if v < np.inf}
 
     def _inputs(self) -> np.ndarray:
         """(L+1,) input bytes per sample of a stage starting at each layer (recompute_need's)."""
