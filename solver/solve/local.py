@@ -123,7 +123,7 @@ def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_
 
 def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     """True when these ordered groups, each at its min-bottleneck cuts for one micro-batch,
-    already bound the objective above the incumbent's (W >= V, sync >= 0): any cuts and any
+    already bound the objective above the incumbent's (W >= Scorer.w_floor, sync >= 0): any cuts and any
     memory relief in these orders only raise a group's alpha_g, so with t_g >= 1 / alpha_g,
     T = sum_g t_g and w_g = Scorer.work_floor (a group's time is alpha_g (b_g - u) + u times
     its stages' summed seconds, b_g >= u), the batch time is at least each of B / T,
@@ -136,9 +136,12 @@ def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     exceeds the incumbent, the remaining DPs are skipped (with cuts that cannot hold a
     micro-batch, score_groups would prune on the same bound, since another order's alpha or a
     dropped group only lowers T)."""
-    if sc.best is None or not sc.V > 0:
+    if sc.best is None:
         return False
-    limit = sc.best.objective / sc.V            # the least batch time that could still win
+    W = sc.w_floor(groups)
+    if not W > 0:
+        return False
+    limit = sc.best.objective / W               # the least batch time that could still win
     u, m = sc.u, len(groups)
     w = [sc.work_floor(d) for d in groups]
     if u * max(w) > limit:
