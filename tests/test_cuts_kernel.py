@@ -86,3 +86,30 @@ def test_fused_kernel_gives_the_group_arrays_cuts(seed):
                 assert got == _through_group_arrays(general, devices, min_share, schedule, recompute)
                 checked += got is not None
     assert checked > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_frontier_gives_the_group_arrays_frontier(seed):
+    """frontier_cuts through dp_kernel.plain_frontier_candidates (one compiled call) against
+    its need matrices' path (_frontier_cuts on the group arrays), under every schedule and
+    recomputation, several shares, limits and seeds."""
+    rng = np.random.default_rng(7_310 + seed)
+    n = int(rng.integers(2, 8))
+    state = random_state(7_310 + seed, n=n, L=int(rng.integers(n, 60)), scale=float(rng.choice([1.0, 10.0, 30.0])))
+    u = state.workload.micro_batch
+    av = list(state.available_indices)
+    fused, general = SlotCache(state), SlotCache(state)
+    checked = 0
+    for k in range(2, min(len(av), 6) + 1):
+        devices = tuple(int(x) for x in rng.permutation(av)[:k])
+        for min_share in (None, 3 * u, state.workload.batch):
+            for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
+                for limit, seeds in ((4, 2), (6, 1)):
+                    assert fused.plain_rule(devices, min_share, schedule, recompute) is not None
+                    got = C.frontier_cuts(state, devices, limit, min_share, cache=fused, seeds=seeds,
+                                          schedule=schedule, recompute=recompute)
+                    ga = general.group_arrays(devices, min_share, schedule, recompute)
+                    want = [] if ga is None else C._frontier_cuts(state, devices, limit, ga, C.RELAX, seeds)
+                    assert got == want, (devices, min_share, schedule, recompute)
+                    checked += bool(got)
+    assert checked > 0

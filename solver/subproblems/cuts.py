@@ -399,6 +399,10 @@ def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_
         c = sc.single_cuts(devices[0])
         return [c] if c is not None else []
     def compute() -> tuple[Cuts, ...]:
+        fused = sc.plain_rule(devices, min_share, schedule, recompute)
+        if fused is not None:       # one compiled call for the candidates, the same as the path below
+            found = dp_kernel.plain_frontier_candidates(*fused, np.asarray(relax, dtype=float), int(seeds))
+            return tuple(_pareto_pick(state, devices, {tuple(c) for c in found.tolist()}, limit))
         ga = sc.group_arrays(devices, min_share, schedule, recompute)
         return () if ga is None else tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))
     return list(sc.twin_cuts(("frontier", limit, tuple(relax), int(seeds), min_share, schedule, bool(recompute)),
@@ -424,6 +428,12 @@ def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: Gro
     _, cuts = _minmax_dp(ga, work, lam2, minsum=True)
     if cuts is not None:
         found.add(cuts)
+    return _pareto_pick(state, devices, found, limit)
+
+
+def _pareto_pick(state: SlotState, devices: Sequence[int], found: set[Cuts], limit: int) -> list[Cuts]:
+    """frontier_cuts' answer from its candidate cut sets: their (alpha, beta) Pareto front,
+    min-alpha first, thinned to `limit` points spread along it."""
     scored = sorted((alpha_beta(state, devices, c) + (c,) for c in found), key=lambda t: (t[0], t[1]))
     pareto: list[tuple[float, float, Cuts]] = []
     for a, b, c in scored:

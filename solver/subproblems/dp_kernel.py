@@ -576,6 +576,58 @@ def plain_min_alpha_cuts(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_byt
     return True, C[best].copy()
 
 
+@njit(cache=True, error_model="numpy")
+def plain_frontier_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
+                              bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
+                              sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
+                              mem: np.ndarray, relax: np.ndarray, seeds: int) -> np.ndarray:
+    """The candidate cut sets of `subproblems.cuts.frontier_cuts` for an ordered group d
+    (k >= 2) on a state without TP or fitted bandwidths, in one call (the arguments of
+    plain_min_alpha_cuts, then its relax factors and seeds): the alpha_frontier points, then
+    for each of the `seeds` points of least a + b (stable order) and each factor r the
+    min-sum DP of F + G + 2 lam with X <= r a and Y <= r b, then the unconstrained min-sum
+    DP; (p, k) rows in that order, those DPs that find no cut set left out. No rows when no
+    cut set fits."""
+    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
+    if recompute:
+        Gp = Fp + Gp
+    me = maxend_rule(pp, sp, inp, kopt, float(u), live, recompute, mem)
+    A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
+    k, L1 = Fp.shape
+    n = A.shape[0]
+    if n == 0:
+        return np.empty((0, k), dtype=np.int64)
+    out = np.empty((n + seeds * relax.shape[0] + 1, k), dtype=np.int64)
+    out[:n] = C
+    m = n
+    work = Fp + Gp
+    lam2 = 2.0 * lam
+    CS = np.empty((2, k, L1))
+    CS[0] = Fp
+    CS[1] = Gp
+    CB = np.empty((2, k - 1, L1))
+    CB[0] = lam
+    CB[1] = lam
+    lims = np.empty(2)
+    strict = np.zeros(2, dtype=np.bool_)
+    order = np.argsort(A + Bv, kind="mergesort")
+    for i in range(min(seeds, n)):
+        s = order[i]
+        for r in relax:
+            lims[0] = r * A[s]
+            lims[1] = r * Bv[s]
+            val, cuts = cut_dp(work, lam, lam2, me, CS, CB, lims, strict, True)
+            if val < INF:
+                out[m] = cuts
+                m += 1
+    val, cuts = cut_dp(work, lam, lam2, me, np.empty((0, k, L1)), np.empty((0, k - 1, L1)), np.empty(0),
+                       np.empty(0, dtype=np.bool_), True)
+    if val < INF:
+        out[m] = cuts
+        m += 1
+    return out[:m]
+
+
 def compiled_cached() -> bool | None:
     """Whether numba's on-disk cache already holds the cut DP kernel (so the first solve of this
     process loads it in well under a second instead of compiling the kernels, about 30 CPU
