@@ -62,7 +62,7 @@ def _through_group_arrays(sc, devices, min_share, schedule, recompute):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_fused_kernel_gives_the_group_arrays_cuts(seed):
-    """dp_kernel.plain_min_alpha_cuts (maxend from the memory rule, no need matrices) against
+    """dp_kernel.min_alpha_cuts (maxend from the memory rule, no need matrices) against
     the need matrices' path, under every schedule and recomputation and several shares."""
     from solver.subproblems.dp_kernel import maxend_of, maxend_rule
     rng = np.random.default_rng(7_200 + seed)
@@ -76,11 +76,11 @@ def test_fused_kernel_gives_the_group_arrays_cuts(seed):
         devices = tuple(int(x) for x in rng.permutation(av)[:k])
         for min_share in (None, 2 * u, 5 * u, state.workload.batch):
             for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
-                args = fused.plain_rule(devices, min_share, schedule, recompute)
+                args = fused.dp_rule(devices, min_share, schedule, recompute)
                 assert args is not None
                 ga = general.group_arrays(devices, min_share, schedule, recompute)
                 if ga is not None:
-                    me = maxend_rule(args[7], args[8], args[9], args[10], float(u), args[11], recompute, args[13])
+                    me = maxend_rule(args[3], args[4], args[5], args[6], float(u), args[8], recompute, args[10])
                     assert np.array_equal(me, maxend_of(ga.need, ga.needs, ga.mem))
                 got = C._min_bottleneck_cuts(fused, devices, min_share, schedule, recompute)
                 assert got == _through_group_arrays(general, devices, min_share, schedule, recompute)
@@ -90,7 +90,7 @@ def test_fused_kernel_gives_the_group_arrays_cuts(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_fused_frontier_gives_the_group_arrays_frontier(seed):
-    """frontier_cuts through dp_kernel.plain_frontier_candidates (one compiled call) against
+    """frontier_cuts through dp_kernel.frontier_candidates (one compiled call) against
     its need matrices' path (_frontier_cuts on the group arrays), under every schedule and
     recomputation, several shares, limits and seeds."""
     rng = np.random.default_rng(7_310 + seed)
@@ -105,11 +105,68 @@ def test_fused_frontier_gives_the_group_arrays_frontier(seed):
         for min_share in (None, 3 * u, state.workload.batch):
             for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
                 for limit, seeds in ((4, 2), (6, 1)):
-                    assert fused.plain_rule(devices, min_share, schedule, recompute) is not None
+                    assert fused.dp_rule(devices, min_share, schedule, recompute) is not None
                     got = C.frontier_cuts(state, devices, limit, min_share, cache=fused, seeds=seeds,
                                           schedule=schedule, recompute=recompute)
                     ga = general.group_arrays(devices, min_share, schedule, recompute)
                     want = [] if ga is None else C._frontier_cuts(state, devices, limit, ga, C.RELAX, seeds)
                     assert got == want, (devices, min_share, schedule, recompute)
                     checked += bool(got)
+    assert checked > 0
+
+
+def _networked(seed: int, n: int, L: int):
+    """A random slot whose devices of one kind sit two to a server (the last of a kind alone),
+    with bandwidth fits on some pairs; returns it and its units (one per server)."""
+    from dataclasses import replace
+
+    from solver.model.network import Network
+    from solver.model.units import unit_state
+    rng = np.random.default_rng(seed)
+    state = random_state(seed, n=n, L=L, scale=float(rng.choice([1.0, 10.0])))
+    kinds: dict[str, list[int]] = {}
+    for i, d in enumerate(state.devices):
+        kinds.setdefault(d.kind, []).append(i)
+    units = [tuple(v[j:j + 2]) for v in kinds.values() for j in range(0, len(v), 2)]
+    server = np.zeros(n, dtype=int)
+    for si, un in enumerate(units):
+        server[list(un)] = si
+    fit = np.full((n, n, 3), np.nan)
+    some = rng.random((n, n)) < 0.6
+    fit[some] = np.column_stack([rng.uniform(-0.05, 0.0, some.sum()), rng.uniform(0.0, 0.5, some.sum()),
+                                 rng.uniform(0.5, 5.0, some.sum())])
+    net = Network(server=server, server_names=tuple(f"s{i}" for i in range(len(units))),
+                  nic=np.full(len(units), np.inf), fit=fit)
+    state = replace(state, network=net)
+    return state, unit_state(state, units)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fused_kernels_on_fitted_links_and_tp_units(seed):
+    """dp_rule's one-call kernels against the group arrays' path on a slot with bandwidth fits
+    and on its TP units (where every stage has one degree; groups of mixed degrees take the
+    group arrays' path): the same min-bottleneck and frontier cuts under every schedule and
+    recomputation."""
+    state, units = _networked(7_400 + seed, n=8, L=30)
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for st in (state, units):
+        u = st.workload.micro_batch
+        fused, general = SlotCache(st), SlotCache(st)
+        av = list(st.available_indices)
+        pairs = [i for i in av if st.degree(i) == 2]
+        draws = [(av, k) for k in range(2, min(len(av), 5) + 1)] + [(pairs, k) for k in range(2, len(pairs) + 1)]
+        for pool, k in draws:
+            devices = tuple(int(x) for x in rng.permutation(pool)[:k])
+            for min_share in (None, 3 * u):
+                for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
+                    one_degree = len({st.degree(i) for i in devices}) == 1
+                    assert (fused.dp_rule(devices, min_share, schedule, recompute) is not None) == one_degree
+                    got = C._min_bottleneck_cuts(fused, devices, min_share, schedule, recompute)
+                    assert got == _through_group_arrays(general, devices, min_share, schedule, recompute)
+                    front = C.frontier_cuts(st, devices, 4, min_share, cache=fused, schedule=schedule,
+                                            recompute=recompute)
+                    ga = general.group_arrays(devices, min_share, schedule, recompute)
+                    assert front == ([] if ga is None else C._frontier_cuts(st, devices, 4, ga, C.RELAX, 2))
+                    checked += got is not None and one_degree and st.tp is not None
     assert checked > 0

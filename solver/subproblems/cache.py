@@ -251,29 +251,62 @@ class SlotCache:
 
     def plain_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
                    recompute: bool = False) -> tuple | None:
-        """The arguments of dp_kernel.plain_min_alpha_cuts for the group arrays that
-        group_arrays(devices, min_share, schedule, recompute) would build, where that kernel
-        applies (compiled DPs, 2 <= k <= L devices, no TP units, no fitted bandwidths); else
-        None. Per stage, the live samples of `need` / `recompute_need` (s - 1e-9 u, with s
-        the share, or 1F1B's u min(k - j, share / u))."""
-        st = self.state
-        k = len(devices)
+        """dp_rule on a state where _plain holds, in the form of dp_kernel.plain_min_alpha_cuts'
+        arguments (the state's prefix rows, links and the order, which the kernel turns into
+        the group's rows: nothing kept here); None elsewhere."""
         if not self._plain():
             return None
+        st = self.state
         wl = st.workload
-        L, u = wl.num_layers, wl.micro_batch
+        k, L, u = len(devices), wl.num_layers, wl.micro_batch
         if k < 2 or k > L:
             return None
+        d = np.asarray(devices, dtype=np.int64)
+        return (st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency, int(u), d,
+                st.param_prefix, st.stash_prefix, self._inputs(), float(wl.opt_factor),
+                self._live(k, min_share, schedule, recompute), bool(recompute), st.memory_bytes[d])
+
+    def _live(self, k: int, min_share: int | None, schedule: str, recompute: bool) -> np.ndarray:
+        """Per stage of a k-stage group without TP units, the live samples of `need` /
+        `recompute_need`: s - 1e-9 u, with s the share, or 1F1B's u min(k - j, share / u)."""
+        u = self.state.workload.micro_batch
         s = u if min_share is None else max(int(min_share), u)
         variant = (schedule, bool(recompute)) != ("gpipe", False)
         n = -(-s // u)
-        live = np.array([(s if not variant or schedule == "gpipe" else u * min(k - j, n)) - 1e-9 * u
+        return np.array([(s if not variant or schedule == "gpipe" else u * min(k - j, n)) - 1e-9 * u
                          for j in range(k)])
-        d = np.asarray(devices, dtype=np.int64)
-        inp = self._inputs()
-        return (st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency, int(u), d,
-                st.param_prefix, st.stash_prefix, inp, float(wl.opt_factor), live, bool(recompute),
-                st.memory_bytes[d])
+
+    def dp_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
+                recompute: bool = False) -> tuple | None:
+        """The arguments of dp_kernel.min_alpha_cuts (and frontier_candidates) for the group
+        arrays that group_arrays(devices, min_share, schedule, recompute) would build, where the
+        kernel applies (compiled DPs, 2 <= k <= L devices, every stage of one TP degree); else
+        None: (Fp, Gp, lam) of the order (_base), the memory rule's prefixes and k_opt at that
+        degree, per stage the live samples (_live), the recomputation flag and the devices'
+        memory. plain_rule is the cheaper form where it applies. With TP units group_arrays keeps GPipe's need and backward side under every
+        variant, and so does this."""
+        st = self.state
+        k = len(devices)
+        wl = st.workload
+        L, u = wl.num_layers, wl.micro_batch
+        if self.dp_backend != "compiled" or k < 2 or k > L:
+            return None
+        dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
+        s = u if min_share is None else max(int(min_share), u)
+        if st.tp is None:
+            t, wt = 1, wl
+            live = self._live(k, min_share, schedule, recompute)
+        else:
+            degrees = {st.degree(i) for i in dev}
+            if len(degrees) > 1:
+                return None
+            t = degrees.pop()
+            wt = st.workload_at(t)
+            live = np.full(k, s - 1e-9 * wt.micro_batch)
+            recompute = False
+        Fp, Gp, lam, mem = self._base(dev)
+        return (Fp, Gp, lam, st.param_prefix_at(t), st.stash_prefix_at(t), self._inputs(), float(wt.opt_factor),
+                float(u), live, bool(recompute), mem)
 
     def edit_alpha_bounds(self, devices: tuple[int, ...], others: Sequence[int]
                           ) -> dict[tuple[int, ...], float] | None:

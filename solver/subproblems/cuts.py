@@ -18,10 +18,11 @@ O(k L^2): by default the compiled scalar recurrence of `dp_kernel.cut_dp` (no te
 its memory rule `maxend` is built from the same need matrix and comparisons as the numpy
 masks); a SlotCache made with dp_backend="numpy" selects the vectorised numpy recurrence
 below instead (the same operations in the same order, so the same values and cuts; kept as
-the reference the kernel is tested and benchmarked against). On a state without TP units or
-fitted bandwidths, `min_bottleneck_cuts` is one compiled call (`dp_kernel.plain_min_alpha_cuts`:
-the group's rows, its memory rule from the prefix sums in the need matrices' own operations,
-the frontier walk), with no group arrays built in Python.
+the reference the kernel is tested and benchmarked against). With the compiled DPs, where
+every stage has one TP degree, `min_bottleneck_cuts` and `frontier_cuts`' candidates are one
+compiled call each (`dp_kernel.min_alpha_cuts`, `dp_kernel.frontier_candidates`: the group's
+rows and links, its memory rule from the prefix sums in the need matrices' own operations,
+the frontier walk), with no group arrays or need matrices built in Python.
 
 Memory: stage j fits when k_opt * P_j + s * H_j <= M_{d_j} with s = the share the group must
 be able to hold (one micro-batch by default; a one-stage group only ever stashes one
@@ -360,11 +361,22 @@ def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int
                         lambda: _min_bottleneck_cuts(sc, devices, min_share, schedule, recompute))
 
 
+def _fused(sc: SlotCache, kernel: str, devices: Sequence[int], min_share: int | None, schedule: str,
+           recompute: bool, *extra):
+    """dp_kernel.<kernel> (or its plain_ form, on plain states) on the group's rule, with
+    `extra` arguments after it; None where neither SlotCache.plain_rule nor dp_rule applies."""
+    args = sc.plain_rule(devices, min_share, schedule, recompute)
+    if args is not None:
+        return getattr(dp_kernel, "plain_" + kernel)(*args, *extra)
+    args = sc.dp_rule(devices, min_share, schedule, recompute)
+    return None if args is None else getattr(dp_kernel, kernel)(*args, *extra)
+
+
 def _min_bottleneck_cuts(sc: SlotCache, devices: Sequence[int], min_share: int | None, schedule: str,
                          recompute: bool) -> Cuts | None:
-    fused = sc.plain_rule(devices, min_share, schedule, recompute)
-    if fused is not None:       # one compiled call, the same cuts as the path below
-        found, cuts = dp_kernel.plain_min_alpha_cuts(*fused)
+    got = _fused(sc, "min_alpha_cuts", devices, min_share, schedule, recompute)
+    if got is not None:       # one compiled call, the same cuts as the path below
+        found, cuts = got
         return tuple(cuts.tolist()) if found else None
     ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
@@ -399,9 +411,9 @@ def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_
         c = sc.single_cuts(devices[0])
         return [c] if c is not None else []
     def compute() -> tuple[Cuts, ...]:
-        fused = sc.plain_rule(devices, min_share, schedule, recompute)
-        if fused is not None:       # one compiled call for the candidates, the same as the path below
-            found = dp_kernel.plain_frontier_candidates(*fused, np.asarray(relax, dtype=float), int(seeds))
+        found = _fused(sc, "frontier_candidates", devices, min_share, schedule, recompute,
+                       np.asarray(relax, dtype=float), int(seeds))
+        if found is not None:       # one compiled call for the candidates, the same as the path below
             return tuple(_pareto_pick(state, devices, {tuple(c) for c in found.tolist()}, limit))
         ga = sc.group_arrays(devices, min_share, schedule, recompute)
         return () if ga is None else tuple(_frontier_cuts(state, devices, limit, ga, tuple(relax), int(seeds)))

@@ -555,17 +555,15 @@ def maxend_rule(pp: np.ndarray, sp: np.ndarray, inp: np.ndarray, kopt: float, u:
 
 
 @njit(cache=True, error_model="numpy")
-def plain_min_alpha_cuts(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
-                         bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
-                         sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
-                         mem: np.ndarray) -> tuple[bool, np.ndarray]:
-    """`subproblems.cuts.min_bottleneck_cuts` of an ordered group d (k >= 2) on a state without
-    TP or fitted bandwidths, in one call: plain_group_arrays (Gp + Fp under recomputation),
-    maxend_rule, alpha_frontier, and its first point of least a + b. Returns (found, cuts)."""
-    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
+def min_alpha_cuts(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarray, sp: np.ndarray,
+                   inp: np.ndarray, kopt: float, u: float, live: np.ndarray, recompute: bool, mem: np.ndarray
+                   ) -> tuple[bool, np.ndarray]:
+    """`subproblems.cuts.min_bottleneck_cuts` of an ordered group (k >= 2) in one call, from
+    SlotCache.dp_rule's arguments: the backward side Gp + Fp under recomputation, maxend_rule,
+    alpha_frontier, and its first point of least a + b. Returns (found, cuts)."""
     if recompute:
         Gp = Fp + Gp
-    me = maxend_rule(pp, sp, inp, kopt, float(u), live, recompute, mem)
+    me = maxend_rule(pp, sp, inp, kopt, u, live, recompute, mem)
     A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
     best = -1
     for i in range(A.shape[0]):
@@ -577,21 +575,18 @@ def plain_min_alpha_cuts(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_byt
 
 
 @njit(cache=True, error_model="numpy")
-def plain_frontier_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
-                              bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
-                              sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
-                              mem: np.ndarray, relax: np.ndarray, seeds: int) -> np.ndarray:
-    """The candidate cut sets of `subproblems.cuts.frontier_cuts` for an ordered group d
-    (k >= 2) on a state without TP or fitted bandwidths, in one call (the arguments of
-    plain_min_alpha_cuts, then its relax factors and seeds): the alpha_frontier points, then
-    for each of the `seeds` points of least a + b (stable order) and each factor r the
-    min-sum DP of F + G + 2 lam with X <= r a and Y <= r b, then the unconstrained min-sum
-    DP; (p, k) rows in that order, those DPs that find no cut set left out. No rows when no
-    cut set fits."""
-    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
+def frontier_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarray, sp: np.ndarray,
+                        inp: np.ndarray, kopt: float, u: float, live: np.ndarray, recompute: bool, mem: np.ndarray,
+                        relax: np.ndarray, seeds: int) -> np.ndarray:
+    """The candidate cut sets of `subproblems.cuts.frontier_cuts` for an ordered group (k >= 2)
+    in one call (SlotCache.dp_rule's arguments, then the relax factors and seeds): the
+    alpha_frontier points, then for each of the `seeds` points of least a + b (stable order)
+    and each factor r the min-sum DP of F + G + 2 lam with X <= r a and Y <= r b, then the
+    unconstrained min-sum DP; (p, k) rows in that order, those DPs that find no cut set left
+    out. No rows when no cut set fits."""
     if recompute:
         Gp = Fp + Gp
-    me = maxend_rule(pp, sp, inp, kopt, float(u), live, recompute, mem)
+    me = maxend_rule(pp, sp, inp, kopt, u, live, recompute, mem)
     A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
     k, L1 = Fp.shape
     n = A.shape[0]
@@ -626,6 +621,27 @@ def plain_frontier_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, ou
         out[m] = cuts
         m += 1
     return out[:m]
+
+
+@njit(cache=True, error_model="numpy")
+def plain_min_alpha_cuts(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
+                         bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
+                         sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
+                         mem: np.ndarray) -> tuple[bool, np.ndarray]:
+    """min_alpha_cuts on a state without TP units or fitted bandwidths, the group's rows and
+    links built here (plain_group_arrays) from SlotCache.plain_rule's arguments."""
+    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
+    return min_alpha_cuts(Fp, Gp, lam, pp, sp, inp, kopt, float(u), live, recompute, mem)
+
+
+@njit(cache=True, error_model="numpy")
+def plain_frontier_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
+                              bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
+                              sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
+                              mem: np.ndarray, relax: np.ndarray, seeds: int) -> np.ndarray:
+    """frontier_candidates from SlotCache.plain_rule's arguments (as plain_min_alpha_cuts)."""
+    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
+    return frontier_candidates(Fp, Gp, lam, pp, sp, inp, kopt, float(u), live, recompute, mem, relax, seeds)
 
 
 def compiled_cached() -> bool | None:
