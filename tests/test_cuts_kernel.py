@@ -170,3 +170,19 @@ def test_fused_kernels_on_fitted_links_and_tp_units(seed):
                     assert front == ([] if ga is None else C._frontier_cuts(st, devices, 4, ga, C.RELAX, 2))
                     checked += got is not None and one_degree and st.tp is not None
     assert checked > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_gpipe_rows_are_alpha_beta(seed):
+    """cost.pipeline.plain_gpipe_rows gives alpha_beta's floats for every cut set."""
+    from solver.cost.pipeline import plain_gpipe_rows
+    rng = np.random.default_rng(7_500 + seed)
+    state = random_state(7_500 + seed, n=6, L=int(rng.integers(6, 70)))
+    wl = state.workload
+    for k in range(2, 7):
+        d = tuple(int(x) for x in rng.permutation(6)[:k])
+        cuts = [tuple(sorted(rng.choice(np.arange(1, wl.num_layers), k - 1, replace=False).tolist())) + (wl.num_layers,)
+                for _ in range(5)]
+        got = plain_gpipe_rows(state.fwd_prefix, state.bwd_prefix, wl.out_bytes, state.bandwidth, state.latency,
+                               int(wl.micro_batch), np.asarray(d, dtype=np.int64), np.array(cuts, dtype=np.int64))
+        assert got.tolist() == [list(C.alpha_beta(state, d, c)) for c in cuts]

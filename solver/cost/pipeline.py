@@ -90,6 +90,33 @@ def gpipe_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple
     return alpha, beta
 
 
+@njit(cache=True, error_model="numpy")
+def plain_gpipe_rows(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray, bandwidth: np.ndarray,
+                     latency: np.ndarray, u: int, d: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(p, 2) gpipe_coeffs (alpha, beta) of the ordered group d (k >= 2) at each cut set of C
+    (p, k) on a state without a network model: stage_times and gpipe_coeffs in one compiled
+    call (the same floats: the same operations, sums as numpy's)."""
+    p, k = C.shape
+    out = np.empty((p, 2))
+    F = np.empty(k)
+    G = np.empty(k)
+    lam = np.empty(k - 1)
+    for i in range(p):
+        s = 0
+        for j in range(k):
+            c = C[i, j]
+            F[j] = fwd_prefix[d[j], c] - fwd_prefix[d[j], s]
+            G[j] = bwd_prefix[d[j], c] - bwd_prefix[d[j], s]
+            s = c
+        for j in range(k - 1):
+            lam[j] = out_bytes[C[i, j] - 1] / bandwidth[d[j], d[j + 1]] + latency[d[j], d[j + 1]] / u
+        lmax = lam.max()
+        alpha = max(F.max(), lmax) + max(G.max(), lmax)
+        out[i, 0] = alpha
+        out[i, 1] = u * (npsum(F) + npsum(G) + 2.0 * npsum(lam)) - u * alpha
+    return out
+
+
 def one_f_one_b_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple[float, float]:
     """(alpha seconds/sample, beta seconds) of the 1F1B upper bound alpha*b + beta:
     alpha = max F + max G + 2 max lam, beta = u (sum F + sum G + 2 sum lam) - u alpha."""

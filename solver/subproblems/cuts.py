@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost.pipeline import gpipe_coeffs, stage_times
+from ..cost.pipeline import gpipe_coeffs, plain_gpipe_rows, stage_times
 from ..model import SlotState
 from . import dp_kernel
 from .cache import Cuts, GroupArrays, SlotCache, slot_cache
@@ -446,7 +446,16 @@ def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: Gro
 def _pareto_pick(state: SlotState, devices: Sequence[int], found: set[Cuts], limit: int) -> list[Cuts]:
     """frontier_cuts' answer from its candidate cut sets: their (alpha, beta) Pareto front,
     min-alpha first, thinned to `limit` points spread along it."""
-    scored = sorted((alpha_beta(state, devices, c) + (c,) for c in found), key=lambda t: (t[0], t[1]))
+    cands = list(found)
+    if cands and state.network is None and len(devices) > 1:      # alpha_beta of every candidate in one compiled call
+        wl = state.workload
+        ab = plain_gpipe_rows(state.fwd_prefix, state.bwd_prefix, wl.out_bytes, state.bandwidth, state.latency,
+                              int(wl.micro_batch), np.asarray(devices, dtype=np.int64),
+                              np.array(cands, dtype=np.int64)).tolist()
+        rows = [(a, b, c) for (a, b), c in zip(ab, cands)]
+    else:
+        rows = [alpha_beta(state, devices, c) + (c,) for c in cands]
+    scored = sorted(rows, key=lambda t: (t[0], t[1]))
     pareto: list[tuple[float, float, Cuts]] = []
     for a, b, c in scored:
         if not pareto or b < pareto[-1][1] - 1e-15 * max(1.0, abs(b)):
