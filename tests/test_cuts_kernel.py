@@ -62,7 +62,7 @@ def _through_group_arrays(sc, devices, min_share, schedule, recompute):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_fused_kernel_gives_the_group_arrays_cuts(seed):
-    """dp_kernel.min_alpha_cuts (maxend from the memory rule, no need matrices) against
+    """dp_kernel.cut_candidates in min-alpha mode (maxend from the memory rule, no need matrices) against
     the need matrices' path, under every schedule and recomputation and several shares."""
     from solver.subproblems.dp_kernel import maxend_of, maxend_rule
     rng = np.random.default_rng(7_200 + seed)
@@ -90,7 +90,7 @@ def test_fused_kernel_gives_the_group_arrays_cuts(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_fused_frontier_gives_the_group_arrays_frontier(seed):
-    """frontier_cuts through dp_kernel.frontier_candidates (one compiled call) against
+    """frontier_cuts through dp_kernel.cut_candidates (one compiled call) against
     its need matrices' path (_frontier_cuts on the group arrays), under every schedule and
     recomputation, several shares, limits and seeds."""
     rng = np.random.default_rng(7_310 + seed)

@@ -251,7 +251,7 @@ class SlotCache:
 
     def plain_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
                    recompute: bool = False) -> tuple | None:
-        """dp_rule on a state where _plain holds, in the form of dp_kernel.plain_min_alpha_cuts'
+        """dp_rule on a state where _plain holds, in the form of dp_kernel.plain_cut_candidates'
         arguments (the state's prefix rows, links and the order, which the kernel turns into
         the group's rows: nothing kept here); None elsewhere."""
         if not self._plain():
@@ -278,7 +278,7 @@ class SlotCache:
 
     def dp_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
                 recompute: bool = False) -> tuple | None:
-        """The arguments of dp_kernel.min_alpha_cuts (and frontier_candidates) for the group
+        """The arguments of dp_kernel.cut_candidates (before its relax and seeds) for the group
         arrays that group_arrays(devices, min_share, schedule, recompute) would build, where the
         kernel applies (compiled DPs, 2 <= k <= L devices, every stage of one TP degree); else
         None: (Fp, Gp, lam) of the order (_base), the memory rule's prefixes and k_opt at that

@@ -20,7 +20,7 @@ masks); a SlotCache made with dp_backend="numpy" selects the vectorised numpy re
 below instead (the same operations in the same order, so the same values and cuts; kept as
 the reference the kernel is tested and benchmarked against). With the compiled DPs, where
 every stage has one TP degree, `min_bottleneck_cuts` and `frontier_cuts`' candidates are one
-compiled call each (`dp_kernel.min_alpha_cuts`, `dp_kernel.frontier_candidates`: the group's
+compiled call each (`dp_kernel.cut_candidates`: the group's
 rows and links, its memory rule from the prefix sums in the need matrices' own operations,
 the frontier walk), with no group arrays or need matrices built in Python.
 
@@ -361,23 +361,25 @@ def min_bottleneck_cuts(state: SlotState, devices: Sequence[int], min_share: int
                         lambda: _min_bottleneck_cuts(sc, devices, min_share, schedule, recompute))
 
 
-def _fused(sc: SlotCache, kernel: str, devices: Sequence[int], min_share: int | None, schedule: str,
-           recompute: bool, *extra):
-    """dp_kernel.<kernel> (or its plain_ form, on plain states) on the group's rule, with
-    `extra` arguments after it; None where neither SlotCache.plain_rule nor dp_rule applies."""
+_NO_RELAX = np.empty(0)
+
+
+def _fused(sc: SlotCache, devices: Sequence[int], min_share: int | None, schedule: str, recompute: bool,
+           relax: np.ndarray, seeds: int) -> np.ndarray | None:
+    """dp_kernel.cut_candidates (plain_cut_candidates on plain states) of the group's rule;
+    None where neither SlotCache.plain_rule nor dp_rule applies."""
     args = sc.plain_rule(devices, min_share, schedule, recompute)
     if args is not None:
-        return getattr(dp_kernel, "plain_" + kernel)(*args, *extra)
+        return dp_kernel.plain_cut_candidates(*args, relax, seeds)
     args = sc.dp_rule(devices, min_share, schedule, recompute)
-    return None if args is None else getattr(dp_kernel, kernel)(*args, *extra)
+    return None if args is None else dp_kernel.cut_candidates(*args, relax, seeds)
 
 
 def _min_bottleneck_cuts(sc: SlotCache, devices: Sequence[int], min_share: int | None, schedule: str,
                          recompute: bool) -> Cuts | None:
-    got = _fused(sc, "min_alpha_cuts", devices, min_share, schedule, recompute)
+    got = _fused(sc, devices, min_share, schedule, recompute, _NO_RELAX, -1)
     if got is not None:       # one compiled call, the same cuts as the path below
-        found, cuts = got
-        return tuple(cuts.tolist()) if found else None
+        return tuple(got[0].tolist()) if len(got) else None
     ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
         return None
@@ -411,8 +413,7 @@ def frontier_cuts(state: SlotState, devices: Sequence[int], limit: int = 4, min_
         c = sc.single_cuts(devices[0])
         return [c] if c is not None else []
     def compute() -> tuple[Cuts, ...]:
-        found = _fused(sc, "frontier_candidates", devices, min_share, schedule, recompute,
-                       np.asarray(relax, dtype=float), int(seeds))
+        found = _fused(sc, devices, min_share, schedule, recompute, np.asarray(relax, dtype=float), int(seeds))
         if found is not None:       # one compiled call for the candidates, the same as the path below
             return tuple(_pareto_pick(state, devices, {tuple(c) for c in found.tolist()}, limit))
         ga = sc.group_arrays(devices, min_share, schedule, recompute)

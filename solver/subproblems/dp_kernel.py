@@ -555,35 +555,17 @@ def maxend_rule(pp: np.ndarray, sp: np.ndarray, inp: np.ndarray, kopt: float, u:
 
 
 @njit(cache=True, error_model="numpy")
-def min_alpha_cuts(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarray, sp: np.ndarray,
-                   inp: np.ndarray, kopt: float, u: float, live: np.ndarray, recompute: bool, mem: np.ndarray
-                   ) -> tuple[bool, np.ndarray]:
-    """`subproblems.cuts.min_bottleneck_cuts` of an ordered group (k >= 2) in one call, from
-    SlotCache.dp_rule's arguments: the backward side Gp + Fp under recomputation, maxend_rule,
-    alpha_frontier, and its first point of least a + b. Returns (found, cuts)."""
-    if recompute:
-        Gp = Fp + Gp
-    me = maxend_rule(pp, sp, inp, kopt, u, live, recompute, mem)
-    A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
-    best = -1
-    for i in range(A.shape[0]):
-        if best < 0 or A[i] + Bv[i] < A[best] + Bv[best]:
-            best = i
-    if best < 0 or not A[best] < INF:
-        return False, np.empty(0, dtype=np.int64)
-    return True, C[best].copy()
-
-
-@njit(cache=True, error_model="numpy")
-def frontier_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarray, sp: np.ndarray,
-                        inp: np.ndarray, kopt: float, u: float, live: np.ndarray, recompute: bool, mem: np.ndarray,
-                        relax: np.ndarray, seeds: int) -> np.ndarray:
-    """The candidate cut sets of `subproblems.cuts.frontier_cuts` for an ordered group (k >= 2)
-    in one call (SlotCache.dp_rule's arguments, then the relax factors and seeds): the
-    alpha_frontier points, then for each of the `seeds` points of least a + b (stable order)
-    and each factor r the min-sum DP of F + G + 2 lam with X <= r a and Y <= r b, then the
-    unconstrained min-sum DP; (p, k) rows in that order, those DPs that find no cut set left
-    out. No rows when no cut set fits."""
+def cut_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarray, sp: np.ndarray,
+                   inp: np.ndarray, kopt: float, u: float, live: np.ndarray, recompute: bool, mem: np.ndarray,
+                   relax: np.ndarray, seeds: int) -> np.ndarray:
+    """The cut sets of an ordered group (k >= 2) in one call, from SlotCache.dp_rule's
+    arguments, then the relax factors and seeds. With seeds < 0, `subproblems.cuts.
+    min_bottleneck_cuts`: the first alpha_frontier point of least a + b (one row). Otherwise
+    the candidates of `subproblems.cuts.frontier_cuts`: the alpha_frontier points, then for
+    each of the `seeds` points of least a + b (stable order) and each factor r the min-sum DP
+    of F + G + 2 lam with X <= r a and Y <= r b, then the unconstrained min-sum DP; (p, k) rows
+    in that order, those DPs that find no cut set left out. No rows when no cut set fits.
+    (One kernel for both: each compiled entry point re-optimises the DPs it calls.)"""
     if recompute:
         Gp = Fp + Gp
     me = maxend_rule(pp, sp, inp, kopt, u, live, recompute, mem)
@@ -592,6 +574,14 @@ def frontier_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.
     n = A.shape[0]
     if n == 0:
         return np.empty((0, k), dtype=np.int64)
+    if seeds < 0:
+        best = 0
+        for i in range(1, n):
+            if A[i] + Bv[i] < A[best] + Bv[best]:
+                best = i
+        if not A[best] < INF:
+            return np.empty((0, k), dtype=np.int64)
+        return C[best:best + 1].copy()
     out = np.empty((n + seeds * relax.shape[0] + 1, k), dtype=np.int64)
     out[:n] = C
     m = n
@@ -605,7 +595,13 @@ def frontier_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.
     CB[1] = lam
     lims = np.empty(2)
     strict = np.zeros(2, dtype=np.bool_)
-    order = np.argsort(A + Bv, kind="mergesort")
+    key = A + Bv
+    order = np.arange(n)
+    for i in range(1, n):               # insertion sort by a + b: stable, as Python's sorted
+        j = i
+        while j > 0 and key[order[j - 1]] > key[order[j]]:
+            order[j - 1], order[j] = order[j], order[j - 1]
+            j -= 1
     for i in range(min(seeds, n)):
         s = order[i]
         for r in relax:
@@ -624,29 +620,19 @@ def frontier_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.
 
 
 @njit(cache=True, error_model="numpy")
-def plain_min_alpha_cuts(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
+def plain_cut_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
                          bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
                          sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
-                         mem: np.ndarray) -> tuple[bool, np.ndarray]:
-    """min_alpha_cuts on a state without TP units or fitted bandwidths, the group's rows and
+                         mem: np.ndarray, relax: np.ndarray, seeds: int) -> np.ndarray:
+    """cut_candidates on a state without TP units or fitted bandwidths, the group's rows and
     links built here (plain_group_arrays) from SlotCache.plain_rule's arguments."""
     Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
-    return min_alpha_cuts(Fp, Gp, lam, pp, sp, inp, kopt, float(u), live, recompute, mem)
-
-
-@njit(cache=True, error_model="numpy")
-def plain_frontier_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray,
-                              bandwidth: np.ndarray, latency: np.ndarray, u: int, d: np.ndarray, pp: np.ndarray,
-                              sp: np.ndarray, inp: np.ndarray, kopt: float, live: np.ndarray, recompute: bool,
-                              mem: np.ndarray, relax: np.ndarray, seeds: int) -> np.ndarray:
-    """frontier_candidates from SlotCache.plain_rule's arguments (as plain_min_alpha_cuts)."""
-    Fp, Gp, lam = plain_group_arrays(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d)
-    return frontier_candidates(Fp, Gp, lam, pp, sp, inp, kopt, float(u), live, recompute, mem, relax, seeds)
+    return cut_candidates(Fp, Gp, lam, pp, sp, inp, kopt, float(u), live, recompute, mem, relax, seeds)
 
 
 def compiled_cached() -> bool | None:
     """Whether numba's on-disk cache already holds the cut DP kernel (so the first solve of this
-    process loads it in well under a second instead of compiling the kernels, about 30 CPU
+    process loads it in well under a second instead of compiling the kernels, about 35 CPU
     seconds); None when numba's cache layout cannot be read (a numba version whose internals
     differ). Reads numba's cache index, an internal of numba 0.6x."""
     try:

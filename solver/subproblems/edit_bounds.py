@@ -2,7 +2,7 @@
 
 The local search's order-keeping moves (`solve.local.ordered_neighbours`) change one group by
 one device: a device inserted at a position, a device replaced, a device removed. Each edited
-order would cost a full cut DP (`dp_kernel.min_alpha_cuts`) before the search could
+order would cost a full cut DP (`dp_kernel.cut_candidates`) before the search could
 tell that it cannot beat the incumbent. Here one call bounds every such edit of a group.
 
 For a cut set, X = max(largest stage forward seconds, largest boundary lam) and Y the same
