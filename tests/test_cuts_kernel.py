@@ -60,22 +60,35 @@ def _through_group_arrays(sc, devices, min_share, schedule, recompute):
     return min(pts, key=lambda p: p[0] + p[1])[2] if pts else None
 
 
+VARIANTS = (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True))
+"""Every (schedule, recompute)."""
+
+
+def _draw(seed: int, n_below: int, L_below: int):
+    """(rng, a random slot of 2..n_below-1 devices and n..L_below-1 layers, two fresh caches of it)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, n_below))
+    state = random_state(seed, n=n, L=int(rng.integers(n, L_below)), scale=float(rng.choice([1.0, 10.0, 30.0])))
+    return rng, state, SlotCache(state), SlotCache(state)
+
+
+def _orders(rng, state, k_max: int) -> list[tuple[int, ...]]:
+    """One random order of k available devices for each k = 2..k_max that fits."""
+    av = list(state.available_indices)
+    return [tuple(int(x) for x in rng.permutation(av)[:k]) for k in range(2, min(len(av), k_max) + 1)]
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_fused_kernel_gives_the_group_arrays_cuts(seed):
     """dp_kernel.cut_candidates in min-alpha mode (maxend from the memory rule, no need matrices) against
     the need matrices' path, under every schedule and recomputation and several shares."""
     from solver.subproblems.dp_kernel import maxend_of, maxend_rule
-    rng = np.random.default_rng(7_200 + seed)
-    n = int(rng.integers(2, 7))
-    state = random_state(7_200 + seed, n=n, L=int(rng.integers(n, 40)), scale=float(rng.choice([1.0, 10.0, 30.0])))
+    rng, state, fused, general = _draw(7_200 + seed, 7, 40)
     u = state.workload.micro_batch
-    av = list(state.available_indices)
-    fused, general = SlotCache(state), SlotCache(state)
     checked = 0
-    for k in range(2, min(len(av), 5) + 1):
-        devices = tuple(int(x) for x in rng.permutation(av)[:k])
+    for devices in _orders(rng, state, 5):
         for min_share in (None, 2 * u, 5 * u, state.workload.batch):
-            for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
+            for schedule, recompute in VARIANTS:
                 args = fused.dp_rule(devices, min_share, schedule, recompute)
                 assert args is not None
                 ga = general.group_arrays(devices, min_share, schedule, recompute)
@@ -93,17 +106,12 @@ def test_fused_frontier_gives_the_group_arrays_frontier(seed):
     """frontier_cuts through dp_kernel.cut_candidates (one compiled call) against
     its need matrices' path (_frontier_cuts on the group arrays), under every schedule and
     recomputation, several shares, limits and seeds."""
-    rng = np.random.default_rng(7_310 + seed)
-    n = int(rng.integers(2, 8))
-    state = random_state(7_310 + seed, n=n, L=int(rng.integers(n, 60)), scale=float(rng.choice([1.0, 10.0, 30.0])))
+    rng, state, fused, general = _draw(7_310 + seed, 8, 60)
     u = state.workload.micro_batch
-    av = list(state.available_indices)
-    fused, general = SlotCache(state), SlotCache(state)
     checked = 0
-    for k in range(2, min(len(av), 6) + 1):
-        devices = tuple(int(x) for x in rng.permutation(av)[:k])
+    for devices in _orders(rng, state, 6):
         for min_share in (None, 3 * u, state.workload.batch):
-            for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
+            for schedule, recompute in VARIANTS:
                 for limit, seeds in ((4, 2), (6, 1)):
                     assert fused.dp_rule(devices, min_share, schedule, recompute) is not None
                     got = C.frontier_cuts(state, devices, limit, min_share, cache=fused, seeds=seeds,
@@ -159,7 +167,7 @@ def test_fused_kernels_on_fitted_links_and_tp_units(seed):
         for pool, k in draws:
             devices = tuple(int(x) for x in rng.permutation(pool)[:k])
             for min_share in (None, 3 * u):
-                for schedule, recompute in (("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)):
+                for schedule, recompute in VARIANTS:
                     one_degree = len({st.degree(i) for i in devices}) == 1
                     assert (fused.dp_rule(devices, min_share, schedule, recompute) is not None) == one_degree
                     got = C._min_bottleneck_cuts(fused, devices, min_share, schedule, recompute)
