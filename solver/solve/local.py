@@ -123,19 +123,18 @@ def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_
 
 def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     """True when these ordered groups, each at its min-bottleneck cuts for one micro-batch,
-    already bound the objective above the incumbent's (W >= Scorer.w_floor, sync >= 0): any cuts and any
-    memory relief in these orders only raise a group's alpha_g, so with t_g >= 1 / alpha_g,
-    T = sum_g t_g and w_g = Scorer.work_floor (a group's time is alpha_g (b_g - u) + u times
-    its stages' summed seconds, b_g >= u), the batch time is at least each of B / T,
-    (B + u sum_g w_g t_g - u m) / T and u max_g w_g. Their reliefs in other orders are then
-    not tried either.
+    already bound the objective above the incumbent's (W >= Scorer.w_floor, sync >= 0): any
+    cuts and any memory relief in these orders only raise a group's alpha_g, so with
+    t_g >= 1 / alpha_g and T = sum_g t_g the batch time is at least B / T; where every group
+    is sure to be kept (Scorer.surely_cut: score_groups drops a group with no cuts, which only
+    lowers T), also (B + u sum_g w_g t_g - u m) / T, with w_g = Scorer.work_floor (a group's
+    time is alpha_g (b_g - u) + u times its stages' summed seconds, b_g >= u), and u w_g of
+    each group sure to be kept. Their reliefs in other orders are then not tried either.
 
     The groups whose cuts are known come first (t_g = 1 / alpha_g), and until a group's cut
     DP has run, t_g is Scorer.throughput_ceiling (compute alone, any order, or the bound on a
     one-device edit of a group, Scorer.note_edits): once the bound with those ceilings already
-    exceeds the incumbent, the remaining DPs are skipped (with cuts that cannot hold a
-    micro-batch, score_groups would prune on the same bound, since another order's alpha or a
-    dropped group only lowers T)."""
+    exceeds the incumbent, the remaining DPs are skipped."""
     if sc.best is None:
         return False
     W = sc.w_floor(groups)
@@ -144,14 +143,15 @@ def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     limit = sc.best.objective / W               # the least batch time that could still win
     u, m = sc.u, len(groups)
     w = [sc.work_floor(d) for d in groups]
-    if u * max(w) > limit:
+    sure = [sc.surely_cut(d) for d in groups]
+    if any(s and u * x > limit for s, x in zip(sure, w)):
         return True
 
     def beaten(t: list[float]) -> bool:
         T = sum(t)
         if not T < math.inf:
             return False
-        return sc.B / T > limit or (sc.B + u * sum(x * y for x, y in zip(w, t)) - u * m) / T > limit
+        return sc.B / T > limit or (all(sure) and (sc.B + u * sum(x * y for x, y in zip(w, t)) - u * m) / T > limit)
 
     t = [sc.throughput_ceiling(d) for d in groups]
     for i in sorted(range(m), key=lambda i: not sc.known_cuts(groups[i])):
@@ -163,7 +163,7 @@ def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
         a = sc.coeffs(groups[i], c).alpha
         if not a > 0:
             return False
-        t[i] = 1.0 / a
+        t[i], sure[i] = 1.0 / a, True
     return beaten(t)
 
 

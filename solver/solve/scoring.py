@@ -242,6 +242,12 @@ class Scorer:
         """True when cuts(devices) (one micro-batch, GPipe) has run already: asking again is free."""
         return (devices, None) in self._cuts
 
+    def surely_cut(self, devices: Ordered) -> bool:
+        """True when this order is known to have cuts for one micro-batch (cuts ran and found
+        some, or note_edits bounded it: a finite edit bound means a cut set fits), so
+        score_groups keeps the group in this order; False when unknown or known not to."""
+        return self._cuts.get((devices, None)) is not None or devices in self._edit_bounds
+
     def throughput_ceiling(self, devices: Ordered) -> float:
         """An upper bound (samples per second, possibly inf) on 1 / alpha of this order at its
         min-bottleneck cuts for one micro-batch at the workload's size: device_bound's compute
