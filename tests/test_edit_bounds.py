@@ -71,3 +71,22 @@ def test_cannot_win_never_prunes_a_better_structure(seed):
                 got = sc.score_groups(ng, prune=False)
                 assert got is None or got.objective > sc.best.objective
     assert pruned >= 1     # the bound does reject some insertions here
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cannot_win_does_not_count_a_group_that_is_dropped(seed):
+    """A one-device group that cannot hold the model is dropped by score_groups, so adding it
+    to a structure never makes _cannot_win prune what it would not prune without it (its work
+    floor and its price do not count; its throughput only weakens B / T)."""
+    state = random_state(33_000 + seed, n=8, L=30, scale=10.0)
+    sc = Scorer(state, np.array([1.0, 0.5, 2.0][:len(state.budgets)]), 1.0, SolveOptions(), None)
+    res = solve_slot(state, [1.0, 0.5, 2.0][:len(state.budgets)], 1.0)
+    sc.score(tuple((g.devices, g.cuts) for g in res.plan.groups))
+    used = {d for g in res.plan.groups for d in g.devices}
+    probe = Scorer(state, np.zeros(len(state.budgets)), 1.0, SolveOptions(), None)     # sc does not learn d's cuts
+    unholding = [d for d in state.available_indices if d not in used and probe.cuts((d,)) is None]
+    assert unholding, "expected a device that cannot hold the model alone"
+    base = [g.devices for g in res.plan.groups]
+    alone = _cannot_win(sc, base)
+    for d in unholding:
+        assert not _cannot_win(sc, base + [(d,)]) or alone

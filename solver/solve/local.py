@@ -123,35 +123,37 @@ def ordered_neighbours(groups: list[tuple[int, ...]], avail: Sequence[int], max_
 
 def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     """True when these ordered groups, each at its min-bottleneck cuts for one micro-batch,
-    already bound the objective above the incumbent's (W >= Scorer.w_floor, sync >= 0): any
-    cuts and any memory relief in these orders only raise a group's alpha_g, so with
-    t_g >= 1 / alpha_g and T = sum_g t_g the batch time is at least B / T; where every group
-    is sure to be kept (Scorer.surely_cut: score_groups drops a group with no cuts, which only
-    lowers T), also (B + u sum_g w_g t_g - u m) / T, with w_g = Scorer.work_floor (a group's
-    time is alpha_g (b_g - u) + u times its stages' summed seconds, b_g >= u), and u w_g of
-    each group sure to be kept. Their reliefs in other orders are then not tried either.
+    already bound the objective above the incumbent's: any cuts and any memory relief in these
+    orders only raise a group's alpha_g, so with t_g >= 1 / alpha_g and T = sum_g t_g the batch
+    time is at least B / T, and the objective at least V times it (score_groups drops a group
+    with no cuts, which only lowers T). Where every group is sure to be kept
+    (Scorer.surely_cut), the weight is Scorer.w_floor of their devices (prices and idle power
+    at the queues' weights) and the batch time is also at least (B + u sum_g w_g t_g - u m) / T
+    and u max_g w_g, with w_g = Scorer.work_floor (a group's time is alpha_g (b_g - u) + u
+    times its stages' summed seconds, b_g >= u). Their reliefs in other orders are then not
+    tried either.
 
     The groups whose cuts are known come first (t_g = 1 / alpha_g), and until a group's cut
     DP has run, t_g is Scorer.throughput_ceiling (compute alone, any order, or the bound on a
     one-device edit of a group, Scorer.note_edits): once the bound with those ceilings already
     exceeds the incumbent, the remaining DPs are skipped."""
-    if sc.best is None:
+    if sc.best is None or not sc.V > 0:
         return False
-    W = sc.w_floor(groups)
-    if not W > 0:
-        return False
-    limit = sc.best.objective / W               # the least batch time that could still win
     u, m = sc.u, len(groups)
     w = [sc.work_floor(d) for d in groups]
     sure = [sc.surely_cut(d) for d in groups]
-    if any(s and u * x > limit for s, x in zip(sure, w)):
-        return True
 
     def beaten(t: list[float]) -> bool:
         T = sum(t)
-        if not T < math.inf:
-            return False
-        return sc.B / T > limit or (all(sure) and (sc.B + u * sum(x * y for x, y in zip(w, t)) - u * m) / T > limit)
+        if all(sure):
+            limit = sc.best.objective / sc.w_floor(groups)      # the least batch time that could still win
+            if u * max(w) > limit:
+                return True
+            if T < math.inf and (sc.B + u * sum(x * y for x, y in zip(w, t)) - u * m) / T > limit:
+                return True
+        else:
+            limit = sc.best.objective / sc.V
+        return T < math.inf and sc.B / T > limit
 
     t = [sc.throughput_ceiling(d) for d in groups]
     for i in sorted(range(m), key=lambda i: not sc.known_cuts(groups[i])):
