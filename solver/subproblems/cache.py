@@ -283,8 +283,8 @@ class SlotCache:
         kernel applies (compiled DPs, 2 <= k <= L devices, every stage of one TP degree); else
         None: (Fp, Gp, lam) of the order (_base), the memory rule's prefixes and k_opt at that
         degree, per stage the live samples (_live), the recomputation flag and the devices'
-        memory. plain_rule is the cheaper form where it applies. With TP units group_arrays keeps GPipe's need and backward side under every
-        variant, and so does this."""
+        memory. With TP units group_arrays keeps GPipe's need and backward side under every
+        variant, and so does this. plain_rule is the cheaper form where it applies."""
         st = self.state
         k = len(devices)
         wl = st.workload

@@ -20,9 +20,9 @@ masks); a SlotCache made with dp_backend="numpy" selects the vectorised numpy re
 below instead (the same operations in the same order, so the same values and cuts; kept as
 the reference the kernel is tested and benchmarked against). With the compiled DPs, where
 every stage has one TP degree, `min_bottleneck_cuts` and `frontier_cuts`' candidates are one
-compiled call each (`dp_kernel.cut_candidates`: the group's
-rows and links, its memory rule from the prefix sums in the need matrices' own operations,
-the frontier walk), with no group arrays or need matrices built in Python.
+compiled call each (`dp_kernel.cut_candidates`: the group's rows and links, its memory rule
+from the prefix sums in the need matrices' own operations, the frontier walk), with no group
+arrays or need matrices built in Python.
 
 Memory: stage j fits when k_opt * P_j + s * H_j <= M_{d_j} with s = the share the group must
 be able to hold (one micro-batch by default; a one-stage group only ever stashes one
