@@ -94,26 +94,12 @@ def gpipe_coeffs(F: np.ndarray, G: np.ndarray, lam: np.ndarray, u: int) -> tuple
 def plain_gpipe_rows(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_bytes: np.ndarray, bandwidth: np.ndarray,
                      latency: np.ndarray, u: int, d: np.ndarray, C: np.ndarray) -> np.ndarray:
     """(p, 2) gpipe_coeffs (alpha, beta) of the ordered group d (k >= 2) at each cut set of C
-    (p, k) on a state without a network model: stage_times and gpipe_coeffs in one compiled
-    call (the same floats: the same operations, sums as numpy's)."""
-    p, k = C.shape
-    out = np.empty((p, 2))
-    F = np.empty(k)
-    G = np.empty(k)
-    lam = np.empty(k - 1)
-    for i in range(p):
-        s = 0
-        for j in range(k):
-            c = C[i, j]
-            F[j] = fwd_prefix[d[j], c] - fwd_prefix[d[j], s]
-            G[j] = bwd_prefix[d[j], c] - bwd_prefix[d[j], s]
-            s = c
-        for j in range(k - 1):
-            lam[j] = out_bytes[C[i, j] - 1] / bandwidth[d[j], d[j + 1]] + latency[d[j], d[j + 1]] / u
-        lmax = lam.max()
-        alpha = max(F.max(), lmax) + max(G.max(), lmax)
-        out[i, 0] = alpha
-        out[i, 1] = u * (npsum(F) + npsum(G) + 2.0 * npsum(lam)) - u * alpha
+    (p, k) on a state without a network model, in one compiled call (_plain_stages and
+    _pipeline_ab, group_coeffs' own kernels: the same floats)."""
+    out = np.empty((C.shape[0], 2))
+    for i in range(C.shape[0]):
+        F, G, lam = _plain_stages(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, C[i])
+        out[i, 0], out[i, 1] = _pipeline_ab(F, G, lam, u, False)
     return out
 
 
@@ -280,19 +266,42 @@ def npsum(a: np.ndarray) -> float:
 
 
 @njit(cache=True, error_model="numpy")
+def _pipeline_ab(F, Gr, lam, u, one_f_one_b):
+    """(alpha, beta) of schedule_coeffs from the stage numbers (Gr: the backward side, G + F
+    under recomputation), as gpipe_coeffs and one_f_one_b_coeffs compute them."""
+    lmax = lam.max() if lam.shape[0] > 0 else 0.0
+    if one_f_one_b:
+        alpha = F.max() + Gr.max() + 2.0 * lmax
+    else:
+        alpha = max(F.max(), lmax) + max(Gr.max(), lmax)
+    return alpha, u * (npsum(F) + npsum(Gr) + 2.0 * npsum(lam)) - u * alpha
+
+
+@njit(cache=True, error_model="numpy")
+def _plain_stages(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, c):
+    """(F, G, lam) of stage_times on a state without a network model (indices already valid)."""
+    k = d.shape[0]
+    F = np.empty(k)
+    G = np.empty(k)
+    s = 0
+    for j in range(k):
+        F[j] = fwd_prefix[d[j], c[j]] - fwd_prefix[d[j], s]
+        G[j] = bwd_prefix[d[j], c[j]] - bwd_prefix[d[j], s]
+        s = c[j]
+    lam = np.empty(k - 1)
+    for j in range(k - 1):
+        lam[j] = out_bytes[c[j] - 1] / bandwidth[d[j], d[j + 1]] + latency[d[j], d[j + 1]] / u
+    return F, G, lam
+
+
+@njit(cache=True, error_model="numpy")
 def _schedule_numbers(F, G, lam, u, one_f_one_b, recompute, w, P, H, M, I, kopt):
     """((alpha, beta), busy joules per sample per stage, share cap) of an ordered, cut group
     from its stage numbers (stage_times; model.memory.stage_memory, M with MEM_RTOL; w: each
     stage device's busy watts above idle): schedule_coeffs, the busy energy and
     model.memory.share_cap in one compiled call, the same floats as the numpy forms."""
     k = F.shape[0]
-    Gr = G + F if recompute else G
-    lmax = lam.max() if lam.shape[0] > 0 else 0.0
-    if one_f_one_b:
-        alpha = F.max() + Gr.max() + 2.0 * lmax
-    else:
-        alpha = max(F.max(), lmax) + max(Gr.max(), lmax)
-    beta = u * (npsum(F) + npsum(Gr) + 2.0 * npsum(lam)) - u * alpha
+    alpha, beta = _pipeline_ab(F, G + F if recompute else G, lam, u, one_f_one_b)
     busy = np.empty(k)
     for j in range(k):
         busy[j] = w[j] * (F[j] + G[j] + F[j] if recompute else F[j] + G[j])
@@ -311,22 +320,16 @@ def _coeffs_kernel(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, 
     for j in range(k):
         if not (0 <= d[j] < n and 0 <= c[j] < L1 and (j == 0 or c[j - 1] >= 1)):
             return np.empty(0), np.empty(0), np.empty(0), np.empty(0), np.empty(2), -2
-    F = np.empty(k)
-    G = np.empty(k)
+    F, G, lam = _plain_stages(fwd_prefix, bwd_prefix, out_bytes, bandwidth, latency, u, d, c)
     P = np.empty(k)
     H = np.empty(k)
     I = np.empty(k)
     s = 0
     for j in range(k):
-        F[j] = fwd_prefix[d[j], c[j]] - fwd_prefix[d[j], s]
-        G[j] = bwd_prefix[d[j], c[j]] - bwd_prefix[d[j], s]
         P[j] = pp[c[j]] - pp[s]
         H[j] = sp[c[j]] - sp[s]
         I[j] = input_bytes if j == 0 else out_bytes[c[j - 1] - 1]
         s = c[j]
-    lam = np.empty(k - 1)
-    for j in range(k - 1):
-        lam[j] = out_bytes[c[j] - 1] / bandwidth[d[j], d[j + 1]] + latency[d[j], d[j + 1]] / u
     M = np.empty(k)
     w = np.empty(k)
     for j in range(k):

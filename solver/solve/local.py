@@ -142,11 +142,12 @@ def _cannot_win(sc: Scorer, groups: list[tuple[int, ...]]) -> bool:
     u, m = sc.u, len(groups)
     w = [sc.work_floor(d) for d in groups]
     sure = [sc.surely_cut(d) for d in groups]
+    priced = sc.best.objective / sc.w_floor(groups)     # the least batch time that could still win, all kept
 
     def beaten(t: list[float]) -> bool:
         T = sum(t)
         if all(sure):
-            limit = sc.best.objective / sc.w_floor(groups)      # the least batch time that could still win
+            limit = priced
             if u * max(w) > limit:
                 return True
             if T < math.inf and (sc.B + u * sum(x * y for x, y in zip(w, t)) - u * m) / T > limit:

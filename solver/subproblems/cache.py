@@ -321,13 +321,12 @@ class SlotCache:
         st = self.state
         if self._maxend_all is None:
             wl = st.workload
-            u = wl.micro_batch
             if np.any(np.diff(st.fwd_prefix, axis=1) < 0) or np.any(np.diff(st.bwd_prefix, axis=1) < 0):
                 self._maxend_all = np.empty((0, 0), dtype=np.int64)
-            else:
-                live = np.full(st.n, u - 1e-9 * u)
+            else:       # every device a row of one-micro-batch GPipe stages (one live figure for all)
                 self._maxend_all = dp_kernel.maxend_rule(st.param_prefix, st.stash_prefix, self._inputs(),
-                                                         float(wl.opt_factor), float(u), live, False,
+                                                         float(wl.opt_factor), float(wl.micro_batch),
+                                                         self._live(st.n, None, "gpipe", False), False,
                                                          np.asarray(st.memory_bytes, dtype=float))
         if self._maxend_all.shape[0] == 0:
             return None
