@@ -346,25 +346,27 @@ def cheapest(state: SlotState, queues: Sequence[float] = (), plans: Sequence[Pla
              *, cache: SlotCache | None = None) -> Plan | None:
     """The cheapest plan we know without search (a Slater witness for the queue bound): among
     every single holder running the whole batch and every baseline plan (`plans`, if already
-    built), the least sum_k w_k c_k (w = cost_weights); ties and budget-less states by batch time."""
+    built by the constructors of ALL in this state, which return only plans that pass
+    Plan.validate), the least sum_k w_k c_k (w = cost_weights); ties and budget-less states
+    by batch time."""
     sc = slot_cache(state, cache)
     wl = state.workload
     L = wl.num_layers
     w = cost_weights(state, queues)
-    cands = [Plan((Group((d,), (L,), wl.batch),)) for d in holders(state, cache=sc)]
+    singles = [Plan((Group((d,), (L,), wl.batch),)) for d in holders(state, cache=sc)]
     if plans is None:
         plans = [f(state, cache=sc) for f in ALL.values()]
-    cands += [p for p in plans if p is not None]
+    cands = [(p, False) for p in singles] + [(p, True) for p in plans if p is not None]
     floor = _single_cost_floor(state, w)
     best, key = None, None
-    for p in cands:
+    for p, checked in cands:
         if key is not None and len(p.groups) == 1 and p.groups[0].devices in floor:
             # a single holder costs at least its floor (batch time >= B x its seconds per
             # sample): one that cannot reach the best key is neither validated nor evaluated
             c_lo, t_lo = floor[p.groups[0].devices]
             if c_lo > key[0] + 1e-9 * abs(key[0]) or (not np.any(w) and t_lo > key[1] * (1 + 1e-9)):
                 continue
-        if p.validate(state):
+        if not checked and p.validate(state):
             continue
         ev = sc.evaluation(p)
         k = (float(np.dot(w, ev.costs)) if len(w) else 0.0, ev.batch_time)

@@ -322,6 +322,9 @@ class Scorer:
         return self.tuning.cut_work_call + k * (self.L - k + 1) ** 2 / self.tuning.cut_work_pairs
 
     def sync(self, s: Structure) -> float:
+        """cost.sync.sync_time of a structure (seconds; 0 for one group), kept per structure."""
+        if len(s) == 1:
+            return 0.0
         v = self._sync.get(s)
         if v is None:
             v = self._sync[s] = self.cache.sync_time(plain(s))
@@ -451,18 +454,19 @@ class Scorer:
         alpha = np.array(a_list)
         beta = np.array(b_list)
         if self._no_weights:    # every queue 0: the cost terms vanish (the same floats as below)
-            W, q, qF = self.V, np.zeros(m), 0.0
+            W, q, qF, q_min = self.V, np.zeros(m), 0.0, 0.0
         else:
             cc = cost_coeffs(self.state, gcs)
             W = self.V + float(self.Q @ cc.R)
             q = self.Q @ cc.e if len(self.Q) else np.zeros(m)
             qF = float(self.Q @ cc.F)
+            q_min = float(q.min())
         if prune and best is not None:
-            lb = W * zlb + float(np.min(q)) * self.B + qF
+            lb = W * zlb + q_min * self.B + qF
             if lb > best.objective:
                 self.pruned_charged += 1
                 return None
-            if W * (zlb + self.sync(s)) + float(np.min(q)) * self.B + qF > best.objective:
+            if W * (zlb + self.sync(s)) + q_min * self.B + qF > best.objective:
                 self.pruned_charged += 1
                 return None
         self._seen[key] = None
