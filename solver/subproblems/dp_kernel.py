@@ -445,10 +445,11 @@ def _value_of(S: np.ndarray, B: np.ndarray, cuts: np.ndarray) -> float:
 def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The (X, Y) Pareto walk of `subproblems.cuts` (min X + Y over cuts, X = max(F, lam),
-    Y = max(G, lam)) in one compiled call, the same DPs in the same order as the Python loop
-    it replaces: b_1 = min Y; a_i = min X s.t. Y <= b_i; b_{i+1} = min Y s.t. X < a_i; stop
-    when b + min X can no longer beat the best a + b, or once a_i = min X (no cut set has a
-    smaller X, so the next DP would find none). Fp, Gp (k, L+1) prefix seconds per
+    Y = max(G, lam)) in one compiled call, the same points as the Python loop it replaces
+    (`subproblems.cuts._alpha_frontier`): b_1 = min Y; a_i = min X s.t. Y <= b_i; b_{i+1} = min Y
+    s.t. X < a_i; stop when b + min X can no longer beat the best a + b, or once a_i = min X
+    (no cut set has a smaller X, so the next DP would find none); where min X's cuts also reach
+    min Y, they are the one point without the DP for a_1. Fp, Gp (k, L+1) prefix seconds per
     sample; lam (k-1, L+1); maxend as in cut_dp. Returns (a (p,), b (p,), cuts (p, k)).
     Where a cut set known so far bounds a DP's value (a_min's cuts for b_1, b_i's cuts for a_i),
     that DP visits only the ends within the bound (cut_dp_within: the same value and cuts)."""
@@ -469,8 +470,14 @@ def alpha_frontier(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.n
     a_min, a_cuts = cut_dp(Fp, lam, lam, maxend, no_s, no_b, no_l, no_t, False)
     if not a_min < INF:
         return A[:0], Bv[:0], C[:0]
-    b_min, b_min_cuts = cut_dp_within(Gp, lam, lam, maxend, no_s, no_b, no_l, no_t,
-                                      _value_of(Gp, lam, a_cuts))     # a_min's cuts reach that Y
+    y_a = _value_of(Gp, lam, a_cuts)
+    b_min, b_min_cuts = cut_dp_within(Gp, lam, lam, maxend, no_s, no_b, no_l, no_t, y_a)     # a_min's cuts reach y_a
+    if y_a == b_min:
+        # a_min's cuts reach the least Y too: the walk's first DP (min X with Y <= b_min) would
+        # return them (every stage of their path meets the constraint, so the constrained DP
+        # takes the same least start at each step) and stop there, a = a_min: one point
+        A[0], Bv[0], C[0] = a_min, b_min, a_cuts
+        return A[:1], Bv[:1], C[:1]
     best = INF
     a_lim = INF
     strict = False
