@@ -204,8 +204,12 @@ def _plain_group_coeffs(state: SlotState, devices: Sequence[int], cuts: Sequence
 
 def _int_tuple(x: Sequence[int]) -> tuple[int, ...]:
     """x as a tuple of Python ints (x itself when it is one already)."""
-    if type(x) is tuple and all(type(v) is int for v in x):
-        return x
+    if type(x) is tuple:
+        for v in x:
+            if type(v) is not int:
+                break
+        else:
+            return x
     return tuple(int(v) for v in x)
 
 

@@ -362,7 +362,8 @@ class Scorer:
         idle powers (busy energy and F are >= 0), plus W times a lower bound on the sync
         (cost.sync.sync_lower_bound: each group's devices must all-reduce every parameter byte
         over their fastest links)."""
-        inv = max(self._throughput(groups, u) for u in self.micro_batches)
+        mbs = self.micro_batches
+        inv = self._throughput(groups, mbs[0]) if len(mbs) == 1 else max(self._throughput(groups, u) for u in mbs)
         W = self.w_floor(groups)
         z = W * self.B / inv if inv > 0 else 0.0
         ts = sync_lower_bound(self._sync_floor, groups)
@@ -451,8 +452,6 @@ class Scorer:
                 if ts_lb > 0 and w_lb * (zlb + ts_lb) > best.objective:
                     self.pruned_charged += 1
                     return None
-        alpha = np.array(a_list)
-        beta = np.array(b_list)
         if self._no_weights:    # every queue 0: the cost terms vanish (the same floats as below)
             W, q, qF, q_min = self.V, np.zeros(m), 0.0, 0.0
         else:
@@ -476,25 +475,27 @@ class Scorer:
             if not (gcs[0].cap >= self.B and math.isfinite(a_list[0]) and a_list[0] > 0 and math.isfinite(b_list[0])
                     and math.isfinite(q[0]) and math.isfinite(W) and W >= 0 and self.B % us[0] == 0):
                 return None
-            b = np.array([float(self.B)])
+            b = [float(self.B)]
         elif shares is None:
-            r = solve_shares(alpha, beta, [g.cap for g in gcs], self.B, us[0] if len(set(us)) == 1 else us, Wz, q,
-                             lp_bound=False)
+            r = solve_shares(np.array(a_list), np.array(b_list), [g.cap for g in gcs], self.B,
+                             us[0] if len(set(us)) == 1 else us, Wz, q, lp_bound=False)
             if r.status != "optimal":
                 return None
-            b = np.array(r.shares, dtype=float)
+            b = [float(x) for x in r.shares]
         else:
-            b = np.asarray(shares, dtype=float)
-            if len(b) != m or any(x > g.cap or x % u for x, g, u in zip(b, gcs, us)):
+            given = np.asarray(shares, dtype=float)
+            if len(given) != m or any(x > g.cap or x % u for x, g, u in zip(given, gcs, us)):
                 return None
+            b = given.tolist()
         self.count += 1
-        z = max(a * x + c for a, x, c in zip(a_list, b.tolist(), b_list))
+        z = max(a * x + c for a, x, c in zip(a_list, b, b_list))
         ts = self.sync(s)
         plan = Plan(tuple(Group(e[0], e[1], int(x), *e[2:]) for e, x in zip(s, b)))
         mig = 0.0
         if self.prev is not None:
             mig = migration_time(self.prev, plan, self.state, self.prev_held)
-        obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + float(q @ b) + qF
+        qb = 0.0 if self._no_weights else float(q @ np.array(b))
+        obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + qb + qF
         sc = Scored(obj, z + ts, plan, s, mig, source)
         self._seen[key] = sc
         if self.opt.keep_candidates:
