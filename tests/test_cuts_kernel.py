@@ -101,6 +101,23 @@ def test_fused_kernel_gives_the_group_arrays_cuts(seed):
     assert checked > 0
 
 
+def test_fused_balanced_cuts_are_the_numpy_ones():
+    """balanced_cuts in one compiled call (dp_kernel.BALANCED: the rows' mean, free boundaries)
+    against the numpy backend's DP over the group arrays, for groups of up to 9 devices at the
+    shares DAPPLE's 1F1B peaks and GPipe's whole batch ask for, on 8 random slots."""
+    found = none = 0
+    for seed in range(8):
+        rng, state, _, _ = _draw(7_250 + seed, 12, 90)
+        u, B = state.workload.micro_batch, state.workload.batch
+        for devices in _orders(rng, state, 9):
+            for min_share in (None, len(devices) * u, B):
+                got = C.balanced_cuts(state, devices, min_share, cache=SlotCache(state))
+                assert got == C.balanced_cuts(state, devices, min_share, cache=SlotCache(state, dp_backend="numpy"))
+                found += got is not None
+                none += got is None
+    assert found > 0 and none > 0
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_fused_frontier_gives_the_group_arrays_frontier(seed):
     """frontier_cuts through dp_kernel.cut_candidates (one compiled call) against

@@ -379,7 +379,7 @@ def _min_bottleneck_cuts(sc: SlotCache, devices: Sequence[int], min_share: int |
                          recompute: bool) -> Cuts | None:
     got = _fused(sc, devices, min_share, schedule, recompute, _NO_RELAX, -1)
     if got is not None:       # one compiled call, the same cuts as the path below
-        return tuple(got[0].tolist()) if len(got) else None
+        return _first_row(got)
     ga = sc.group_arrays(devices, min_share, schedule, recompute)
     if ga is None:
         return None
@@ -493,6 +493,10 @@ def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | Non
     sc = slot_cache(state, cache)
     if len(devices) == 1:
         return sc.single_cuts(devices[0])
+    args = sc.plain_rule(devices, min_share)
+    if args is not None:        # one compiled call (dp_kernel.BALANCED), the same cuts as below
+        return sc.twin_cuts(("balanced", min_share), devices, lambda: _first_row(
+            dp_kernel.plain_cut_candidates(*args, _NO_RELAX, dp_kernel.BALANCED)))
     ga = sc.group_arrays(devices, min_share)
     if ga is None:
         return None
@@ -501,6 +505,11 @@ def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | Non
         w = (state.fwd_prefix[d] + state.bwd_prefix[d]).mean(axis=0)
         _, ga.cache["balanced"] = blind_cuts(state, devices, w, np.zeros_like(ga.lam), min_share, cache=sc)
     return ga.cache["balanced"]
+
+
+def _first_row(rows: np.ndarray) -> Cuts | None:
+    """The first cut set of a kernel's (p, k) rows, or None when it has none."""
+    return tuple(rows[0].tolist()) if len(rows) else None
 
 
 def memory_levels(state: SlotState, devices: Sequence[int], max_share: int | None = None, *,

@@ -561,6 +561,30 @@ def maxend_rule(pp: np.ndarray, sp: np.ndarray, inp: np.ndarray, kopt: float, u:
     return out
 
 
+BALANCED = -2
+"""cut_candidates' `seeds` for balanced_cuts."""
+
+
+@njit(cache=True)
+def _balanced(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, maxend: np.ndarray) -> np.ndarray:
+    """The min-max cuts of the rows' mean (Fp + Gp).mean(axis=0) on every stage (numpy's
+    sum over rows in order, then / k: the same floats), boundaries 0 where lam is finite,
+    within maxend; (1, k) or (0, k) when no cut set fits."""
+    k, L1 = Fp.shape
+    w = Fp[0] + Gp[0]
+    for j in range(1, k):
+        w = w + (Fp[j] + Gp[j])
+    w = w / k
+    S = np.empty((k, L1))
+    for j in range(k):
+        S[j] = w
+    val, cuts = cut_dp(S, lam, np.zeros((k - 1, L1)), maxend, np.empty((0, k, L1)), np.empty((0, k - 1, L1)),
+                       np.empty(0), np.empty(0, dtype=np.bool_), False)
+    if not val < INF:
+        return np.empty((0, k), dtype=np.int64)
+    return cuts.reshape((1, k))
+
+
 @njit(cache=True, error_model="numpy")
 def cut_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarray, sp: np.ndarray,
                    inp: np.ndarray, kopt: float, u: float, live: np.ndarray, recompute: bool, mem: np.ndarray,
@@ -572,12 +596,16 @@ def cut_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarr
     each of the `seeds` points of least a + b (stable order) and each factor r the min-sum DP
     of F + G + 2 lam with X <= r a and Y <= r b, then the unconstrained min-sum DP; (p, k) rows
     in that order, those DPs that find no cut set left out. No rows when no cut set fits.
-    (One kernel for both: each compiled entry point re-optimises the DPs it calls.)"""
+    With seeds == BALANCED, `subproblems.cuts.balanced_cuts` instead (one row): the min-max
+    DP of the group's mean forward + backward prefix on every stage, boundaries free.
+    (One kernel for all: each compiled entry point re-optimises the DPs it calls.)"""
     if recompute:
         Gp = Fp + Gp
     me = maxend_rule(pp, sp, inp, kopt, u, live, recompute, mem)
-    A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
     k, L1 = Fp.shape
+    if seeds == BALANCED:
+        return _balanced(Fp, Gp, lam, me)
+    A, Bv, C = alpha_frontier(Fp, Gp, lam, me)
     n = A.shape[0]
     if n == 0:
         return np.empty((0, k), dtype=np.int64)
