@@ -356,7 +356,14 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
     c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
     lam = state.allreduce_latency
     costs = []
-    for b, (_, nb) in enumerate(spans):
+    if m == 2:      # the ring of two holders is a -> b -> a (_choose_ring): no choice to look up
+        for (_, nb), a, b in zip(spans, cols[0], cols[1]):
+            bw = min(bwm[a][b], bwm[b][a])
+            if not bw > 0:
+                return None
+            cost = c1 * nb / bw + c2 * max(latm[a][b], latm[b][a])
+            costs.append(cost + lam if lam else cost)
+    for b, (_, nb) in enumerate(spans if m > 2 else ()):
         holders = tuple(col[b] for col in cols)
         succ = memo.get((holders, nb))
         if succ is None:
@@ -403,19 +410,34 @@ def sync_floor(state: SlotState) -> tuple[list[float], list[float]] | None:
     return per_bytes, per_lat
 
 
-def sync_lower_bound(floor: tuple[list[float], list[float]] | None, groups: Sequence[Sequence[int]]) -> float:
+def sync_lower_bound(floor: tuple[list[float], list[float]] | None, groups: Sequence[Sequence[int]],
+                     memo: dict | None = None) -> float:
     """A lower bound (seconds) on sync_time of any cuts of these device groups (sync_floor's
     rule; 0 for one group or floor None): the largest over groups of
-    c1 / sum_j (1 / (P / bw_j)) + c2 min_j lat_j."""
+    c1 / sum_j (1 / (P / bw_j)) + c2 min_j lat_j. memo: a dict of the caller's that keeps each
+    group's (sum, min) (the groups as hashable tuples; the same floats)."""
     m = len(groups)
     if m < 2 or floor is None:
         return 0.0
-    per_bytes, per_lat = floor
     c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
     best = 0.0
     for g in groups:
-        if any(per_bytes[d] <= 0.0 for d in g):
+        terms = None if memo is None else memo.get(g)
+        if terms is None:
+            terms = _sync_terms(floor, g)
+            if memo is not None:
+                memo[g] = terms
+        if terms[0] is None:
             continue
-        v = c1 / sum(1.0 / per_bytes[d] for d in g) + c2 * min(per_lat[d] for d in g)
+        v = c1 / terms[0] + c2 * terms[1]
         best = max(best, v)
     return best
+
+
+def _sync_terms(floor: tuple[list[float], list[float]], g: Sequence[int]) -> tuple[float | None, float]:
+    """(sum_j 1 / (P / bw_j), min_j lat_j) of one group for sync_lower_bound; (None, 0) where a
+    device has no link (the group gives no bound)."""
+    per_bytes, per_lat = floor
+    if any(per_bytes[d] <= 0.0 for d in g):
+        return None, 0.0
+    return sum(1.0 / per_bytes[d] for d in g), min(per_lat[d] for d in g)

@@ -104,12 +104,13 @@ class Scorer:
         self.improved_at = 0.0         # tries when the best last improved by more than improve_rel
         self.extended = False          # whether the search went on past its budget (exhausted)
         idx = np.asarray(state.available_indices, dtype=int)
-        self._inv_fwd = np.zeros(state.n)
-        self._inv_bwd = np.zeros(state.n)
+        inv_fwd, inv_bwd = np.zeros(state.n), np.zeros(state.n)     # per device: samples per second
         if len(idx):
-            self._inv_fwd[idx] = 1.0 / np.maximum(state.fwd_prefix[idx, self.L], 1e-300)
-            self._inv_bwd[idx] = 1.0 / np.maximum(state.bwd_prefix[idx, self.L], 1e-300)
+            inv_fwd[idx] = 1.0 / np.maximum(state.fwd_prefix[idx, self.L], 1e-300)
+            inv_bwd[idx] = 1.0 / np.maximum(state.bwd_prefix[idx, self.L], 1e-300)
+        self._inv_fwd_list, self._inv_bwd_list = inv_fwd.tolist(), inv_bwd.tolist()
         self._sync_floor = sync_floor(state)
+        self._sync_memo: dict = {}          # per ordered group: sync_lower_bound's terms
         self._w_dev = np.zeros(state.n)    # per device: price / idle-power weight in W
         for k, b in enumerate(state.budgets):
             if Q[k] > 0 and b.kind == "money":
@@ -366,7 +367,7 @@ class Scorer:
         inv = self._throughput(groups, mbs[0]) if len(mbs) == 1 else max(self._throughput(groups, u) for u in mbs)
         W = self.w_floor(groups)
         z = W * self.B / inv if inv > 0 else 0.0
-        ts = sync_lower_bound(self._sync_floor, groups)
+        ts = sync_lower_bound(self._sync_floor, groups, self._sync_memo)
         return z + W * ts if ts > 0 else z
 
     def least_holding_depth(self) -> int:
@@ -402,7 +403,8 @@ class Scorer:
             if v is None:
                 d = list(g)
                 if not measured:
-                    a = 1.0 / float(self._inv_fwd[d].sum()) + 1.0 / float(self._inv_bwd[d].sum())
+                    f, b = self._inv_fwd_list, self._inv_bwd_list
+                    a = 1.0 / float_sum([f[i] for i in d]) + 1.0 / float_sum([b[i] for i in d])
                 else:
                     a = (float(st.layer_fwd_seconds[d].min(axis=0).sum())
                          + float(st.layer_bwd_seconds[d].min(axis=0).sum())) / len(d)
@@ -447,7 +449,7 @@ class Scorer:
                 self.pruned_charged += 1
                 return None
             if m > 1:       # before the cost coefficients and the exact sync: their floors
-                ts_lb = sync_lower_bound(self._sync_floor, [e[0] for e in s])
+                ts_lb = sync_lower_bound(self._sync_floor, [e[0] for e in s], self._sync_memo)
                 w_lb = self.w_floor([e[0] for e in s])
                 if ts_lb > 0 and w_lb * (zlb + ts_lb) > best.objective:
                     self.pruned_charged += 1
