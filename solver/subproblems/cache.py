@@ -102,6 +102,7 @@ class SlotCache:
         self.max_array_bytes = int(max_array_bytes)
         self._need: dict[int, np.ndarray] = {}
         self._input_row: np.ndarray | None = None
+        self._lives: dict[tuple, np.ndarray] = {}         # _live's rows, per (k, share, schedule, recompute)
         self._maxend_all: np.ndarray | None = None
         self._arrays: dict[tuple, GroupArrays] = {}
         self._arrays_bytes = 0
@@ -269,12 +270,16 @@ class SlotCache:
     def _live(self, k: int, min_share: int | None, schedule: str, recompute: bool) -> np.ndarray:
         """Per stage of a k-stage group without TP units, the live samples of `need` /
         `recompute_need`: s - 1e-9 u, with s the share, or 1F1B's u min(k - j, share / u)."""
-        u = self.state.workload.micro_batch
-        s = u if min_share is None else max(int(min_share), u)
-        variant = (schedule, bool(recompute)) != ("gpipe", False)
-        n = -(-s // u)
-        return np.array([(s if not variant or schedule == "gpipe" else u * min(k - j, n)) - 1e-9 * u
-                         for j in range(k)])
+        key = (k, min_share, schedule, bool(recompute))
+        got = self._lives.get(key)
+        if got is None:
+            u = self.state.workload.micro_batch
+            s = u if min_share is None else max(int(min_share), u)
+            variant = (schedule, bool(recompute)) != ("gpipe", False)
+            n = -(-s // u)
+            got = self._lives[key] = np.array([(s if not variant or schedule == "gpipe" else u * min(k - j, n))
+                                               - 1e-9 * u for j in range(k)])
+        return got
 
     def dp_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
                 recompute: bool = False) -> tuple | None:
