@@ -39,7 +39,9 @@ class Scorer(Protocol):
 
     def u_of(self, e: tuple) -> int: ...
 
-    def wanted_shares(self, s: tuple) -> np.ndarray: ...
+    def binding_wants(self, s: tuple) -> np.ndarray | None: ...
+
+    def relief(self, kind: tuple, e: tuple, w: int, fix: Callable[[tuple, int], tuple | None]) -> tuple | None: ...
 
 VARIANTS: tuple[tuple[str, bool], ...] = (("1f1b", False), ("gpipe", True), ("1f1b", True))
 """The non-default (schedule, recompute) choices, after ("gpipe", False)."""
@@ -107,22 +109,13 @@ def variant_entries(sc: Scorer, devices: tuple[int, ...], cuts: tuple[int, ...],
             if caps[v] >= u and all(caps[v] > caps[w] for w in caps if _dominates(w, v))]
 
 
-def binding_wants(sc: Scorer, s: tuple) -> np.ndarray | None:
-    """The shares (samples) the structure's groups would get if memory did not bind
-    (Scorer.wanted_shares), or None when no cap can bind (every cap holds the batch) or the
-    groups' micro-batches alone exceed it: the preamble of every memory relief."""
-    if sum(sc.u_of(e) for e in s) > sc.B or all(sc.coeffs(*e).cap >= sc.B for e in s):
-        return None
-    return sc.wanted_shares(s)
-
-
 def relieve_each(sc: Scorer, s: tuple, fix: Callable[[tuple, int], tuple | None], kind: tuple, min_stages: int = 1
                  ) -> tuple | None:
     """The loop of every memory relief: for each group of at least `min_stages` stages whose
-    memory cap is below the share w it would get without caps (binding_wants), fix(entry, w)
+    memory cap is below the share w it would get without caps (Scorer.binding_wants), fix(entry, w)
     gives its replacement entry, or None to keep it; None when no cap binds or nothing changes.
     `kind` names the relief (with its options) for Scorer.relief, which keeps each answer."""
-    want = binding_wants(sc, s)
+    want = sc.binding_wants(s)
     if want is None:
         return None
     out, changed = [], False

@@ -111,6 +111,7 @@ class Scorer:
         self._inv_fwd_list, self._inv_bwd_list = inv_fwd.tolist(), inv_bwd.tolist()
         self._sync_floor = sync_floor(state)
         self._sync_memo: dict = {}          # per ordered group: sync_lower_bound's terms
+        self._binding: dict = {}            # per structure: binding_wants
         self._w_dev = np.zeros(state.n)    # per device: price / idle-power weight in W
         for k, b in enumerate(state.budgets):
             if Q[k] > 0 and b.kind == "money":
@@ -719,6 +720,18 @@ class Scorer:
             got = fix(e, w)
             if not self.exhausted():
                 self._reliefs[key] = got
+        return got
+
+    def binding_wants(self, s: Structure) -> np.ndarray | None:
+        """The shares (samples) the structure's groups would get if memory did not bind
+        (wanted_shares), or None when no cap can bind (every cap holds the batch) or the
+        groups' micro-batches alone exceed it: the preamble of every memory relief (kept per
+        structure: score_groups' reliefs ask for the same structure up to three times)."""
+        got = self._binding.get(s, _UNSEEN)
+        if got is _UNSEEN:
+            B = self.B
+            got = self._binding[s] = None if (sum(self.u_of(e) for e in s) > B
+                                              or all(self.coeffs(*e).cap >= B for e in s)) else self.wanted_shares(s)
         return got
 
     def wanted_shares(self, s: Structure) -> np.ndarray:
