@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..cost.sync import sync_floor, sync_lower_bound
 from ..model import Group, Plan, SlotState, share_cap
 from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import balanced_cuts, blind_cuts, min_bottleneck_cuts
@@ -225,17 +226,20 @@ def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
             ranked.append((slowest, i, plan))
     # a plan's batch time is its slowest group's time plus sync and optimizer seconds (>= 0): in
     # order of that bound, the search stops at the first bound above the best time (ties: the
-    # first configuration wins)
+    # first configuration wins); a plan whose bound with the sync's floor (cost.sync.
+    # sync_lower_bound, less a relative 1e-9 for rounding) is above it is not evaluated either
+    floor = sync_floor(state)
     best, key = None, (np.inf, -1)
     for slowest, i, plan in sorted(ranked, key=lambda r: r[:2]):
         if (slowest, i) >= key:
             if slowest > key[0]:
                 break
             continue
-        if not plan.validate(state):
-            t = sc.evaluation(plan).batch_time
-            if (t, i) < key:
-                best, key = plan, (t, i)
+        if slowest + sync_lower_bound(floor, [g.devices for g in plan.groups]) * (1 - 1e-9) > key[0]:
+            continue
+        t = sc.evaluation(plan).batch_time       # the plan is structurally valid by construction
+        if (t, i) < key and not plan.validate(state):
+            best, key = plan, (t, i)
     return best
 
 
