@@ -130,6 +130,8 @@ def test_sync_lower_bound_holds_for_any_cuts(seed, m, L, lat):
         pos += k
     floor = sync_floor(state)
     bound = sync_lower_bound(floor, groups)
+    memo: dict = {}
+    assert sync_lower_bound(floor, groups, memo) == bound == sync_lower_bound(floor, [list(g) for g in groups], memo)
     for _ in range(4):
         s = [(g, tuple(sorted(int(x) for x in rng.choice(np.arange(1, L), len(g) - 1, replace=False))) + (L,))
              for g in groups]

@@ -415,18 +415,20 @@ def sync_lower_bound(floor: tuple[list[float], list[float]] | None, groups: Sequ
     """A lower bound (seconds) on sync_time of any cuts of these device groups (sync_floor's
     rule; 0 for one group or floor None): the largest over groups of
     c1 / sum_j (1 / (P / bw_j)) + c2 min_j lat_j. memo: a dict of the caller's that keeps each
-    group's (sum, min) (the groups as hashable tuples; the same floats)."""
+    group's (sum, min), keyed by the group as a tuple in its order (the same floats)."""
     m = len(groups)
     if m < 2 or floor is None:
         return 0.0
     c1, c2 = 2.0 * (m - 1) / m, 2.0 * (m - 1)
     best = 0.0
     for g in groups:
-        terms = None if memo is None else memo.get(g)
-        if terms is None:
+        if memo is None:
             terms = _sync_terms(floor, g)
-            if memo is not None:
-                memo[g] = terms
+        else:
+            key = g if type(g) is tuple else tuple(g)
+            terms = memo.get(key)
+            if terms is None:
+                terms = memo[key] = _sync_terms(floor, key)
         if terms[0] is None:
             continue
         v = c1 / terms[0] + c2 * terms[1]
