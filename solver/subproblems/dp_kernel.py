@@ -595,7 +595,9 @@ def cut_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarr
     the candidates of `subproblems.cuts.frontier_cuts`: the alpha_frontier points, then for
     each of the `seeds` points of least a + b (stable order) and each factor r the min-sum DP
     of F + G + 2 lam with X <= r a and Y <= r b, then the unconstrained min-sum DP; (p, k) rows
-    in that order, those DPs that find no cut set left out. No rows when no cut set fits.
+    in that order, those DPs that find no cut set left out. No rows when no cut set fits. A
+    constrained DP whose thresholds the unconstrained DP's cuts already meet is not run: it
+    would return those cuts.
     With seeds == BALANCED, `subproblems.cuts.balanced_cuts` instead (one row): the min-max
     DP of the group's mean forward + backward prefix on every stage, boundaries free.
     (One kernel for all: each compiled entry point re-optimises the DPs it calls.)"""
@@ -637,21 +639,41 @@ def cut_candidates(Fp: np.ndarray, Gp: np.ndarray, lam: np.ndarray, pp: np.ndarr
         while j > 0 and key[order[j - 1]] > key[order[j]]:
             order[j - 1], order[j] = order[j], order[j - 1]
             j -= 1
+    free_val, free_cuts = cut_dp(work, lam, lam2, me, np.empty((0, k, L1)), np.empty((0, k - 1, L1)), np.empty(0),
+                                 np.empty(0, dtype=np.bool_), True)
     for i in range(min(seeds, n)):
         s = order[i]
         for r in relax:
             lims[0] = r * A[s]
             lims[1] = r * Bv[s]
+            if free_val < INF and _meets(free_cuts, CS, CB, lims, strict):
+                # the unconstrained DP's path meets the thresholds at every stage, so the
+                # constrained DP takes the same least start at each step: its cuts
+                out[m] = free_cuts
+                m += 1
+                continue
             val, cuts = cut_dp(work, lam, lam2, me, CS, CB, lims, strict, True)
             if val < INF:
                 out[m] = cuts
                 m += 1
-    val, cuts = cut_dp(work, lam, lam2, me, np.empty((0, k, L1)), np.empty((0, k - 1, L1)), np.empty(0),
-                       np.empty(0, dtype=np.bool_), True)
-    if val < INF:
-        out[m] = cuts
+    if free_val < INF:
+        out[m] = free_cuts
         m += 1
     return out[:m]
+
+
+@njit(cache=True)
+def _meets(cuts: np.ndarray, CS: np.ndarray, CB: np.ndarray, lims: np.ndarray, strict: np.ndarray) -> bool:
+    """Whether a cut set passes every side constraint the DP checks: each stage's values
+    (_stage_ok) and each boundary's (_bound_ok), in the DP's own comparisons."""
+    a = 0
+    for j in range(cuts.shape[0]):
+        if not _stage_ok(j, a, cuts[j], CS, lims, strict):
+            return False
+        if j > 0 and not _bound_ok(j - 1, a, CB, lims, strict):
+            return False
+        a = cuts[j]
+    return True
 
 
 @njit(cache=True, error_model="numpy")
