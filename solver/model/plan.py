@@ -103,7 +103,7 @@ class Plan:
         B, u = state.workload.batch, state.workload.micro_batch
         if not self.groups:
             return [Violation("nonempty", "the plan has no group")]
-        v += structure_violations(self, L, state.n, B, [d.name for d in state.devices])
+        v += structure_violations(self, L, state.n, B, state.device_names)
         options = state.workload.micro_batch_options()
         for gi, g in enumerate(self.groups):
             where = f"group {gi}"

@@ -163,6 +163,11 @@ class SlotState:
         return root.__dict__.setdefault(name, {})
 
     @cached_property
+    def device_names(self) -> list[str]:
+        """Each device's name, in index order (for messages)."""
+        return [d.name for d in self.devices]
+
+    @cached_property
     def bandwidth_rows(self) -> list[list[float]]:
         """bandwidth as Python lists (the same numbers): for code that reads it entry by entry,
         where numpy scalars cost the most."""

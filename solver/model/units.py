@@ -31,12 +31,12 @@ Unit = tuple[int, ...]
 def unit_problems(state: SlotState, unit: Sequence[int]) -> list[str]:
     """Why `unit` cannot hold a TP stage in `state` ([] when it can): known distinct devices,
     one kind, one server (declared by the instance's network; without servers only t = 1)."""
+    if len(unit) == 1:
+        return []
     u = [int(x) for x in unit]
     names = [state.devices[i].name if 0 <= i < state.n else f"index {i}" for i in u]
     if not u:
         return ["a TP stage has no device"]
-    if len(u) == 1:
-        return []
     if any(not (0 <= i < state.n) for i in u):
         return [f"TP stage {names}: device index out of range 0..{state.n - 1}"]
     if len(set(u)) != len(u):
