@@ -250,18 +250,21 @@ class SlotCache:
         st = self.state
         return self.dp_backend == "compiled" and st.tp is None and (st.network is None or st.network.fit is None)
 
+    def plain_applies(self, k: int) -> bool:
+        """Whether plain_rule gives arguments for a group of k devices: _plain, 2 <= k <= L."""
+        return 2 <= k <= self.state.workload.num_layers and self._plain()
+
     def plain_rule(self, devices: Sequence[int], min_share: int | None = None, schedule: str = "gpipe",
                    recompute: bool = False) -> tuple | None:
         """dp_rule on a state where _plain holds, in the form of dp_kernel.plain_cut_candidates'
         arguments (the state's prefix rows, links and the order, which the kernel turns into
-        the group's rows: nothing kept here); None elsewhere."""
-        if not self._plain():
+        the group's rows: nothing kept here); None elsewhere (plain_applies)."""
+        k = len(devices)
+        if not self.plain_applies(k):
             return None
         st = self.state
         wl = st.workload
-        k, L, u = len(devices), wl.num_layers, wl.micro_batch
-        if k < 2 or k > L:
-            return None
+        u = wl.micro_batch
         d = np.asarray(devices, dtype=np.int64)
         return (st.fwd_prefix, st.bwd_prefix, wl.out_bytes, st.bandwidth, st.latency, int(u), d,
                 st.param_prefix, st.stash_prefix, self._inputs(), float(wl.opt_factor),

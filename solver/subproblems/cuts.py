@@ -493,10 +493,9 @@ def balanced_cuts(state: SlotState, devices: Sequence[int], min_share: int | Non
     sc = slot_cache(state, cache)
     if len(devices) == 1:
         return sc.single_cuts(devices[0])
-    args = sc.plain_rule(devices, min_share)
-    if args is not None:        # one compiled call (dp_kernel.BALANCED), the same cuts as below
+    if sc.plain_applies(len(devices)):      # one compiled call (dp_kernel.BALANCED), the same cuts as below
         return sc.twin_cuts(("balanced", min_share), devices, lambda: _first_row(
-            dp_kernel.plain_cut_candidates(*args, _NO_RELAX, dp_kernel.BALANCED)))
+            dp_kernel.plain_cut_candidates(*sc.plain_rule(devices, min_share), _NO_RELAX, dp_kernel.BALANCED)))
     ga = sc.group_arrays(devices, min_share)
     if ga is None:
         return None
