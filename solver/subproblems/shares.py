@@ -17,9 +17,9 @@ constants and are left out.) Everything exact below works in micro-batch units n
 * q not constant: the optimum z is some group's time t_g(n) = alpha_g u n + beta_g. For a fixed
   z each group may take at most min(cap_g, floor((z - beta_g) / (alpha_g u))) micro-batches and
   the cheapest allocation is greedy by q_g. Breakpoints z lie in [z_minmax, z_upper] (z_upper:
-  where cost stops falling, or where W z alone exceeds the incumbent); the convex continuous
-  bound W z + LP cost(z), checked on a sqrt-spaced grid, narrows them to a window whose rows
-  are evaluated at once with numpy. Ties at equal value go to the smaller z.
+  where cost stops falling, or where W z alone exceeds the incumbent), visited in increasing
+  z until W z plus the least cost of any allocation exceeds the best value found. Ties at
+  equal value go to the smaller z. Both paths run compiled in one call (`shares_kernel`).
 * The continuous LP (lp_value, a lower bound) is the capped water fill when q is constant and a
   persistent HiGHS model (ShareLP) otherwise.
 * Groups at different micro-batch sizes u_g (b_g in u_g * Z, B a multiple of each): `mixed_shares`,
@@ -28,7 +28,7 @@ constants and are left out.) Everything exact below works in micro-batch units n
 """
 from __future__ import annotations
 
-import heapq
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -36,10 +36,8 @@ import numpy as np
 from numba import njit
 
 from .highs import quiet_highs
+from .shares_kernel import TOL_N as _TOL_N, hand_out, integer_shares, valid_inputs
 from .water import water_fill
-
-_TOL_N = 1e-9        # slack on "how many micro-batches fit under z" (float noise in (z - beta) / a)
-_ROWS_PER_CHUNK = 1 << 18   # candidate-z rows x groups evaluated per numpy block
 
 
 @dataclass(frozen=True)
@@ -81,29 +79,11 @@ def greedy_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[i
     hand out the remaining micro-batches one at a time to the group whose time after receiving
     it is smallest (ties: lowest index), never above cap. Exactly optimal for max_g time when
     `start` holds only micro-batches no later than the optimum's; if `start` has more than B/u,
-    micro-batches are taken back from the currently slowest groups (never below one)."""
+    micro-batches are taken back from the currently slowest groups (never below one)
+    (`shares_kernel.hand_out`). Needs the caps to hold B."""
     a = np.asarray(alpha, dtype=float) * u
-    c = np.asarray(beta, dtype=float)
-    capn = np.asarray(cap, dtype=np.int64) // u
-    n = np.ones(len(a), dtype=np.int64) if start is None else np.asarray(start, dtype=np.int64).copy()
-    N = B // u
-    left = N - int(n.sum())
-    if left > 0:
-        heap = [(a[g] * (n[g] + 1) + c[g], g) for g in range(len(a)) if n[g] < capn[g]]
-        heapq.heapify(heap)
-        for _ in range(left):
-            _, g = heapq.heappop(heap)   # IndexError only if sum of caps < B (callers check)
-            n[g] += 1
-            if n[g] < capn[g]:
-                heapq.heappush(heap, (a[g] * (n[g] + 1) + c[g], g))
-    elif left < 0:
-        heap = [(-(a[g] * n[g] + c[g]), g) for g in range(len(a)) if n[g] > 1]
-        heapq.heapify(heap)
-        for _ in range(-left):
-            _, g = heapq.heappop(heap)
-            n[g] -= 1
-            if n[g] > 1:
-                heapq.heappush(heap, (-(a[g] * n[g] + c[g]), g))
+    n = np.ones(len(a), dtype=np.int64) if start is None else np.array(start, dtype=np.int64)
+    hand_out(a, np.asarray(beta, dtype=float), np.asarray(cap, dtype=np.int64) // u, B // u, n)
     return n * u
 
 
@@ -111,67 +91,6 @@ def _fill(x: np.ndarray, extra: int) -> np.ndarray:
     """Row-wise greedy: give `extra` units to columns in order, at most x[:, j] each."""
     before = np.cumsum(x, axis=1) - x
     return np.clip(extra - before, 0, x)
-
-
-def _exact_with_costs(a: np.ndarray, c: np.ndarray, capn: np.ndarray, N: int, W: float,
-                      cost: np.ndarray, n0: np.ndarray) -> np.ndarray:
-    """Exact integer optimum in micro-batch units: a s/micro-batch, c s, capn micro-batches,
-    cost per micro-batch; n0 is a min-max allocation. Returns micro-batches per group."""
-    m, extra = len(a), N - len(a)
-    order = np.argsort(cost, kind="stable")
-    a_s, c_s, cap_s, k_s = a[order], c[order], capn[order], cost[order]
-    t = lambda n: a_s * n + c_s                                       # noqa: E731
-    z0 = float(np.max(a * n0 + c))
-    n_cheap = 1 + _fill((cap_s - 1)[None, :], extra)[0]
-    cost_min = float(k_s @ n_cheap)
-    z_hi = float(np.max(t(n_cheap)))
-    if W > 0:
-        z_hi = min(z_hi, z0 + (float(cost @ n0) - cost_min) / W + 1e-12 * abs(z0))
-    lo_n = np.maximum(1, np.floor((z0 - c_s) / a_s - _TOL_N)).astype(np.int64)
-    hi_n = np.minimum(cap_s, np.floor((z_hi - c_s) / a_s + _TOL_N)).astype(np.int64)
-    cnt = np.maximum(hi_n - lo_n + 1, 0)
-    gi = np.repeat(np.arange(m), cnt)
-    n = lo_n[gi] + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    z = a_s[gi] * n + c_s[gi]
-    z = np.unique(np.concatenate([[z0], z[(z > z0) & (z <= z_hi)]]))
-
-    def rows(zz: np.ndarray, integer: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Objective of the cheapest allocation under each z (integer, or continuous: a lower bound)."""
-        hi = np.minimum((zz[:, None] - c_s) / a_s, cap_s)
-        if integer:
-            hi = np.minimum(np.floor(hi + _TOL_N), cap_s)
-        ok = (hi >= 1 - _TOL_N).all(axis=1) & (hi.sum(axis=1) >= N - _TOL_N)
-        alloc = _fill(np.maximum(hi - 1, 0), extra)
-        return np.where(ok, W * zz + alloc @ k_s + k_s.sum(), np.inf), alloc
-
-    # Window: the optimum z* has LB(z*) <= f(z*) <= f(z0) with LB(z) = W z + continuous cost,
-    # a convex function, so {LB <= incumbent} is an interval; locate it on a coarse grid.
-    tol = lambda v: 1e-12 * max(1.0, abs(v))                          # noqa: E731
-    best_f, best = float(rows(z[:1], True)[0][0]), None
-    stride = max(1, int(np.sqrt(len(z))))
-    grid = np.r_[np.arange(0, len(z), stride), len(z) - 1]
-    lb = rows(z[grid], False)[0]
-    k = int(np.argmin(lb))
-    inside = np.flatnonzero(lb <= best_f + 2 * tol(best_f))
-    lo = min(int(inside[0]), k) if len(inside) else k
-    hi = max(int(inside[-1]), k) if len(inside) else k
-    z = z[grid[max(lo - 1, 0)]:grid[min(hi + 1, len(grid) - 1)] + 1]
-    if z[0] > z0:
-        z = np.r_[z0, z]   # keeps the incumbent row, so ties at equal value still prefer small z
-    step = max(1, _ROWS_PER_CHUNK // m)
-    best_f = np.inf
-    for s in range(0, len(z), step):
-        zz = z[s:s + step]
-        if W * zz[0] + cost_min > best_f + tol(best_f):
-            break   # later z cannot beat the incumbent even at the cheapest cost
-        f, alloc = rows(zz, True)
-        fmin = float(f.min())
-        if fmin < best_f - tol(fmin):
-            i = int(np.argmax(f <= fmin + tol(fmin)))
-            best_f, best = fmin, alloc[i]
-    out = np.empty(m, dtype=np.int64)
-    out[order] = 1 + best.astype(np.int64)
-    return out
 
 
 class ShareLP:
@@ -264,7 +183,7 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
     LP (lp_value is then nan). Status "infeasible" says why; "error" means bad input or a
     HiGHS failure and carries no plan.
     """
-    if np.ndim(u):
+    if not isinstance(u, (int, np.integer)) and np.ndim(u):
         us = [int(x) for x in u]
         if len(us) != len(alpha):
             return _fail("error", f"u: expected one micro-batch size per group ({len(alpha)}), got {len(us)}")
@@ -280,15 +199,15 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
                               f"beta {len(c)}, cap {len(cap)}, q {len(qq)})")
     if u <= 0 or B <= 0 or B % u:
         return _fail("error", f"batch B={B} must be a positive multiple of the micro-batch u={u}")
-    if not (np.all(np.isfinite(a)) and np.all(a > 0) and np.all(np.isfinite(c)) and np.all(np.isfinite(qq))):
+    if not valid_inputs(a, c, qq):
         return _fail("error", "alpha must be finite and > 0; beta and q finite")
-    if not (np.isfinite(W) and W >= 0):
+    if not (math.isfinite(W) and W >= 0):
         return _fail("error", f"W={W} must be finite and >= 0")
     N = B // u
     capn = np.minimum(np.asarray(cap, dtype=np.int64) // u, N)
     if m > N:
         return _fail("infeasible", f"{m} groups need at least m*u={m * u} samples but B={B}")
-    if np.any(capn < 1):
+    if capn.min() < 1:
         bad = [int(g) for g in np.flatnonzero(capn < 1)]
         return _fail("infeasible", f"groups {bad} cannot hold one micro-batch of u={u} (cap < u)")
     if int(capn.sum()) < N:
@@ -297,15 +216,10 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
         z = float(a[0] * B + c[0])
         value = float(W) * z + float(qq[0]) * B
         return ShareResult((int(B),), z, value, value, "optimal")
-    au = a * u
-    b_lp, z_lp = water_fill(a, c, float(B), lo=float(u), cap=(capn * u).astype(float))
-    start = np.clip(np.floor((z_lp - c) / au - _TOL_N).astype(np.int64), 1, capn)
-    n = greedy_shares(a, c, capn * u, B, u, start=start) // u
-    const_q = bool(np.all(qq == qq[0]))
-    if const_q:
+    n, z, z_lp, same_q = integer_shares(a, c, capn, N, int(u), float(W), qq)
+    if same_q:
         lp_value = float(W) * z_lp + float(qq[0]) * B
     else:
-        n = _exact_with_costs(au, c, capn, N, float(W), qq * u, n)
         lp_value = float("nan")
         if lp_bound:
             sol = (lp if lp is not None else ShareLP()).solve(a, c, capn * u, B, u, W, qq)
@@ -313,8 +227,7 @@ def solve_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
                 return _fail("error", f"share LP failed: {sol.message}")
             lp_value = sol.value
     b = n * u
-    z = float(np.max(a * b + c))
-    return ShareResult(tuple(int(x) for x in b), z, float(W) * z + float(qq @ b), lp_value, "optimal")
+    return ShareResult(tuple(b.tolist()), z, float(W) * z + float(qq @ b), lp_value, "optimal")
 
 
 def _min_cost_tables(H: np.ndarray, us: np.ndarray, cost: np.ndarray, B: int) -> np.ndarray:
@@ -387,7 +300,7 @@ def mixed_shares(alpha: Sequence[float], beta: Sequence[float], cap: Sequence[in
                               f"cap {len(cap)}, q {len(qq)}, u {len(us)})")
     if B <= 0 or np.any(us <= 0) or np.any(B % us):
         return _fail("error", f"batch B={B} must be a positive multiple of every group's micro-batch u={us.tolist()}")
-    if not (np.all(np.isfinite(a)) and np.all(a > 0) and np.all(np.isfinite(c)) and np.all(np.isfinite(qq))):
+    if not valid_inputs(a, c, qq):
         return _fail("error", "alpha must be finite and > 0; beta and q finite")
     if not (np.isfinite(W) and W >= 0):
         return _fail("error", f"W={W} must be finite and >= 0")
