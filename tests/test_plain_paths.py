@@ -163,3 +163,26 @@ def test_variant_cuts_are_the_best_cut_set_within_that_variants_memory(seed, sch
             if fitting:
                 best = min(_gpipe_alpha(state, d, c, recompute) for c in fitting)
                 assert _gpipe_alpha(state, d, got, recompute) <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plain_cost_weights_equal_cost_coeffs(seed):
+    """Scorer's W and q without cost_coeffs (money and one energy budget, no egress) are the
+    numbers of W = V + Q R and q = Q e from cost.costs.cost_coeffs, float for float."""
+    from solver.cost.costs import cost_coeffs
+    from solver.solve.options import SolveOptions
+    from solver.solve.scoring import Scorer
+    rng = np.random.default_rng(9_500 + seed)
+    n, L = int(rng.integers(2, 14)), int(rng.integers(2, 50))
+    state = random_state(9_500 + seed, n=n, L=L, scale=float(rng.choice([1.0, 10.0, 30.0])))
+    assert sorted(b.kind for b in state.budgets) == ["energy", "money"]
+    Q = rng.uniform(0.0, 3.0, len(state.budgets)) * 10.0 ** rng.integers(-6, 3, len(state.budgets))
+    sc = Scorer(state, Q, float(rng.uniform(0.1, 10.0)), SolveOptions(), None)
+    assert sc._energy_weight is not None
+    for _ in range(40):
+        groups = list(_groups(rng, n, L, int(rng.integers(1, 4))))
+        gcs = [sc.coeffs(d, c) for d, c in groups]
+        W, q = sc._plain_weights(tuple(groups), gcs)
+        cc = cost_coeffs(state, gcs)
+        assert W == sc.V + float(Q @ cc.R)
+        assert q == (Q @ cc.e).tolist()

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..cost.costs import cost_coeffs
+from ..cost.costs import cost_coeffs, idle_rates
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import holder_mask, migration_time
 from ..cost.pipeline import GroupCoeffs, float_sum
@@ -123,6 +123,15 @@ class Scorer:
             and all(math.isfinite(d.idle_power_w) for d in state.devices)
         """Every queue weight is 0 and every price and idle power finite: the cost terms of
         the objective are 0 for every plan, so score skips cost.costs.cost_coeffs."""
+        kinds = [b.kind for b in state.budgets]
+        plain = (not self._no_weights and set(kinds) <= {"money", "energy"} and kinds.count("energy") <= 1
+                 and (state.network is None or state.network.egress is None)
+                 and all(math.isfinite(float(x)) for x in Q))
+        self._energy_weight = None if not plain else float(Q[kinds.index("energy")]) if "energy" in kinds else 0.0
+        """Where the cost terms are money without egress and at most one energy budget (finite
+        weights): the weight of busy joules in q (0.0 without an energy budget), so score
+        builds W and q without cost.costs.cost_coeffs (the same floats); else None."""
+        self._W_memo: dict[tuple, float] = {}      # groups' device orders -> W (the plain case above)
         self._params, self._param_room = param_room(state)
         self._room_list = self._param_room.tolist()
         self._rooms: dict[int, tuple[float, list[float]]] = {}
@@ -457,6 +466,9 @@ class Scorer:
                     return None
         if self._no_weights:    # every queue 0: the cost terms vanish (the same floats as below)
             W, q, qF, q_min = self.V, np.zeros(m), 0.0, 0.0
+        elif self._energy_weight is not None:
+            W, q = self._plain_weights(s, gcs)
+            qF, q_min = 0.0, min(q)
         else:
             cc = cost_coeffs(self.state, gcs)
             W = self.V + float(self.Q @ cc.R)
@@ -497,7 +509,7 @@ class Scorer:
         mig = 0.0
         if self.prev is not None:
             mig = migration_time(self.prev, plan, self.state, self.prev_held)
-        qb = 0.0 if self._no_weights else float(q @ np.array(b))
+        qb = 0.0 if self._no_weights else float(q[0] * b[0]) if m == 1 else float(np.asarray(q) @ np.array(b))
         obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + qb + qF
         sc = Scored(obj, z + ts, plan, s, mig, source)
         self._seen[key] = sc
@@ -508,6 +520,19 @@ class Scorer:
                 self.improved_at = self.tries
             self.best = sc
         return sc
+
+    def _plain_weights(self, s: Structure, gcs: Sequence[GroupCoeffs]) -> tuple[float, list[float]]:
+        """(W per second, q per sample of each group) where only money without egress and at
+        most one energy budget weigh (Scorer._energy_weight): cost.costs.cost_coeffs' rows
+        are then the idle rates R and one row of busy joules per sample, so q_g = Q_energy
+        busy_g (every other row is 0: numpy's product Q e rounds once, as this does); W is
+        V + Q R in numpy's own operations, kept per device order (it depends on nothing else)."""
+        key = tuple(e[0] for e in s)
+        W = self._W_memo.get(key)
+        if W is None:
+            W = self._W_memo[key] = self.V + float(self.Q @ idle_rates(self.state, [d for g in key for d in g]))
+        w = self._energy_weight
+        return W, [w * float(g.busy_j) for g in gcs]
 
     def _risk_terms(self, s: Structure) -> tuple[float, float]:
         """(kappa, extra seconds per iteration) of the preemption risk of a structure's devices
