@@ -243,21 +243,17 @@ def dapple(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     return best
 
 
-def _pipedream_cuts(state: SlotState, devices: Sequence[int], share: int, bw: float, lat: float,
+def _pipedream_cuts(state: SlotState, devices: Sequence[int], share: int, w: np.ndarray, comm: np.ndarray,
                     cache: SlotCache) -> tuple[float, tuple[int, ...] | None]:
     """PipeDream-style cuts: min over cuts of the slowest of (stage time at the mean device
-    speed, activation transfer at the mean bandwidth); returns (that bottleneck s/sample, cuts)."""
-    wl = state.workload
-    avail = list(state.available_indices)
+    speed: w, the available devices' mean forward + backward prefix, seconds per sample; the
+    activation transfer at the mean bandwidth: comm, seconds per sample across a boundary
+    after each layer); returns (that bottleneck s/sample, cuts)."""
     if len(devices) == 1:
         cuts = min_bottleneck_cuts(state, devices, cache=cache)
-        t = float(np.mean([per_sample_time(state, d) for d in avail]))
+        t = float(np.mean([per_sample_time(state, d) for d in state.available_indices]))
         return t, cuts
-    w = (state.fwd_prefix[avail] + state.bwd_prefix[avail]).mean(axis=0)
-    L = wl.num_layers
-    comm = np.full((len(devices) - 1, L + 1), np.inf)
-    comm[:, 1:L] = 2.0 * (wl.out_bytes[None, : L - 1] / bw + lat / wl.micro_batch)
-    return blind_cuts(state, devices, w, comm, share, cache=cache)
+    return blind_cuts(state, devices, w, np.broadcast_to(comm, (len(devices) - 1, len(comm))), share, cache=cache)
 
 
 @_memo
@@ -272,11 +268,15 @@ def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | Non
     else:
         bw, lat = np.inf, 0.0
     sc = slot_cache(state, cache)
+    w = (state.fwd_prefix[list(avail)] + state.bwd_prefix[list(avail)]).mean(axis=0)
+    L = wl.num_layers
+    comm = np.full(L + 1, np.inf)
+    comm[1:L] = 2.0 * (wl.out_bytes[: L - 1] / bw + lat / wl.micro_batch)
     ranked = []
     for i, (m, k) in enumerate(_configs(state)):
         chunks = [avail[j * k:(j + 1) * k] for j in range(m)]
         shares = even_split(m, wl.batch, wl.micro_batch)
-        t, cuts = _pipedream_cuts(state, chunks[0], one_f_one_b_peak(k, shares[0], wl.micro_batch), bw, lat, sc)
+        t, cuts = _pipedream_cuts(state, chunks[0], one_f_one_b_peak(k, shares[0], wl.micro_batch), w, comm, sc)
         if cuts is None:
             continue
         stage_params = np.diff(np.concatenate([[0.0], state.param_prefix[list(cuts)]]))

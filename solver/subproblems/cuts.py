@@ -478,7 +478,18 @@ def blind_cuts(state: SlotState, devices: Sequence[int], layer_seconds: np.ndarr
     (used only where the group's real link cost is finite). Stages within memory for
     `min_share` samples (default one micro-batch). Returns (that bottleneck in seconds per
     sample, cuts), or (inf, None) when no cut set fits. Nothing of the two arrays is cached."""
-    ga = slot_cache(state, cache).group_arrays(devices, min_share)
+    sc = slot_cache(state, cache)
+    args = sc.plain_rule(devices, min_share)
+    if args is not None:        # the kernel's own rows, links and memory rule: the same DP as below
+        k, L1 = len(devices), state.workload.num_layers + 1
+        _, _, lam = dp_kernel.plain_group_arrays(*args[:7])
+        maxend = dp_kernel.maxend_rule(*args[7:11], float(args[5]), *args[11:])
+        S = np.ascontiguousarray(np.broadcast_to(np.asarray(layer_seconds, dtype=float), (k, L1)))
+        B = np.ascontiguousarray(boundary, dtype=float).reshape(k - 1, L1)
+        val, cut = dp_kernel.cut_dp(S, lam, B, maxend, np.empty((0, k, L1)), np.empty((0, k - 1, L1)),
+                                    np.empty(0), np.empty(0, dtype=np.bool_), False)
+        return (float(val), tuple(cut.tolist())) if val < INF else (INF, None)
+    ga = sc.group_arrays(devices, min_share)
     if ga is None:
         return INF, None
     stage = np.broadcast_to(np.asarray(layer_seconds, dtype=float), ga.Fp.shape)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .water import _merge_sorted, _water_fill
+from .water import merge_sorted, water_fill_kernel
 
 TOL_N = 1e-9
 """Slack on "how many micro-batches fit under z" (float noise in (z - beta) / a)."""
@@ -150,7 +150,7 @@ def exact_with_costs(a: np.ndarray, c: np.ndarray, capn: np.ndarray, N: int, W: 
                 raw[p] = z
                 p += 1
             n += 1.0
-    zs = _merge_sorted(raw, p)
+    zs = merge_sorted(raw, p)
     room, alloc = np.empty(m), np.empty(m)
     f = np.empty(p)
     best = np.inf
@@ -198,7 +198,7 @@ def integer_shares(alpha: np.ndarray, c: np.ndarray, capn: np.ndarray, N: int, u
     m = alpha.shape[0]
     lo = np.full(m, float(u))
     caps = (capn * u).astype(np.float64)
-    _, z_lp, _, _ = _water_fill(alpha, c, float(N * u), lo, m * float(u), caps, True)
+    _, z_lp, _, _ = water_fill_kernel(alpha, c, float(N * u), lo, m * float(u), caps, True)
     au = alpha * u
     n = np.empty(m, dtype=np.int64)
     for g in range(m):

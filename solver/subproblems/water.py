@@ -25,7 +25,7 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
     groups with beta_g >= z get 0 and do not count in z. With lo > 0 every group runs, so
     z >= max_g alpha_g lo + beta_g; when that bound binds, the slack is shared in proportion
     to each group's room above lo. Raises ValueError when sum of caps < B or m * lo > B.
-    Compiled (`_water_fill`): the float operations of numpy's vectorised form, its sums
+    Compiled (`water_fill_kernel`): the float operations of numpy's vectorised form, its sums
     included (`cost.pipeline.npsum`), so the same numbers.
     """
     a = np.ascontiguousarray(alpha, dtype=float)
@@ -39,14 +39,14 @@ def water_fill(alpha: Sequence[float], beta: Sequence[float], B: float, lo: floa
         lo_sum = m * float(lo)
     capped = cap is not None
     caps = np.ascontiguousarray(cap, dtype=float) if capped else np.empty(0)
-    b, z, hi_sum, ok = _water_fill(a, c, float(B), lo_v, lo_sum, caps, capped)
+    b, z, hi_sum, ok = water_fill_kernel(a, c, float(B), lo_v, lo_sum, caps, capped)
     if not ok:
         raise ValueError(f"water_fill: infeasible (sum lo={lo_sum}, sum cap={hi_sum}, B={B})")
     return b, z
 
 
 @njit(cache=True)
-def _merge_sorted(x: np.ndarray, n: int) -> np.ndarray:
+def merge_sorted(x: np.ndarray, n: int) -> np.ndarray:
     """x[:n] in increasing order (bottom-up merge sort: numba compiles np.sort for seconds)."""
     a = x[:n].copy()
     b = np.empty(n)
@@ -68,7 +68,7 @@ def _merge_sorted(x: np.ndarray, n: int) -> np.ndarray:
 
 
 @njit(cache=True, error_model="numpy")      # a zero alpha divides as numpy does (inf), not raising
-def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: float, caps: np.ndarray,
+def water_fill_kernel(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: float, caps: np.ndarray,
                 capped: bool) -> tuple[np.ndarray, float, float, bool]:
     """water_fill on arrays: (b, z, sum of caps, feasible)."""
     m = a.shape[0]
@@ -90,7 +90,7 @@ def _water_fill(a: np.ndarray, c: np.ndarray, B: float, lo: np.ndarray, lo_sum: 
         if np.isfinite(hi[g]):
             raw[n] = a[g] * hi[g] + c[g]
             n += 1
-    srt = _merge_sorted(raw, n)
+    srt = merge_sorted(raw, n)
     pts = np.empty(n)
     P = 0
     for i in range(n):                      # np.unique
