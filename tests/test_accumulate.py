@@ -88,3 +88,26 @@ def test_tensor_dataset_rows_at_once_equal_item_by_item_and_subclasses_keep_thei
             assert torch.equal(f, s) and f.dtype == s.dtype
     x, _ = Batches(Doubled(*d.tensors), 16).rows(1, 0, 4)
     assert torch.equal(x, 2 * Batches(d, 16).rows(1, 0, 4)[0])
+
+
+def test_row_feed_read_ahead_gives_the_same_rows():
+    """The GPU path of runtime.feed.RowFeed (the next step's rows read by a thread), run on
+    the CPU: every request, in order or not, gets the rows Batches.rows gives, and steps
+    asked for in order are served from the rows read ahead."""
+    from torch.utils.data import TensorDataset
+
+    from solver.runtime.feed import RowFeed
+    from solver.runtime.spec import Batches
+    d = TensorDataset(torch.arange(200.0).reshape(50, 4), torch.arange(50))
+    data = Batches(d, 16)
+    feed = RowFeed(data, torch.device("cpu"), prefetch=True)
+    try:
+        asks = [(0, 0, 6), (1, 0, 6), (2, 0, 6), (2, 6, 16), (3, 6, 16), (7, 0, 16), (8, 0, 16), (8, 0, 16)]
+        for step, a, b in asks:
+            x, y = feed.get(step, a, b)
+            want = data.rows(step, a, b)
+            assert torch.equal(x, want[0]) and torch.equal(y, want[1])
+        assert feed.hits == 4       # steps 1, 2, 3 and 8 were read ahead; the others were not asked for in turn
+    finally:
+        feed.close()
+    assert RowFeed(data, torch.device("cpu")).prefetch is False
