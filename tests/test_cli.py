@@ -390,14 +390,16 @@ def test_first_run_says_it_compiles_the_kernels(cached, tmp_path, capsys, monkey
     monkeypatch.setattr(dp_kernel, "compiled_cached", lambda: cached)
     assert main(["solve", DEFAULT, "--slot", "0"]) == 0
     err = capsys.readouterr().err
-    assert ("compiling the cut DP kernels" in err) == (cached is False)
+    assert ("compiling the cut DP and share kernels" in err) == (cached is False)
 
 
 def test_compiled_cache_is_found_after_a_solve():
     from solver.io.synthetic import random_state
     from solver.solve import solve_slot
     from solver.subproblems.dp_kernel import compiled_cached
+    from solver.subproblems.shares import solve_shares
     solve_slot(random_state(1, n=4, L=8), (), 1.0)
+    solve_shares([0.01, 0.02], [0.1, 0.2], [64, 64], 64, 4, 1.0, [0.0, 0.01])    # two groups: the share kernel
     assert compiled_cached() in (True, None)
 
 

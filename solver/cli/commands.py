@@ -61,11 +61,11 @@ def _slot_reason(t: int, message: str) -> str:
 
 
 def compile_note() -> None:
-    """On stderr, one line when this install has not compiled the cut DP kernels yet (the first
-    solve then takes about 35 CPU seconds more)."""
+    """On stderr, one line when this install has not compiled the solver's kernels yet (the first
+    solve then takes about 40 CPU seconds more)."""
     from ..subproblems.dp_kernel import compiled_cached
     if compiled_cached() is False:
-        print("note: compiling the cut DP kernels (numba, first run of this install: about 35 s; "
+        print("note: compiling the cut DP and share kernels (numba, first run of this install: about 40 s; "
               "cached afterwards)", file=sys.stderr, flush=True)
 
 

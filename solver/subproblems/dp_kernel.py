@@ -688,13 +688,15 @@ def plain_cut_candidates(fwd_prefix: np.ndarray, bwd_prefix: np.ndarray, out_byt
 
 
 def compiled_cached() -> bool | None:
-    """Whether numba's on-disk cache already holds the cut DP kernels every search calls
-    (cut_dp and the one-call cut sets, plain_cut_candidates: so the first solve of this process
-    loads them in well under a second instead of compiling the kernels, about 35 CPU seconds;
-    an install that has only cut_dp, from before the one-call kernels, counts as not
-    compiled); None when numba's cache layout cannot be read (a numba version whose internals
-    differ). Reads numba's cache index, an internal of numba 0.6x."""
+    """Whether numba's on-disk cache already holds the kernels every search calls (cut_dp, the
+    one-call cut sets plain_cut_candidates and the integer shares, shares_kernel.integer_shares:
+    so the first solve of this process loads them in well under a second instead of compiling
+    them, about 40 CPU seconds; an install from before any of them counts as not compiled);
+    None when numba's cache layout cannot be read (a numba version whose internals differ).
+    Reads numba's cache index, an internal of numba 0.6x."""
+    from .shares_kernel import integer_shares
     try:
-        return all(os.path.exists(f._cache._cache_file._index_path) for f in (cut_dp, plain_cut_candidates))
+        return all(os.path.exists(f._cache._cache_file._index_path)
+                   for f in (cut_dp, plain_cut_candidates, integer_shares))
     except AttributeError:
         return None
