@@ -29,13 +29,25 @@ def _splits(g: frozenset) -> Iterable[frozenset]:
             yield frozenset((first, *pick))
 
 
+def halves(state: SlotState, g: frozenset) -> tuple[frozenset, ...]:
+    """The two-part splits `neighbours` tries for every group: speed-balanced (LPT) and the
+    fast-link chain cut at half its speed, each as (part, part) frozensets, in that order
+    (parts of one device included; a split that leaves one part is left out)."""
+    out = []
+    for part in balanced_partition(state, sorted(g), 2), chain_chunks(state, nn_order(state, g), 2):
+        if len(part) == 2:
+            out.append(tuple(frozenset(p) for p in part))
+    return tuple(out)
+
+
 def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], max_depth: int,
-               split_all: bool = False) -> Iterable[tuple[str, list[frozenset]]]:
-    """Device-set moves: move, swap, drop, add (to a group or alone), split (speed-balanced,
-    chain halves; with split_all, every split of a group of up to SPLIT_ALL_UP_TO devices, also
-    with an unused device added), merge; with split_all, replace (a used device by an unused one:
-    a slower device that costs less energy in place of a fast one is neither a drop nor an add
-    that improves alone) and replace-two (two devices of a group by two unused ones)."""
+               split_all: bool = False, split=halves) -> Iterable[tuple[str, list[frozenset]]]:
+    """Device-set moves: move, swap, drop, add (to a group or alone), split (`split`: halves,
+    or the caller's memo of it; with split_all, every split of a group of up to SPLIT_ALL_UP_TO
+    devices, also with an unused device added), merge; with split_all, replace (a used device
+    by an unused one: a slower device that costs less energy in place of a fast one is neither
+    a drop nor an add that improves alone) and replace-two (two devices of a group by two
+    unused ones)."""
     used = set().union(*groups) if groups else set()
     unused = [d for d in avail if d not in used]
     m = len(groups)
@@ -69,9 +81,8 @@ def neighbours(state: SlotState, groups: list[frozenset], avail: Sequence[int], 
     for gi, g in enumerate(groups):
         if len(g) >= 2:
             rest = [x for i, x in enumerate(groups) if i != gi]
-            for part in balanced_partition(state, sorted(g), 2), chain_chunks(state, nn_order(state, g), 2):
-                if len(part) == 2:
-                    yield "split", rest + [frozenset(p) for p in part]
+            for part in split(state, g):
+                yield "split", rest + list(part)
             if split_all and len(g) <= SPLIT_ALL_UP_TO:     # every split into two parts of two or more
                 for part in _splits(g):
                     yield "split", rest + [part, g - part]
@@ -190,11 +201,19 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
         return sc.exhausted() or (deadline < math.inf and time.perf_counter() > deadline)
 
     scored: set = set()         # symmetry keys of the structures scored in this descent
+    kept = sc.memo("halves")
+
+    def split(state: SlotState, g: frozenset) -> tuple:
+        got = kept.get(g)
+        if got is None:
+            got = kept[g] = halves(state, g)
+        return got
+
     for _ in range(max_iter):
         groups = [frozenset(g.devices) for g in cur.plan.groups]
         best = cur
         seen: set = set()
-        for name, ng in neighbours(state, groups, avail, max_depth, split_all=rich):
+        for name, ng in neighbours(state, groups, avail, max_depth, split_all=rich, split=split):
             if late():
                 break
             key = frozenset(ng)

@@ -94,6 +94,7 @@ class Scorer:
         self._edit_bounds: dict[tuple[int, ...], float] = {}     # ordered group -> lower bound on its alpha
         self._work_floor: dict[frozenset, float] = {}          # device set -> work_floor
         self._nn: dict[frozenset, Ordered] = {}
+        self._memos: dict[str, dict] = {}
         self._risk_memo: dict[frozenset, tuple[float, float]] = {}
         self._alpha_order: dict[frozenset, Ordered] = {}
         self._wanted: dict[Structure, np.ndarray] = {}
@@ -295,6 +296,11 @@ class Scorer:
         if o is None:
             o = self._nn[devices] = nn_order(self.state, devices)
         return o
+
+    def memo(self, name: str) -> dict:
+        """A dict kept for the length of this Scorer (one state, one solve) under `name`, for a
+        caller's pure functions of the state (solve.local's splits)."""
+        return self._memos.setdefault(name, {})
 
     def alpha_order(self, devices: frozenset) -> Ordered:
         """The order of a device set with the least GPipe alpha (seconds/sample) under its
