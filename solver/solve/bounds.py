@@ -57,12 +57,13 @@ they bind.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..model.memory import MEM_RTOL, share_cap
 from ..model.state import SlotState
+from .ratio_kernel import exact_ratio, least_ratio
 
 
 MAX_PROFILES = 8
@@ -81,16 +82,27 @@ def device_throughputs(state: SlotState, devices: Sequence[int], profile: int | 
     return known[key]
 
 
-def _device_throughputs(state: SlotState, devices: tuple[int, ...], profile: int | None) -> np.ndarray:
-    d = np.asarray(devices, dtype=int)
-    best = np.zeros(len(d))
-    for u in state.workload.micro_batch_options():
+def _layer_work(state: SlotState, devices: tuple[int, ...], u: int) -> np.ndarray:
+    """(|devices|, L) forward + backward seconds per sample of each layer on each device at
+    micro-batch size u (kept on the state: every reference profile reads the same)."""
+    known = state.__dict__.setdefault("_layer_work", {})
+    key = (devices, u)
+    if key not in known:
         st = state.at_micro_batch(u)
-        w = np.diff(st.fwd_prefix[d] + st.bwd_prefix[d], axis=1)          # (|d|, L) seconds
+        d = np.asarray(devices, dtype=int)
+        known[key] = np.diff(st.fwd_prefix[d] + st.bwd_prefix[d], axis=1)
+        known[key].flags.writeable = False
+    return known[key]
+
+
+def _device_throughputs(state: SlotState, devices: tuple[int, ...], profile: int | None) -> np.ndarray:
+    best = np.zeros(len(devices))
+    for u in state.workload.micro_batch_options():
+        w = _layer_work(state, devices, u)                                  # (|d|, L) seconds
         ref = w.mean(axis=0) if profile is None else w[profile]
         pos = ref > 0
         if not pos.any():
-            return np.full(len(d), math.inf)
+            return np.full(len(devices), math.inf)
         r = (w[:, pos] / ref[pos]).min(axis=1)
         theta = np.where(r > 0, 1.0 / np.maximum(r * ref.sum(), 1e-300), math.inf)
         best = np.maximum(best, theta)
@@ -140,7 +152,17 @@ def compute_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None
 
 
 def holders_mask(state: SlotState, devices: Sequence[int]) -> np.ndarray:
-    """holds_alone for each of `devices`, vectorised (share_cap's one-stage rule)."""
+    """holds_alone for each of `devices`, vectorised (share_cap's one-stage rule); kept on the
+    state per device tuple (read-only)."""
+    known = state.__dict__.setdefault("_holders_mask", {})
+    key = tuple(int(x) for x in devices)
+    if key not in known:
+        known[key] = _holders_mask(state, key)
+        known[key].flags.writeable = False
+    return known[key]
+
+
+def _holders_mask(state: SlotState, devices: tuple[int, ...]) -> np.ndarray:
     d = np.asarray(devices, dtype=int)
     out = np.zeros(len(d), dtype=bool)
     for u in state.workload.micro_batch_options():
@@ -164,38 +186,11 @@ def holds_alone(state: SlotState, d: int) -> bool:
     return False
 
 
-def _dinkelbach(V: float, w: np.ndarray, theta: np.ndarray, first: np.ndarray,
-                select: Callable[[np.ndarray], np.ndarray]) -> float:
-    """min of (V + sum w) / sum theta over a family of sets, by Dinkelbach from the set `first`:
-    each step takes select(w - lambda theta), the family's set of least reduced sum (only its
-    negative members where that is less), until no set has V + sum (w - lambda theta) < 0 or
-    the ratio stops falling."""
-    lam = (V + float(w[first].sum())) / float(theta[first].sum())
-    for _ in range(200):
-        red = w - lam * theta
-        take = select(red)
-        if len(take) == 0 or V + float(red[take].sum()) >= 0:
-            break
-        nxt = (V + float(w[take].sum())) / float(theta[take].sum())
-        if not nxt < lam:
-            break
-        lam = nxt
-    return lam
-
-
 def _least_ratio(V: float, w: np.ndarray, theta: np.ndarray, holder: np.ndarray, j: int) -> float:
     """min over non-empty sets with at most j non-holders of (V + sum w) / sum theta
-    (_dinkelbach: each step takes every holder and the j non-holders with the most negative
-    w - lambda theta)."""
-    hold, non = np.flatnonzero(holder), np.flatnonzero(~holder)
-    if len(hold) == 0 and j == 0:
-        return math.inf
-
-    def select(red: np.ndarray) -> np.ndarray:
-        take = np.concatenate([hold[red[hold] < 0], non[np.argsort(red[non], kind="stable")[:j]]])
-        return take[red[take] < 0]
-
-    return _dinkelbach(V, w, theta, np.concatenate([hold, non[np.argsort(-theta[non], kind="stable")[:j]]]), select)
+    (Dinkelbach's iteration, compiled: ratio_kernel.least_ratio)."""
+    return float(least_ratio(float(V), np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(theta, dtype=float),
+                             np.ascontiguousarray(holder, dtype=np.bool_), int(j)))
 
 
 def memory_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:
@@ -224,10 +219,10 @@ SYNC_BOUND_UP_TO = 64
 
 
 def _exact_ratio(V: float, w: np.ndarray, theta: np.ndarray, s: int, start: float | None = None) -> float:
-    """min over sets of exactly s devices of (V + sum w) / sum theta (_dinkelbach: each step
-    takes the s least w - lambda theta; `start`: a lambda to pick the first set by)."""
-    first = np.argsort(w / theta if start is None else w - start * theta, kind="stable")[:s]
-    return _dinkelbach(V, w, theta, first, lambda red: np.argsort(red, kind="stable")[:s])
+    """min over sets of exactly s devices of (V + sum w) / sum theta (Dinkelbach's iteration,
+    compiled: ratio_kernel.exact_ratio; `start`: a lambda to pick the first set by)."""
+    return float(exact_ratio(float(V), np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(theta, dtype=float),
+                             int(s), 0.0 if start is None else float(start), start is not None))
 
 
 def sync_bound(state: SlotState, Q: np.ndarray, V: float, profile: int | None = None) -> float:
