@@ -360,3 +360,23 @@ def test_a_search_out_of_budget_with_few_structures_goes_on():
     without = solve_slot(s, Q, 1.0, options=SolveOptions(tuning=replace(SearchTuning(), min_structures=0,
                                                                          final_ordered_devices=0)))
     assert without.objective > 0.11
+
+
+def test_final_polish_gets_work_after_a_local_search_that_spent_the_budget():
+    """bench_budget seeds 790000+ slot 21 (VGG-16 on 16 devices at 0.7 of its memory level):
+    the last local search used up the shared floor, so the last polish, whose relocations in
+    both 8-device orders find a plan 9.6% faster, ran on no work; each final step now has a
+    floor of its own (SearchTuning.final_floor)."""
+    from benchmarks.bench_quality import MEMORY_LEVELS, memory_level_slot
+    from solver.io.data import models_dir
+    from solver.io.workloads import read_workload_csv
+    from solver.solve.options import SearchTuning
+    rng = np.random.default_rng(790_021)
+    rng.integers(11)                            # bench_budget's pick of the workload (vgg16)
+    wl = read_workload_csv(models_dir() / "vgg16.csv", 64, 4)
+    state, Q = memory_level_slot(790_021, wl, 16, MEMORY_LEVELS[1], rng, queues=False)
+    default = solve_slot(state, Q, 1.0)
+    starved = solve_slot(state, Q, 1.0, options=SolveOptions(tuning=SearchTuning(final_floor=0.0)))
+    long = solve_slot(state, Q, 1.0, options=SolveOptions(max_structures=16 * SearchTuning().work_budget(16)))
+    assert default.objective < starved.objective * (1 - 0.05)
+    assert default.objective <= long.objective * (1 + 1e-9)

@@ -191,8 +191,11 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
     stands, not re-chained) are tried before stopping, and each neighbour is also scored with
     its groups in their least-alpha orders (Scorer.alpha_order) where those differ from the
     chains; larger slots keep their budget for the other starts and the polish (with
-    `ordered`, they too try the order-keeping moves at each local optimum). Stops at a local
-    optimum, when the work budget is spent or past `deadline` (perf_counter seconds)."""
+    `ordered`, they too try the order-keeping moves at each local optimum). A partition whose
+    neighbours an earlier descent of this solve scanned in full, finding none better than a plan
+    no better than the current one, is not scanned again (Scorer.memo "plain optima"; the last
+    local search starts where the first ended). Stops at a local optimum, when the work budget
+    is spent or past `deadline` (perf_counter seconds)."""
     avail = state.available_indices
     rich = len(avail) <= sc.tuning.small_devices
     cur = start
@@ -209,12 +212,21 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
             got = kept[g] = halves(state, g)
         return got
 
+    optima = sc.memo("plain optima")     # (device sets, max_depth) -> a plan no `neighbours` move beat
+
     for _ in range(max_iter):
         groups = [frozenset(g.devices) for g in cur.plan.groups]
         best = cur
         seen: set = set()
-        for name, ng in neighbours(state, groups, avail, max_depth, split_all=rich, split=split):
+        known = optima.get((frozenset(groups), max_depth))
+        # an earlier descent scanned these sets' neighbours in full and none beat `known`, so
+        # none beats a cur at least as good (the last local search starts where the first ended)
+        moves = () if known is not None and not better(known, cur) else \
+            neighbours(state, groups, avail, max_depth, split_all=rich, split=split)
+        complete = True
+        for name, ng in moves:
             if late():
+                complete = False
                 break
             key = frozenset(ng)
             if not ng or key in seen:
@@ -235,6 +247,8 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
                 cand = sc.score_groups(orders, source=f"ls-{name}{tag}")
                 if cand is not None and better(cand, best):
                     best = cand
+        if best is cur and complete and moves:
+            optima[(frozenset(groups), max_depth)] = cur
         if best is cur and (rich or ordered):
             tried: set = set()
             if not rich:

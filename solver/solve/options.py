@@ -74,6 +74,16 @@ class SearchTuning:
     16 budgets on bench_budget slots (n = 64, 4.6%). With it, 96.7% of 61 slots (seeds 52000+
     and 53000+) came within 1% of the best plan known, from 93.4%; on seeds 57000+, 93.1%
     from 82.8%."""
+    final_floor: float = 1.0
+    """Work budgets the last local search and, again, the last polish (with relocations) may
+    each spend however much the search spent before them. With polish_floor alone shared by
+    the top polishes and both final steps, the last polish got no work where the last local
+    search used it up, and the last local search (order-keeping moves at n <= 16: about 140
+    neighbours, 1300 units, for a 9-device group) stopped before its first improvement:
+    bench_budget seeds 790000+ slots 1 and 21 and 820000+ slot 17 (n = 16; BERT-base at 0.35,
+    VGG-16 at 0.7 of the memory level) were 7.6%, 9.6% and 8.7% above the 16x search. At 1.0
+    each is within 1%; bench_speed's slots and the fingerprint's answers are unchanged (their
+    final steps finish under the budget), bench_budget seeds 820000+ cost 2.6% more CPU."""
     patience: float = 2.0
     """A search past its work budget goes on while its tries are below `patience` times the
     tries at its last improvement (Scorer.exhausted; 1: stop at the budget). On bench_budget's

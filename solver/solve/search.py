@@ -299,8 +299,10 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         sc.budget = max(sc.budget, sc.tries + tune.polish_floor * budget)
         for s in top:
             polish(state, sc, s, deadline, orders, tune.polish_rounds)
+        sc.budget = max(sc.budget, sc.tries + tune.final_floor * budget)
         local_search(state, sc, sc.best, max_depth, deadline, tune.final_local_max_iter,
                      ordered=n <= tune.final_ordered_devices)
+        sc.budget = max(sc.budget, sc.tries + tune.final_floor * budget)
         polish(state, sc, sc.best, deadline, orders, tune.polish_rounds, relocate=tune.final_relocate)
     if report is not None:      # tries only grow and the budget only rises: below the first budget, never stopped
         report["ran_out"] = sc.tries >= budget or past(deadline)
