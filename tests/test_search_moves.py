@@ -380,3 +380,27 @@ def test_final_polish_gets_work_after_a_local_search_that_spent_the_budget():
     long = solve_slot(state, Q, 1.0, options=SolveOptions(max_structures=16 * SearchTuning().work_budget(16)))
     assert default.objective < starved.objective * (1 - 0.05)
     assert default.objective <= long.objective * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_priced_dp_prefixes_reach_the_least_price_per_throughput(seed):
+    """The dpw families are prefixes of the holders by w_d t_d, and one of them reaches
+    min over every set S of holders of (V + sum_S w) / sum_S (1 / t) (brute force)."""
+    from itertools import combinations
+    from solver import baselines
+    state = random_state(9_700 + seed, n=7, L=10)
+    Q = check_queues(state, tuple(float(x) for x in np.random.default_rng(seed).uniform(0.5, 3.0, len(state.budgets))))
+    sc = Scorer(state, Q, 1.0, SolveOptions(), None)
+    holders = baselines.holders(state, cache=sc.cache)
+    w = {d: sc.w_floor([(d,)]) - sc.V for d in holders}
+    t = {d: baselines.per_sample_time(state, d) for d in holders}
+
+    def ratio(S) -> float:
+        return (sc.V + sum(w[d] for d in S)) / sum(1.0 / t[d] for d in S)
+
+    dpw = [[g[0] for g in groups] for name, groups in families(state, sc, 7, sc.tuning) if name.startswith("dpw")]
+    dp = [[g[0] for g in groups] for name, groups in families(state, sc, 7, sc.tuning) if name[:2] == "dp"]
+    best = min(ratio(S) for k in range(1, len(holders) + 1) for S in combinations(holders, k))
+    assert dp and min(ratio(S) for S in dp) == pytest.approx(best, rel=1e-12)
+    for S in dpw:
+        assert all(w[a] * t[a] <= w[b] * t[b] for a in S for b in set(holders) - set(S))

@@ -93,7 +93,27 @@ def families(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuning
     holders = baselines.holders(state, cache=sc.cache)
     for j in _levels(len(holders), tuning.levels_all):
         out.append((f"dp{j}", [(d,) for d in holders[:j]]))
+    out += _priced_dp(state, sc, holders, tuning)
     return out
+
+
+def _priced_dp(state: SlotState, sc: Scorer, holders: list[int], tuning: SearchTuning
+               ) -> list[tuple[str, list[Ordered]]]:
+    """Data parallelism over the holders' prefixes by weighted price per throughput, w_d t_d
+    (w_d: the queue-weighted price and idle power of d per second, t_d: its seconds per
+    sample). Without sync and memory, min over sets S of (V + sum_S w) / sum_S (1 / t) is
+    reached at such a prefix (a set is optimal at lambda* iff it holds every d with
+    w_d - lambda* / t_d < 0), where the holders' own order (fastest first) ignores the prices
+    (bench_budget seed 830028: four of eight devices alone, 17.6% below the search's
+    pipelines, found only by a third local start). None where no queue weighs a price."""
+    w = [sc.w_floor([(d,)]) - sc.V for d in holders]
+    if not any(x > 0 for x in w):
+        return []
+    by_price = [d for _, _, d in sorted((wd * baselines.per_sample_time(state, d), i, d)
+                                         for i, (wd, d) in enumerate(zip(w, holders)))]
+    if by_price == holders:
+        return []
+    return [(f"dpw{j}", [(d,) for d in by_price[:j]]) for j in _levels(len(by_price), tuning.levels_all)]
 
 
 def split_pipes(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuning
