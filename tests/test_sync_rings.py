@@ -152,3 +152,19 @@ def test_sync_lower_bound_is_exact_for_two_devices_on_their_best_link():
     s = [((a,), (L,)), ((b,), (L,))]
     assert sync_lower_bound(sync_floor(state), [(a,), (b,)]) == pytest.approx(sync_time(state, s), rel=1e-12)
     assert sync_lower_bound(sync_floor(state), [(a, b)]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nn_rings_close_each_nearest_neighbour_chain(seed):
+    """_nn_rings row s: the nearest-neighbour chain from position s (_nn_order), each position's
+    successor the next on the chain and the last's the first; on tie-heavy integer links too."""
+    from solver.cost.sync import _nn_order, _nn_rings
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(8, 14))
+    bw = rng.integers(1, 4, (m, m)).astype(float) if seed % 2 else rng.uniform(1, 10, (m, m))
+    lat = rng.integers(1, 3, (m, m)).astype(float)
+    succ = _nn_rings(bw, lat, min(m, 8))
+    for s in range(succ.shape[0]):
+        order = _nn_order(bw, lat, s)
+        assert sorted(order.tolist()) == list(range(m))
+        assert [int(succ[s, order[i]]) for i in range(m)] == order[1:].tolist() + [int(order[0])]

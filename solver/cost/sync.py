@@ -77,12 +77,18 @@ def _nn_order(bw: np.ndarray, lat: np.ndarray, start: int) -> np.ndarray:
     return order
 
 
-def _nn_ring(bw: np.ndarray, lat: np.ndarray, start: int) -> np.ndarray:
-    """Successor array of the chain that always goes on to the unvisited holder with the
-    fastest link from the last one (ties: lower latency, then position), closed into a ring."""
-    order = _nn_order(np.ascontiguousarray(bw, dtype=float), np.ascontiguousarray(lat, dtype=float), int(start))
-    succ = np.empty(len(order), dtype=int)
-    succ[order] = np.roll(order, -1)
+@njit(cache=True)
+def _nn_rings(bw: np.ndarray, lat: np.ndarray, starts: int) -> np.ndarray:
+    """(starts, m) successor rows: row s is the chain from position s that always goes on to
+    the unvisited holder with the fastest link from the last one (ties: lower latency, then
+    position), closed into a ring."""
+    m = bw.shape[0]
+    succ = np.empty((starts, m), dtype=np.int64)
+    for s in range(starts):
+        order = _nn_order(bw, lat, s)
+        for i in range(m - 1):
+            succ[s, order[i]] = order[i + 1]
+        succ[s, order[m - 1]] = order[0]
     return succ
 
 
@@ -108,7 +114,7 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
         if m <= EXACT_RINGS_UP_TO:
             succ = _all_rings(m)
         else:
-            succ = np.stack([_nn_ring(bw, lat, s) for s in range(min(m, NN_STARTS))])
+            succ = _nn_rings(bw, lat, min(m, NN_STARTS))
         keep, ring_bw, ring_lat = _pareto_rings(bw, lat, succ)
         hit = by_edges[key] = (succ[keep], ring_bw[keep], ring_lat[keep])
     memo[members] = hit
