@@ -404,3 +404,13 @@ def test_priced_dp_prefixes_reach_the_least_price_per_throughput(seed):
     assert dp and min(ratio(S) for S in dp) == pytest.approx(best, rel=1e-12)
     for S in dpw:
         assert all(w[a] * t[a] <= w[b] * t[b] for a in S for b in set(holders) - set(S))
+
+
+def test_screens_keep_their_fraction_of_the_budget():
+    """A screen (options.screening) neither extends past its budget nor gives the final steps
+    floors of their own; the options it starts from are left as they were."""
+    from solver.solve.options import SearchTuning, screening
+    base = SolveOptions()
+    s = screening(base, 123.0)
+    assert s.max_structures == 123.0 and s.tuning.extend_cap == 1.0 and s.tuning.final_floor == 0.0
+    assert base.tuning == SearchTuning() and base.max_structures is None

@@ -76,14 +76,18 @@ class SearchTuning:
     from 82.8%."""
     final_floor: float = 1.0
     """Work budgets the last local search and, again, the last polish (with relocations) may
-    each spend however much the search spent before them. With polish_floor alone shared by
-    the top polishes and both final steps, the last polish got no work where the last local
-    search used it up, and the last local search (order-keeping moves at n <= 16: about 140
-    neighbours, 1300 units, for a 9-device group) stopped before its first improvement:
-    bench_budget seeds 790000+ slots 1 and 21 and 820000+ slot 17 (n = 16; BERT-base at 0.35,
-    VGG-16 at 0.7 of the memory level) were 7.6%, 9.6% and 8.7% above the 16x search. At 1.0
-    each is within 1%; bench_speed's slots and the fingerprint's answers are unchanged (their
-    final steps finish under the budget), bench_budget seeds 820000+ cost 2.6% more CPU."""
+    each spend however much the search spent before them (screens: 0, `screening`). With
+    polish_floor alone shared by the top polishes and both final steps, the last polish got
+    no work where the last local search used it up, and the last local search (order-keeping
+    moves at n <= 16: about 140 neighbours, 1300 units, for a 9-device group) stopped before
+    its first improvement: bench_budget seeds 790000+ slots 1 and 21 and 820000+ slot 17
+    (n = 16; BERT-base at 0.35, VGG-16 at 0.7 of the memory level) were 7.6%, 9.6% and 8.7%
+    above the 16x search. 0.5 brings those three within 1% (0.4 misses 820000+ slot 17), 1.0
+    also 840000+ slot 17 (PipeDream SqueezeNet on 16 devices at 0.35, 2.3% at 0.5 and 0.75).
+    bench_speed's slots and the fingerprint's answers are unchanged by it (their final steps
+    finish under the budget); on Sailor's 32 GPUs (device level) the floors in every
+    micro-batch size's screen cost 0.72 -> 0.95 CPU s for the same plan, hence none in
+    screens."""
     patience: float = 2.0
     """A search past its work budget goes on while its tries are below `patience` times the
     tries at its last improvement (Scorer.exhausted; 1: stop at the budget). On bench_budget's
@@ -371,6 +375,7 @@ def time_left(options: SolveOptions, deadline: float, most: float = math.inf) ->
 
 def screening(options: SolveOptions, budget: float) -> SolveOptions:
     """The options of a screening search (a TP configuration's trial, a micro-batch size's
-    screen): `budget` work units and no extension past them (SearchTuning.extend_cap 1), so a
-    screen costs what its fraction says; the full search that follows may extend."""
-    return replace(options, max_structures=budget, tuning=replace(options.tuning, extend_cap=1.0))
+    screen): `budget` work units, no extension past them (SearchTuning.extend_cap 1) and no
+    floors of their own for the final steps (final_floor 0), so a screen costs what its
+    fraction says; the full search that follows may extend."""
+    return replace(options, max_structures=budget, tuning=replace(options.tuning, extend_cap=1.0, final_floor=0.0))
