@@ -221,8 +221,8 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
         known = optima.get((frozenset(groups), max_depth))
         # an earlier descent scanned these sets' neighbours in full and none beat `known`, so
         # none beats a cur at least as good (the last local search starts where the first ended)
-        moves = () if known is not None and not better(known, cur) else \
-            neighbours(state, groups, avail, max_depth, split_all=rich, split=split)
+        scan = known is None or better(known, cur)
+        moves = neighbours(state, groups, avail, max_depth, split_all=rich, split=split) if scan else ()
         complete = True
         for name, ng in moves:
             if late():
@@ -247,7 +247,7 @@ def local_search(state: SlotState, sc: Scorer, start: Scored, max_depth: int, de
                 cand = sc.score_groups(orders, source=f"ls-{name}{tag}")
                 if cand is not None and better(cand, best):
                     best = cand
-        if best is cur and complete and moves:
+        if best is cur and complete and scan:
             optima[(frozenset(groups), max_depth)] = cur
         if best is cur and (rich or ordered):
             tried: set = set()
