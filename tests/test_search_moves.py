@@ -392,7 +392,7 @@ def test_priced_dp_prefixes_reach_the_least_price_per_throughput(seed):
     Q = check_queues(state, tuple(float(x) for x in np.random.default_rng(seed).uniform(0.5, 3.0, len(state.budgets))))
     sc = Scorer(state, Q, 1.0, SolveOptions(), None)
     holders = baselines.holders(state, cache=sc.cache)
-    w = {d: sc.w_floor([(d,)]) - sc.V for d in holders}
+    w = {d: sc.device_weight(d) for d in holders}
     t = {d: baselines.per_sample_time(state, d) for d in holders}
 
     def ratio(S) -> float:

@@ -106,7 +106,7 @@ def _priced_dp(state: SlotState, sc: Scorer, holders: list[int], tuning: SearchT
     w_d - lambda* / t_d < 0), where the holders' own order (fastest first) ignores the prices
     (bench_budget seed 830028: four of eight devices alone, 17.6% below the search's
     pipelines, found only by a third local start). None where no queue weighs a price."""
-    w = [sc.w_floor([(d,)]) - sc.V for d in holders]
+    w = [sc.device_weight(d) for d in holders]
     if not any(x > 0 for x in w):
         return []
     by_price = [d for _, _, d in sorted((wd * baselines.per_sample_time(state, d), i, d)

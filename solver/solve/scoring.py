@@ -32,7 +32,7 @@ from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import frontier_cuts, min_bottleneck_cuts
-from .bounds import slot_lower_bound
+from .bounds import price_weights, slot_lower_bound
 from ..subproblems.shares import solve_shares
 from ..subproblems.water import water_fill
 from .options import SlotResult, SolveOptions
@@ -113,12 +113,7 @@ class Scorer:
         self._sync_floor = sync_floor(state)
         self._sync_memo: dict = {}          # per ordered group: sync_lower_bound's terms
         self._binding: dict = {}            # per structure: binding_wants
-        self._w_dev = np.zeros(state.n)    # per device: price / idle-power weight in W
-        for k, b in enumerate(state.budgets):
-            if Q[k] > 0 and b.kind == "money":
-                self._w_dev += Q[k] * np.asarray(state.price, dtype=float)
-            elif Q[k] > 0 and b.kind == "energy":
-                self._w_dev += Q[k] * np.array([d.idle_power_w for d in state.devices])
+        self._w_dev = price_weights(state, Q)     # per device: price / idle-power weight in W
         self._w_list = self._w_dev.tolist()
         self._no_weights = not np.any(Q) and all(math.isfinite(x) for x in state.price) \
             and all(math.isfinite(d.idle_power_w) for d in state.devices)
@@ -398,6 +393,10 @@ class Scorer:
             if total >= self._params:
                 return k
         return len(rooms)
+
+    def device_weight(self, d: int) -> float:
+        """Device d's queue-weighted price and idle power per second (bounds.price_weights)."""
+        return self._w_list[d]
 
     def w_floor(self, groups: Sequence[Ordered]) -> float:
         """V plus the queue-weighted prices and idle powers of the groups' devices: W of any plan
