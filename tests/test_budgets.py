@@ -444,3 +444,61 @@ def test_tracker_bisects_to_the_least_admissible_tracking_weight(w_star, slope):
         assert w == first
     assert w <= bound * (1 + 1e-12)
     assert res.charge.charged_time <= T0 + slope * np.log1p(bound) + 1e-12
+
+
+def test_tracker_takes_the_capped_searchs_plan():
+    """When the tracking weights' searches jump from plans over the allowance to a slow one
+    (the hull of the slot's frontier), the capped search (resolve_capped: the slot's weights,
+    the allowance as caps) is asked with the allowance as its caps and its admissible plan is
+    taken; without it the tracker falls back to the slow plan."""
+    from solver.online.tracking import CAP_WEIGHT, track
+    costs = {"fast": (1.30,), "over": (1.12,), "slow": (0.60,), "capped": (1.08,), "slack": (0.50,)}
+    times = {"fast": 0.5, "over": 0.6, "slow": 3.0, "capped": 0.8, "slack": 4.0}
+    charge = {p: _Ch(times[p], costs[p]) for p in costs}
+    asked = []
+
+    def capped(q, caps, w):
+        asked.append((q, caps, w))
+        return _Res("capped")
+
+    def run(resolve_capped):
+        tr = Tracker(0.01, 10, (1.0,), (True,))   # allowance 0.1 budgets' worth: y <= 1.1 is admissible
+        return track(tr, "fast", charge["fast"], (0.5,), 1.0,
+                     lambda q: _Res("over" if q[0] < 2.0 else "slow"), charge.__getitem__, "slack",
+                     remaining=5, valid=lambda p: True, resolve_capped=resolve_capped)
+    got = run(capped)
+    assert (got.plan, got.how) == ("capped", "capped search")
+    (q, caps, w), = asked
+    assert q == (0.5,) and caps == pytest.approx((1.1,)) and w == pytest.approx(CAP_WEIGHT * 0.5)
+    assert run(None).plan == "slow"
+
+
+def test_capped_search_objective_pays_for_the_excess_and_loose_caps_change_nothing():
+    """SolveOptions.caps: with caps no plan reaches (inf) the search is the uncapped one (the
+    same plan and objective); with caps below the uncapped plan's use, the result's objective is
+    V T + sum_k Q_k c_k / Cbar_k of its plan plus cap_weight per budget's worth above the caps;
+    malformed caps are errors naming the field."""
+    import math
+
+    from solver.solve import SolveOptions, solve_slot
+    inst = random_instance(3, n=4, L=6, slots=2, p_leave=0.0)
+    s = inst.state(0)
+    K = len(s.budgets)
+    lim = np.asarray([b.limit for b in s.budgets], dtype=float)
+    Q, V = tuple(0.3 * x for x in lim), 1.0
+    opts = SolveOptions(replan=False)
+    base = solve_slot(s, Q, V, options=opts)
+    loose = solve_slot(s, Q, V, options=replace(opts, caps=(math.inf,) * K, cap_weight=1e3))
+    assert loose.plan == base.plan and loose.objective == base.objective
+    caps = tuple(0.9 * np.asarray(base.costs) / lim)
+    w = 50.0
+    capped = solve_slot(s, Q, V, options=replace(opts, caps=caps, cap_weight=w))
+    ev = evaluate(capped.plan, s)
+    y = np.asarray(ev.costs) / lim
+    want = V * ev.batch_time + float(np.asarray(Q) @ y) + w * float(np.maximum(y - np.asarray(caps), 0.0).sum())
+    assert capped.objective == pytest.approx(want, rel=1e-9)
+    for bad, field in [(dict(caps=(1.0,) * (K + 1)), "caps"), (dict(caps=(float("nan"),) * K), "caps"),
+                       (dict(caps=(1.0,) * K, cap_weight=-1.0), "cap_weight"),
+                       (dict(caps=(1.0,) * K, exact=True), "caps")]:
+        with pytest.raises(ValueError, match=field):
+            solve_slot(s, Q, V, options=replace(opts, **bad))

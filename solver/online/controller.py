@@ -280,7 +280,10 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                            remaining=instance.num_slots - t - 1,
                            cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
                            valid=(lambda p: not p.validate(state)) if priced else None,
-                           others=slot_plans)
+                           others=slot_plans,
+                           resolve_capped=(lambda q, caps, w: pol.solve(state, q, Vt, prev, keep_candidates=True,
+                                                                        cache=cache, caps=caps, cap_weight=w))
+                           if priced else None)
                 if tr.how != "plan":
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
                                  d.solve_time + tr.extra_solve_time)

@@ -168,11 +168,15 @@ class Ours(Policy):
         return tuple(float(q) for q in queues), float(V)
 
     def solve(self, state: SlotState, queues: Sequence[float], V: float, previous_plan: Plan | None,
-              keep_candidates: bool = False, cache: Any = None):
+              keep_candidates: bool = False, cache: Any = None, caps: tuple[float, ...] | None = None,
+              cap_weight: float = 0.0):
         """solve_slot under this policy's queue mode; keep_candidates: return the scored pool too;
-        cache: the slot's SlotCache, shared by the solves of one slot (the same results)."""
+        cache: the slot's SlotCache, shared by the solves of one slot (the same results); caps,
+        cap_weight: SolveOptions' (the budget tracker's capped search)."""
         Q, v = self.weights(state, queues, V)
         opts = replace(self._options(), keep_candidates=True) if keep_candidates else self._options()
+        if caps is not None:
+            opts = replace(opts, caps=caps, cap_weight=cap_weight)
         try:
             return solve_slot(state, Q, v, previous_plan=previous_plan if self.replan else None, options=opts,
                               cache=cache)

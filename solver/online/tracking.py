@@ -15,7 +15,10 @@ lambda_k to the queue of each violated budget and re-solves (lambda = m * max(V 
 m = 1, 4, 16, 64 up to the first admissible plan, then BISECT_STEPS = 3 geometric bisection
 steps on the bracket between the last weight that was not and the first that was; given
 `valid`, the plans of these searches' candidate
-pools too), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
+pools too), then, given `resolve_capped`, one search at the slot's weights whose objective
+also pays CAP_WEIGHT * max(V T, max_k Q_k) per budget's worth above the allowance (SolveOptions.caps:
+a weight's search returns a point of the hull of the slot's frontier, and the plan the allowance
+needs may lie between two), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
 with every queue 1, charged with migration like any plan). Among the candidates it takes the
 admissible one with the least slot objective V T + sum_k Q_k c_k / Cbar_k at the real queues.
 When no candidate is admissible (the premise below fails in this slot), the investment test
@@ -66,6 +69,10 @@ and the first whose plan is within it (a factor 4 apart): the bracket ends a fac
 plan gives up the least batch time for the allowance; one step (before) left a factor 2, and on
 `hetero_strong_gpt2` slot 7 the tracker took a 4.88 s plan at x8 where x5.66 gives 3.69 s, both
 within the allowance (its fastest plan, 1.98 s, over it)."""
+CAP_WEIGHT = 1e3
+"""The capped search's penalty per budget's worth above the allowance, in units of
+max(V T, max_k Q_k) (the plan's batch time weighed, or the largest queue): far above what any
+speed is worth, so the search keeps within the caps where it finds a way."""
 
 
 def cheapest_plan(state: SlotState, options: SolveOptions | None = None,
@@ -225,7 +232,8 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
           resolve: Callable[[tuple[float, ...]], Any], charge: Callable[[Plan], Charge],
           slack: Plan | None, remaining: int = 0,
           cheapest_now: Callable[[], Any] | None = None,
-          valid: Callable[[Plan], bool] | None = None, others: Sequence[Plan] = ()) -> Tracked:
+          valid: Callable[[Plan], bool] | None = None, others: Sequence[Plan] = (),
+          resolve_capped: Callable[[tuple[float, ...], tuple[float, ...], float], Any] | None = None) -> Tracked:
     """Keep `plan` when admissible, else search with tracking weights and the slack plan
     (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge;
     remaining: slots of the run after this one; cheapest_now() -> SlotResult: the least charged
@@ -236,7 +244,9 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     found, the slack plan and the re-shared ones), candidates too when `valid` accepts them
     ("slot's plans"): the admissible plan the tracker needs is often one the frontier searches
     found and the tracking weights' searches do not (geo, slot 1: 0.714 s within the allowance,
-    where the tracking weights' best was 1.187 s)."""
+    where the tracking weights' best was 1.187 s); resolve_capped(queues, caps, cap_weight) ->
+    SlotResult: the search at `queues` with SolveOptions.caps (budgets' worth per iteration, the
+    allowance) and cap_weight, its plan and (with `valid`) its pool candidates too ("capped search")."""
     import time
     Q = np.asarray(queues, dtype=float)
     if tracker.violations(ch.costs)[0] == 0.0:
@@ -286,6 +296,20 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
                     bisect(last_bad, m)
                 break
             last_bad = m
+    if resolve_capped is not None and violated.any():
+        # the weights' searches reach the hull of the slot's frontier only; the allowance's own
+        # plan may lie between two of its points: a search at the slot's weights whose objective
+        # pays CAP_WEIGHT * base per budget's worth above the allowance
+        att = np.asarray(tracker.attainable, dtype=bool)
+        caps = tuple(float(1.0 + a[k]) if att[k] else math.inf for k in range(len(a)))
+        res = resolve_capped(tuple(Q), caps, CAP_WEIGHT * base)
+        if res.plan is not None and res.plan not in seen:
+            seen.add(res.plan)
+            cands.append((res.plan, charge(res.plan), "capped search"))
+        for p, _, _ in (getattr(res, "candidate_pool", ()) if valid is not None else ()):
+            if p not in seen and valid(p):
+                seen.add(p)
+                cands.append((p, charge(p), "capped search, pool"))
     if slack is not None:
         cands.append((slack, charge(slack), "slack plan"))
         seen.add(slack)

@@ -279,7 +279,12 @@ class SolveOptions:
     "off": the device-level search alone; pause_gc: pause Python's cyclic garbage collector
     for the solve (solve.gc_pause; restored when it returns or raises): the solve allocates
     many short-lived container objects, and the collector's passes over the whole process
-    cost up to a sixth of a 32-GPU solve's time when they come (benchmarks/bench_gc.py)."""
+    cost up to a sixth of a 32-GPU solve's time when they come (benchmarks/bench_gc.py); caps, cap_weight:
+    per budget, the most cost per iteration in budgets' worth (c_k / Cbar_k, migration's share
+    included) a plan may use before its objective pays cap_weight (objective units) per budget's
+    worth above it: the budget tracker's search for a plan within its allowance (online.tracking),
+    whose plans the weights' searches alone reach only on the hull of the slot's frontier (None:
+    no caps; the search's bounds stay valid, since the penalty is never negative)."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -297,6 +302,8 @@ class SolveOptions:
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     classes: str = "both"
     pause_gc: bool = True
+    caps: tuple[float, ...] | None = None
+    cap_weight: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -516,6 +516,8 @@ class Scorer:
             mig = migration_time(self.prev, plan, self.state, self.prev_held)
         qb = 0.0 if self._no_weights else float(q[0] * b[0]) if m == 1 else float(np.asarray(q) @ np.array(b))
         obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + qb + qF
+        if self.opt.caps is not None:
+            obj += self._over_caps(gcs, z + ts + mig / max(self.opt.iterations_per_slot, 1), b)
         sc = Scored(obj, z + ts, plan, s, mig, source)
         self._seen[key] = sc
         if self.opt.keep_candidates:
@@ -525,6 +527,12 @@ class Scorer:
                 self.improved_at = self.tries
             self.best = sc
         return sc
+
+    def _over_caps(self, gcs: Sequence[GroupCoeffs], T: float, b: Sequence[float]) -> float:
+        """SolveOptions.cap_weight times the budgets' worth by which c_k / Cbar_k (costs.cost_coeffs
+        at batch time T seconds, migration's included, and shares b) exceeds SolveOptions.caps."""
+        c = cost_coeffs(self.state, gcs).costs(T, b) / np.asarray([x.limit for x in self.state.budgets], dtype=float)
+        return self.opt.cap_weight * float(np.maximum(c - np.asarray(self.opt.caps, dtype=float), 0.0).sum())
 
     def _plain_weights(self, s: Structure, gcs: Sequence[GroupCoeffs]) -> tuple[float, list[float]]:
         """(W per second, q per sample of each group) where only money without egress and at

@@ -11,6 +11,8 @@ so the result never loses to a baseline.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import replace
 from typing import Iterable, Sequence
@@ -58,6 +60,8 @@ def _solve_slot(state: SlotState, queues: Sequence[float] | None, V: float, prev
     t0 = time.perf_counter()
     Q = check_queues(state, queues)
     V = check_V(V)
+    if opt.caps is not None:
+        _check_caps(state, opt)
     if opt.exact:
         if opt.time_limit_s is not None:
             raise ValueError(f"time_limit_s: the exact oracle runs to completion; expected None with exact=True, "
@@ -73,6 +77,19 @@ def _solve_slot(state: SlotState, queues: Sequence[float] | None, V: float, prev
     if not tp_applies(state, opt.tp_degrees):
         return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
     return _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
+
+
+def _check_caps(state: SlotState, opt: SolveOptions) -> None:
+    """SolveOptions.caps: one number per budget, not NaN (inf: no cap); cap_weight finite, >= 0;
+    not with the exact oracle, which scores without them."""
+    caps = tuple(opt.caps)
+    if len(caps) != len(state.budgets) or any(not isinstance(c, numbers.Real) or math.isnan(c) for c in caps):
+        raise ValueError(f"caps: expected one number per budget ({len(state.budgets)}), got {opt.caps!r}")
+    if not (math.isfinite(opt.cap_weight) and opt.cap_weight >= 0):
+        raise ValueError(f"cap_weight: expected a finite number >= 0, got {opt.cap_weight!r}")
+    if opt.exact:
+        raise ValueError("caps: the exact oracle scores without them; expected caps=None with exact=True, "
+                         f"got {opt.caps!r}")
 
 
 def _with_classes(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
