@@ -72,7 +72,8 @@ within the allowance (its fastest plan, 1.98 s, over it)."""
 CAP_WEIGHT = 1e3
 """The capped search's penalty per budget's worth above the allowance, in units of
 max(V T, max_k Q_k) (the plan's batch time weighed, or the largest queue): far above what any
-speed is worth, so the search keeps within the caps where it finds a way."""
+speed is worth, so the search keeps within the caps where it finds a way (set before any
+measurement; not tuned)."""
 
 
 def cheapest_plan(state: SlotState, options: SolveOptions | None = None,
