@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..cost.costs import cost_coeffs, idle_rates
+from ..cost.costs import CostCoeffs, cost_coeffs, idle_rates
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import holder_mask, migration_time
 from ..cost.pipeline import GroupCoeffs, float_sum
@@ -469,6 +469,7 @@ class Scorer:
                 if ts_lb > 0 and w_lb * (zlb + ts_lb) > best.objective:
                     self.pruned_charged += 1
                     return None
+        cc = None
         if self._no_weights:    # every queue 0: the cost terms vanish (the same floats as below)
             W, q, qF, q_min = self.V, np.zeros(m), 0.0, 0.0
         elif self._energy_weight is not None:
@@ -517,7 +518,8 @@ class Scorer:
         qb = 0.0 if self._no_weights else float(q[0] * b[0]) if m == 1 else float(np.asarray(q) @ np.array(b))
         obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + qb + qF
         if self.opt.caps is not None:
-            obj += self._over_caps(gcs, z + ts + mig / max(self.opt.iterations_per_slot, 1), b)
+            obj += self._over_caps(cc if cc is not None else cost_coeffs(self.state, gcs),
+                                   z + ts + mig / max(self.opt.iterations_per_slot, 1), b)
         sc = Scored(obj, z + ts, plan, s, mig, source)
         self._seen[key] = sc
         if self.opt.keep_candidates:
@@ -528,10 +530,11 @@ class Scorer:
             self.best = sc
         return sc
 
-    def _over_caps(self, gcs: Sequence[GroupCoeffs], T: float, b: Sequence[float]) -> float:
-        """SolveOptions.cap_weight times the budgets' worth by which c_k / Cbar_k (costs.cost_coeffs
-        at batch time T seconds, migration's included, and shares b) exceeds SolveOptions.caps."""
-        c = cost_coeffs(self.state, gcs).costs(T, b) / np.asarray([x.limit for x in self.state.budgets], dtype=float)
+    def _over_caps(self, cc: CostCoeffs, T: float, b: Sequence[float]) -> float:
+        """SolveOptions.cap_weight times the budgets' worth by which c_k / Cbar_k (the structure's
+        cost coefficients at batch time T seconds, migration's share included as online.charge
+        adds it, and shares b) exceeds SolveOptions.caps."""
+        c = cc.costs(T, b) / np.asarray([x.limit for x in self.state.budgets], dtype=float)
         return self.opt.cap_weight * float(np.maximum(c - np.asarray(self.opt.caps, dtype=float), 0.0).sum())
 
     def _plain_weights(self, s: Structure, gcs: Sequence[GroupCoeffs]) -> tuple[float, list[float]]:
