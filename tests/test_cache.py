@@ -10,7 +10,8 @@ import pytest
 
 from solver import baselines
 from solver.io.synthetic import random_state
-from solver.solve import solve_exact, solve_slot
+from solver.cost.migration import migration_time
+from solver.solve import SolveOptions, solve_exact, solve_slot
 from solver.subproblems.cache import SlotCache
 from solver.subproblems.cuts import (
     balanced_cuts,
@@ -83,6 +84,25 @@ def test_solves_same_with_and_without_shared_cache():
         assert (a.plan, a.objective) == (b.plan, b.objective)
         a, b = solve_exact(state, Q), solve_exact(state, Q, cache=shared)
         assert (a.plan, a.objective) == (b.plan, b.objective)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kept_migrations_and_violations_are_the_fresh_ones(seed):
+    """SlotCache.migration / .violations keep per-receiver times and per-plan checks for the
+    online controller: the same numbers as migration_time and Plan.validate, whatever the order."""
+    full = random_state(seed, n=6, L=10, scale=10.0)
+    state = random_state(seed, n=6, L=10, scale=10.0, p_available=0.7)
+    prev = baselines.gpipe(full)
+    pool = solve_slot(full, (1.0, 0.5), options=SolveOptions(keep_candidates=True)).candidate_pool
+    plans = [c[0] for c in pool] + [p for p in (f(state) for f in baselines.ALL.values()) if p is not None]
+    assert len(plans) > 5
+    cache = SlotCache(state)
+    for p in plans + plans[::-1]:
+        assert cache.migration(prev, p) == migration_time(prev, p, state)
+        assert cache.violations(p) == tuple(p.validate(state))
+    assert any(cache.violations(p) for p in plans) and any(not cache.violations(p) for p in plans)
+    assert any(cache.migration(prev, p) > 0 for p in plans)
+    assert cache.migration(None, plans[0]) == 0.0
 
 
 def _modules(packages):

@@ -44,33 +44,63 @@ def migration_time(previous: Plan | None, plan: Plan, state: SlotState,
     the slice [r/t, (r+1)/t) of each of its layers' model state; a device receives the part of
     its slice it did not hold (k_opt p_l times that fraction) from the other previous holder of
     the layer with the fastest link (a simplification: any holder of part of the layer is taken
-    as able to send it)."""
+    as able to send it). Many plans from one previous plan: `MigrationFrom`."""
     if previous is None:
         return 0.0
-    if state.base is not None:
-        plan, state = to_physical(plan, state), state.base
-    prev = holder_mask(previous, state) if previous_held is None else previous_held
-    any_prev = prev > 0
-    worst = 0.0
-    full = state.workload.opt_factor * state.workload.param_bytes
-    for g in plan.groups:
-        for unit, (_, a, c) in zip(g.units(), g.stages()):
-            t = len(unit)
-            for r, d in enumerate(unit):
-                frac = _missing_fraction(prev[d, a:c], t, r)
-                new = np.flatnonzero(frac > 0) + a
-                new = new[full[new] > 0]
-                if len(new) == 0:
-                    continue
-                others = any_prev[:, new].copy()
-                others[d] = False
-                bw = np.where(others, state.bandwidth[:, d][:, None], -np.inf)   # (n, layers)
-                src = np.argmax(bw, axis=0)
-                per_src: dict[int, float] = {}
-                for s, l in zip(src, new):
-                    per_src[int(s)] = per_src.get(int(s), 0.0) + float(full[l] * frac[l - a])
-                worst = max(worst, sum(b / state.bandwidth[s, d] + state.latency[s, d] for s, b in per_src.items()))
-    return worst
+    return MigrationFrom(previous, state, previous_held).seconds(plan, state)
+
+
+class MigrationFrom:
+    """`migration_time` from one previous plan in one slot, for many plans: each receiver's
+    seconds (device, layers a..c-1, shard r of degree t) are kept, since the plans a search or
+    the online controller compares share most of their stages. `state` may be a state of TP
+    units (its physical state is used); previous_held: holder_mask(previous) if computed."""
+
+    MAX_KEPT = 1 << 20
+    """Receivers kept at most; the memo starts again beyond it."""
+
+    def __init__(self, previous: Plan, state: SlotState, previous_held: np.ndarray | None = None) -> None:
+        self.state = state.base if state.base is not None else state
+        self.held = holder_mask(previous, self.state) if previous_held is None else previous_held
+        self._any = self.held > 0
+        self._full = self.state.workload.opt_factor * self.state.workload.param_bytes
+        self._receive: dict[tuple[int, int, int, int, int], float] = {}
+
+    def seconds(self, plan: Plan, state: SlotState) -> float:
+        """migration_time(previous, plan, state): the largest receiver's seconds."""
+        if state.base is not None:
+            plan = to_physical(plan, state)
+        worst = 0.0
+        for g in plan.groups:
+            for unit, (_, a, c) in zip(g.units(), g.stages()):
+                t = len(unit)
+                for r, d in enumerate(unit):
+                    key = (d, a, c, t, r)
+                    v = self._receive.get(key)
+                    if v is None:
+                        if len(self._receive) >= self.MAX_KEPT:
+                            self._receive.clear()
+                        v = self._receive[key] = self._receiver_seconds(d, a, c, t, r)
+                    worst = max(worst, v)
+        return worst
+
+    def _receiver_seconds(self, d: int, a: int, c: int, t: int, r: int) -> float:
+        """Seconds device d takes to receive what shard r of degree t of layers a..c-1 lacks:
+        one message per source (the previous holder with the fastest link to d), serial."""
+        st = self.state
+        frac = _missing_fraction(self.held[d, a:c], t, r)
+        new = np.flatnonzero(frac > 0) + a
+        new = new[self._full[new] > 0]
+        if len(new) == 0:
+            return 0.0
+        others = self._any[:, new].copy()
+        others[d] = False
+        bw = np.where(others, st.bandwidth[:, d][:, None], -np.inf)   # (n, layers)
+        src = np.argmax(bw, axis=0)
+        per_src: dict[int, float] = {}
+        for s, l in zip(src, new):
+            per_src[int(s)] = per_src.get(int(s), 0.0) + float(self._full[l] * frac[l - a])
+        return sum(b / st.bandwidth[s, d] + st.latency[s, d] for s, b in per_src.items())
 
 
 def _missing_fraction(held: np.ndarray, t: int, r: int) -> np.ndarray:

@@ -75,7 +75,8 @@ def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, r
     the slot's SlotCache (the same numbers, evaluations shared with the slot's searches);
     preemption_time: seconds the previous slot's preemption costs this slot (online.preemption)."""
     ev = cache.evaluation(plan) if cache is not None else evaluate(plan, state)
-    mig = migration_seconds(previous, plan, state) if replan else 0.0
+    mig = (cache.migration(previous, plan) if cache is not None else migration_seconds(previous, plan, state)) \
+        if replan else 0.0
     n = max(int(iterations_per_slot), 1)
     per_iter = mig / n
     costs = np.asarray(ev.costs, dtype=float)

@@ -214,9 +214,14 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         W = Q   # the weights the search and the tracker use: the queues, or V * the price
         slot_plans: list[Plan] = []   # with the price: every plan the slot's searches found (tracker candidates)
 
+        charged: dict[Plan, Charge] = {}   # the slot's plans are charged several times (price, tracker)
+
         def charge(p: Plan) -> Charge:
-            return charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot, cache=cache,
-                               preemption_time=lost)
+            ch = charged.get(p)
+            if ch is None:
+                ch = charged[p] = charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot,
+                                              cache=cache, preemption_time=lost)
+            return ch
         if priced:
             W, pr, seen = _priced_weights(state, Vt, slack, history, excess, horizon,
                                           int(cs.rows[-1]["executed"]) if cs.rows else 0, limits, opts,
@@ -236,15 +241,15 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             # every plan of the slot joins its frontier and the price is learnt a last time: the plan
             # chosen at the price is then one of the LP's own points for this slot (ties: its weights)
             history.extend_last(points([(p, *_tc(cache.evaluation(p))) for p in dict.fromkeys(plans)
-                                        if not p.validate(state)], limits))
+                                        if not cache.violations(p)], limits))
             pr = _price(history, pr.target, state)
             W = tuple((Vt if Vt > 0 else 1.0) * x for x in pr.lam)
             for k, b in enumerate(instance.budgets):
                 extra[f"price_{b.name}"] = pr.lam[k]
                 extra[f"target_{b.name}"] = pr.target[k]
-            d = _best_at_price(d, plans, state, charge, W, Vt,
+            d = _best_at_price(d, plans, cache, charge, W, Vt,
                                lambda p: lp_weight(pr, history, points([(p, *_tc(cache.evaluation(p)))], limits)[0]))
-            cs.extra["carry"] = [plan_to_json(p) for p in _top_structures(plans, state, W, Vt, limits, cache)]
+            cs.extra["carry"] = [plan_to_json(p) for p in _top_structures(plans, W, Vt, limits, cache)]
         elif tracked:
             res = pol.solve(state, Q, Vt, prev, cache=cache)
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
@@ -279,7 +284,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                            slack,
                            remaining=instance.num_slots - t - 1,
                            cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
-                           valid=(lambda p: not p.validate(state)) if priced else None,
+                           valid=(lambda p: not cache.violations(p)) if priced else None,
                            others=slot_plans,
                            resolve_capped=(lambda q, caps, w: pol.solve(state, q, Vt, prev, keep_candidates=True,
                                                                         cache=cache, caps=caps, cap_weight=w))
@@ -392,7 +397,7 @@ def _target(history: History, excess: Sequence[float], left: int, horizon: int) 
     return out
 
 
-def _top_structures(plans: Sequence[Plan], state: SlotState, W: Sequence[float], V: float,
+def _top_structures(plans: Sequence[Plan], W: Sequence[float], V: float,
                     limits: Sequence[float], cache: SlotCache) -> list[Plan]:
     """The RESHARE structures (groups, device orders, cuts, schedules) of the valid `plans` with
     the least objective V T + sum_k W_k c_k / Cbar_k (no migration), one plan each, best first."""
@@ -402,7 +407,7 @@ def _top_structures(plans: Sequence[Plan], state: SlotState, W: Sequence[float],
         key = tuple((g.devices, g.cuts, g.schedule, g.recompute, g.micro_batch) for g in p.groups)
         if key in best and best[key][1] == p:
             continue
-        if p.validate(state):
+        if cache.violations(p):
             continue
         ev = cache.evaluation(p)
         obj = V * ev.batch_time + float(w @ np.asarray(ev.costs, dtype=float))
@@ -429,7 +434,7 @@ def _reshared(plans: Sequence[Plan], state: SlotState, W: Sequence[float], V: fl
     still there among them): a search at other weights, or the last slot, found the structure,
     the LP fits its shares to this slot and this price."""
     out = []
-    for p in _top_structures(plans, state, W, V, limits, cache):
+    for p in _top_structures(plans, W, V, limits, cache):
         q = with_lp_shares(p, state, W, V)
         if q is not None and q != p:
             out.append(q)
@@ -440,7 +445,7 @@ def _tc(ev: Any) -> tuple[float, tuple[float, ...]]:
     return ev.batch_time, ev.costs
 
 
-def _best_at_price(d: Decision, plans: Sequence[Plan], state: SlotState, charge: Callable[[Plan], Charge],
+def _best_at_price(d: Decision, plans: Sequence[Plan], cache: SlotCache, charge: Callable[[Plan], Charge],
                    W: Sequence[float], V: float, weight: Callable[[Plan], float] | None = None) -> Decision:
     """The search's plan, or the plan of this slot's candidate pools (searches at other weights)
     with the least slot objective V T + sum_k W_k c_k / Cbar_k at the price, charged with
@@ -455,7 +460,7 @@ def _best_at_price(d: Decision, plans: Sequence[Plan], state: SlotState, charge:
         if p in seen:
             continue
         seen.add(p)
-        if p is not d.plan and p.validate(state):
+        if p is not d.plan and cache.violations(p):
             continue
         objs.append((charge(p).objective(W, V), p))
     if not objs:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..cost.costs import CostCoeffs, cost_coeffs, idle_rates
 from ..cost.evaluate import Evaluation, evaluate
-from ..cost.migration import holder_mask, migration_time
+from ..cost.migration import MigrationFrom
 from ..cost.pipeline import GroupCoeffs, float_sum
 from ..cost.sync import sync_floor, sync_lower_bound
 from ..model.plan import Group, Plan
@@ -82,7 +82,8 @@ class Scorer:
         """The micro-batch sizes (samples) a group may train at, the workload's u first."""
         self._caches: dict[int, SlotCache] = {self.u: self.cache}
         self.prev = previous_plan if options.replan else None
-        self.prev_held = holder_mask(self.prev, state.base or state) if self.prev is not None else None
+        self.migration = MigrationFrom(self.prev, state) if self.prev is not None else None
+        self.prev_held = self.migration.held if self.migration is not None else None
         self._cuts: dict[tuple, tuple | None] = {}
         self._levels: dict[tuple, list[tuple[int, tuple | None, int | None]]] = {}  # (devices, mb, variant) -> (w, cuts, cap)
         self._frontier: dict[tuple, list] = {}
@@ -513,8 +514,8 @@ class Scorer:
         ts = self.sync(s)
         plan = Plan(tuple(Group(e[0], e[1], int(x), *e[2:]) for e, x in zip(s, b)))
         mig = 0.0
-        if self.prev is not None:
-            mig = migration_time(self.prev, plan, self.state, self.prev_held)
+        if self.migration is not None:
+            mig = self.migration.seconds(plan, self.state)
         qb = 0.0 if self._no_weights else float(q[0] * b[0]) if m == 1 else float(np.asarray(q) @ np.array(b))
         obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + qb + qF
         if self.opt.caps is not None:

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..cost.evaluate import Evaluation, evaluate
+from ..cost.migration import MigrationFrom
 from ..cost.pipeline import GroupCoeffs, group_coeffs, stage_times
 from ..cost.sync import sync_time
 from ..model.memory import StageMemory, share_cap, stage_memory
@@ -83,6 +84,8 @@ class SlotCache:
       else None;
     - `group_coeffs(devices, cuts, schedule, recompute)`: `cost.pipeline.group_coeffs`;
     - `evaluation(plan)`: `cost.evaluate` with the cached group coefficients;
+    - `violations(plan)`: `plan.validate(state)`, kept per plan;
+    - `migration(previous, plan)`: `cost.migration.migration_time`, receivers kept per previous plan;
     - `baselines`: each baseline's plan, built once per state (baselines.ALL).
 
     Bounds: at most `max_need_matrices` memory-need matrices (one per share) and about
@@ -126,6 +129,8 @@ class SlotCache:
         self._stages: dict[tuple, tuple[tuple[np.ndarray, np.ndarray, np.ndarray], StageMemory]] = {}
         """Per (devices, cuts): stage_times and stage_memory, shared by every schedule."""
         self._evaluations: dict[Plan, Evaluation] = {}
+        self._violations: dict[Plan, tuple] = {}
+        self._migrations: dict[Plan, MigrationFrom] = {}
         self.units: dict[tuple, tuple[SlotState, "SlotCache"]] = {}
         """Per set of TP units (solve.tp): its unit state and that state's own SlotCache."""
         self.sizes: dict[int, "SlotCache"] = {}
@@ -580,6 +585,26 @@ class SlotCache:
                 self._sync.pop(next(iter(self._sync)))
             v = self._sync[structure] = sync_time(self.state, structure)
         return v
+
+    def violations(self, plan: Plan) -> tuple:
+        """`plan.validate(state)` as a tuple (empty when the plan is feasible), kept per plan: the
+        online controller checks each of a slot's plans (thousands on 256 devices) several times."""
+        v = self._violations.get(plan)
+        if v is None:
+            v = self._violations[plan] = tuple(plan.validate(self.state))
+        return v
+
+    def migration(self, previous: Plan | None, plan: Plan) -> float:
+        """`cost.migration.migration_time(previous, plan, state)` (seconds); the receivers' times
+        from the last few previous plans are kept."""
+        if previous is None:
+            return 0.0
+        m = self._migrations.get(previous)
+        if m is None:
+            if len(self._migrations) >= 4:
+                self._migrations.pop(next(iter(self._migrations)))
+            m = self._migrations[previous] = MigrationFrom(previous, self.state)
+        return float(m.seconds(plan, self.state))
 
     def evaluation(self, plan: Plan) -> Evaluation:
         """`cost.evaluate` of a structurally valid plan (the same numbers); groups at another
