@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver import SolveOptions, evaluate, solve_slot
-from solver.cost.migration import migration_time
+from solver.cost.migration import MigrationFrom, migration_time
 from solver.io.instance import load_instance
 from solver.model import Group, Plan
 from solver.model.memory import memory_use
@@ -24,6 +24,7 @@ from solver.model.units import unit_state
 from solver.solve.oracle import solve_exact
 from solver.solve.options import SearchTuning
 from solver.solve.tp import partitions, speed_matched, unit_throughput
+from solver.subproblems.cache import SlotCache
 
 GBIT = 1e9 / 8
 LAYERS = """\
@@ -199,6 +200,10 @@ def test_migration_of_tp_shards(tmp_path):
     # from one device to a TP pair: device 0 already holds its shard (the whole layer), 1 needs its half
     t2 = migration_time(alone, tp2, s)
     assert t2 == pytest.approx(need / 2 / (200 * GBIT) + 1e-6, rel=1e-9)
+    # the receivers' seconds kept from one previous plan (MigrationFrom, SlotCache.migration) are the fresh ones
+    kept, cache = MigrationFrom(tp2, s), SlotCache(s)
+    for p in (alone, moved, tp2, moved, alone):
+        assert kept.seconds(p, s) == cache.migration(tp2, p) == migration_time(tp2, p, s)
 
 
 def test_search_uses_tp_where_nothing_fits_alone(tmp_path):
@@ -491,7 +496,6 @@ def test_recompute_tp_false_keeps_recomputation_out_of_tp_configurations(tmp_pat
     from solver import SolveOptions, solve_slot
     from solver.solve.scoring import Scorer
     from solver.solve.tp import units_state
-    from solver.subproblems.cache import SlotCache
     inst = instance(tmp_path, FOUR, memory_gb=16)
     st = inst.state(0)
     cache = SlotCache(st)
