@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -260,6 +260,13 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     violated = (tracker.use(ch.costs) > a + 1e-12) & np.asarray(tracker.attainable, dtype=bool)
     seen = {plan}
 
+    def offer(plans: Iterable[Plan], how: str) -> None:
+        """With `valid`: each plan it accepts and not yet a candidate becomes one."""
+        for p in plans if valid is not None else ():
+            if p not in seen and valid(p):
+                seen.add(p)
+                cands.append((p, charge(p), how))
+
     def add(res: Any, m: float) -> Charge | None:
         """The re-solve's plan (and, with `valid`, its pool) as candidates; the plan's charge."""
         if res.plan is None:
@@ -267,10 +274,7 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
         c = charge(res.plan)
         cands.append((res.plan, c, f"tracking weight x{m:g}"))
         seen.add(res.plan)
-        for p, _, _ in (getattr(res, "candidate_pool", ()) if valid is not None else ()):
-            if p not in seen and valid(p):
-                seen.add(p)
-                cands.append((p, charge(p), f"tracking weight x{m:g}, pool"))
+        offer((p for p, _, _ in getattr(res, "candidate_pool", ())), f"tracking weight x{m:g}, pool")
         return c
 
     def bisect(bad: float, good: float) -> None:
@@ -307,17 +311,11 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
         if res.plan is not None and res.plan not in seen:
             seen.add(res.plan)
             cands.append((res.plan, charge(res.plan), "capped search"))
-        for p, _, _ in (getattr(res, "candidate_pool", ()) if valid is not None else ()):
-            if p not in seen and valid(p):
-                seen.add(p)
-                cands.append((p, charge(p), "capped search, pool"))
+        offer((p for p, _, _ in getattr(res, "candidate_pool", ())), "capped search, pool")
     if slack is not None:
         cands.append((slack, charge(slack), "slack plan"))
         seen.add(slack)
-    for p in others if valid is not None else ():
-        if p not in seen and valid(p):
-            seen.add(p)
-            cands.append((p, charge(p), "slot's plans"))
+    offer(others, "slot's plans")
 
     ok = [x for x in cands if tracker.violations(x[1].costs)[0] == 0.0]
     if not ok and cheapest_now is not None:

@@ -84,6 +84,9 @@ class Scorer:
         self.prev = previous_plan if options.replan else None
         self.migration = MigrationFrom(self.prev, state) if self.prev is not None else None
         self.prev_held = self.migration.held if self.migration is not None else None
+        self._caps = None if options.caps is None else (
+            np.asarray(options.caps, dtype=float), np.asarray([b.limit for b in state.budgets], dtype=float))
+        """SolveOptions.caps and the budgets' limits, as arrays (_over_caps)."""
         self._cuts: dict[tuple, tuple | None] = {}
         self._levels: dict[tuple, list[tuple[int, tuple | None, int | None]]] = {}  # (devices, mb, variant) -> (w, cuts, cap)
         self._frontier: dict[tuple, list] = {}
@@ -518,7 +521,7 @@ class Scorer:
             mig = self.migration.seconds(plan, self.state)
         qb = 0.0 if self._no_weights else float(q[0] * b[0]) if m == 1 else float(np.asarray(q) @ np.array(b))
         obj = W * ((z + ts) * (1.0 + kappa) + mig / max(self.opt.iterations_per_slot, 1) + extra) + qb + qF
-        if self.opt.caps is not None:
+        if self._caps is not None:
             obj += self._over_caps(cc if cc is not None else cost_coeffs(self.state, gcs),
                                    z + ts + mig / max(self.opt.iterations_per_slot, 1), b)
         sc = Scored(obj, z + ts, plan, s, mig, source)
@@ -535,8 +538,8 @@ class Scorer:
         """SolveOptions.cap_weight times the budgets' worth by which c_k / Cbar_k (the structure's
         cost coefficients at batch time T seconds, migration's share included as online.charge
         adds it, and shares b) exceeds SolveOptions.caps."""
-        c = cc.costs(T, b) / np.asarray([x.limit for x in self.state.budgets], dtype=float)
-        return self.opt.cap_weight * float(np.maximum(c - np.asarray(self.opt.caps, dtype=float), 0.0).sum())
+        caps, limits = self._caps
+        return self.opt.cap_weight * float(np.maximum(cc.costs(T, b) / limits - caps, 0.0).sum())
 
     def _plain_weights(self, s: Structure, gcs: Sequence[GroupCoeffs]) -> tuple[float, list[float]]:
         """(W per second, q per sample of each group) where only money without egress and at
