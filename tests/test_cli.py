@@ -150,7 +150,11 @@ def test_run_with_no_feasible_slot_writes_files_and_exits_1(tmp_path, capsys):
     rows = list(csv.DictReader((folder / "slots.csv").open()))
     assert [(r["status"], r["plan_json"], r["message"]) for r in rows] == [
         ("infeasible", "null", "slot 0: no device is available")]
-    assert json.loads((folder / "summary.json").read_text())["executed_slots"] == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["executed_slots"] == 0
+    # nothing ran, so nothing was met or kept: the flags say so (null), not true
+    assert {summary[f"{flag}_{b}"] for flag in ("within_tolerance", "bound_ok") for b in ("money", "energy")} == {None}
+    assert rows[0]["V"] == "" and summary["V"] is None
 
 
 def test_solve_prints_plan(capsys):
@@ -198,6 +202,33 @@ def test_compare_rejects_a_bad_policy_before_running(tmp_path, monkeypatch, caps
     for empty in ("", "ours,"):
         assert main(["compare", DEFAULT, "--policies", empty, "--out", str(tmp_path)]) == 2
         assert "expected comma-separated policy names" in capsys.readouterr().err and ran == []
+    assert main(["compare", DEFAULT, "--policies", "ours,even-dp,ours", "--out", str(tmp_path)]) == 2
+    assert "--policies: expected each policy once, got 'ours' more than once" in capsys.readouterr().err
+    assert ran == [] and not (tmp_path / "default").exists()
+
+
+def test_results_of_a_run_are_its_own(tmp_path, capsys):
+    """A run without plots removes the plots an earlier run left in its folder (saying so);
+    summary.json's overshoot and bound carry their unit (fractions), and v-inf / v-zero record
+    the V they act at (inf, 0), not the default rule's."""
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "default" / "ours"
+    assert main(["run", DEFAULT, "--slots", "2", "--out", str(tmp_path)]) == 0
+    assert {"run.png", "devices.png"} <= {p.name for p in folder.iterdir()}
+    capsys.readouterr()
+    assert main(["run", DEFAULT, "--slots", "1", "--out", str(tmp_path), "--no-plots"]) == 0
+    assert "removed run.png, devices.png of an earlier run" in capsys.readouterr().out
+    assert sorted(p.name for p in folder.iterdir()) == ["slots.csv", "summary.json"]
+    s = json.loads((folder / "summary.json").read_text())
+    assert {"overshoot_money_frac", "bound_money_frac", "overshoot_energy_frac"} <= set(s)
+    assert not any(k in s for k in ("overshoot_money", "bound_money"))
+    for policy, V, shown in (("v-inf", None, "V in force: inf (policy v-inf)"),
+                             ("v-zero", 0.0, "V in force: 0 (policy v-zero)")):
+        assert main(["run", DEFAULT, "--slots", "1", "--out", str(tmp_path), "--no-plots", "--policy", policy]) == 0
+        assert shown in capsys.readouterr().out
+        rows = list(csv.DictReader((tmp_path / "default" / policy / "slots.csv").open()))
+        assert float(rows[0]["V"]) == (V if V is not None else float("inf"))
+        assert json.loads((tmp_path / "default" / policy / "summary.json").read_text())["V"] == V
 
 
 def test_import_profile(tmp_path, shared_data, capsys):

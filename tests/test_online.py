@@ -101,7 +101,9 @@ def test_guarantee_b_slack_plan_one_budget(replan):
 def test_resume_reproduces_unbroken_run(tmp_path):
     inst = tight(1, 0.3, slots=7)
     full = run_online(inst, V=2.0, policy="ours").rows
-    for stop in (0, 3, 6):
+    with pytest.raises(ValueError, match="stop: expected a slot index after start=0"):
+        run_online(inst, V=2.0, policy="ours", state_path=tmp_path / "state0.json", stop=0)
+    for stop in (1, 3, 6):
         p = tmp_path / f"state{stop}.json"
         part = run_online(inst, V=2.0, policy="ours", state_path=p, stop=stop).rows
         assert len(part) == stop
@@ -124,6 +126,27 @@ def test_resume_reproduces_unbroken_run(tmp_path):
     bad.write_text("{bad")
     with pytest.raises(ValueError, match=f"controller state {bad}: not a saved run"):
         run_online(inst, V=2.0, policy="ours", state_path=bad)
+
+
+def test_run_range_and_arguments_are_checked():
+    """A run's slots are start..stop-1 inside the instance, both integers: an empty, reversed,
+    negative or too long range is refused naming the argument (it had run nothing and called
+    that a success, or cut the range silently); so are an instance given by its path and a V
+    that is not a number."""
+    inst = tight(1, 0.3, slots=4)
+    for kw, kind, words in [({"stop": -1}, ValueError, r"stop: expected a slot index in 0..4 .*got -1"),
+                            ({"stop": 0}, ValueError, "stop: expected a slot index after start=0"),
+                            ({"start": 3, "stop": 2}, ValueError, "stop: expected a slot index after start=3"),
+                            ({"stop": 5}, ValueError, r"stop: .*the instance has 4 slots\), got 5"),
+                            ({"start": 4}, ValueError, r"start: expected a slot index in 0..3, got 4"),
+                            ({"start": 1.5, "stop": 2}, TypeError, r"start: expected an integer slot index, got 1.5"),
+                            ({"stop": 2.7}, TypeError, "stop: expected an integer"),
+                            ({"V": "1"}, TypeError, "V: expected a finite real number")]:
+        with pytest.raises(kind, match=words):
+            run_online(inst, **kw)
+    with pytest.raises(TypeError, match="instance: expected an Instance"):
+        run_online("instances/default.toml")
+    assert len(run_online(inst, V=1.0, start=3, stop=4).rows) == 1
 
 
 def test_resume_stateful_policies(tmp_path):

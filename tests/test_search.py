@@ -253,6 +253,51 @@ def test_one_rule_for_queues_and_V(solve):
     for V in (-1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="V: expected a finite real number >= 0"):
             f(state, (), V)
+    with pytest.raises(TypeError, match=r"queues: expected None or a sequence.*\(dict\)"):
+        f(state, {"money": 1.0, "energy": 0.0})
+    with pytest.raises(TypeError, match="state: expected a SlotState, got str"):
+        f("state", ())
+
+
+def test_options_and_states_are_checked_where_given():
+    """SolveOptions' counts and limits are checked when built (a negative time limit or work
+    budget, no iterations per slot, no group allowed: ValueError naming the field); solve_slot
+    names an Instance passed where one slot's state is meant, and Instance.state an index that
+    is not an integer."""
+    from solver.io.synthetic import random_instance
+    for kw, words in [({"time_limit_s": -1.0}, "time_limit_s: expected a number >= 0"),
+                      ({"time_limit_s": float("nan")}, "time_limit_s"),
+                      ({"max_structures": -5}, "max_structures: expected a number >= 0"),
+                      ({"iterations_per_slot": 0}, "iterations_per_slot: expected an integer >= 1, got 0"),
+                      ({"iterations_per_slot": 2.5}, "iterations_per_slot"),
+                      ({"max_groups": 0}, "max_groups: expected an integer >= 1 or None, got 0"),
+                      ({"frontier": 0}, "frontier: expected an integer >= 1")]:
+        with pytest.raises(ValueError, match=words):
+            SolveOptions(**kw)
+    SolveOptions(time_limit_s=0.0, max_structures=0, max_groups=None)   # limits at their edge are allowed
+    inst = random_instance(3, n=3, L=4, slots=2)
+    with pytest.raises(TypeError, match=r"state: expected a SlotState \(one slot of an Instance is instance.state\(t\)\)"):
+        solve_slot(inst)
+    for t, kind in (("0", TypeError), (1.0, TypeError), (True, TypeError), (2, IndexError), (-1, IndexError)):
+        with pytest.raises(kind, match="slot"):
+            inst.state(t)
+    assert inst.state(np.int64(1)).t == 1
+
+
+def test_evaluate_refuses_a_plan_that_is_not_one():
+    """evaluate gives figures for structurally valid plans only: a plan leaving layers out or
+    naming an unknown device is refused, naming what is wrong (it had given a batch time below
+    the whole model's)."""
+    from solver.model import Group, Plan
+    state = random_state(4, n=3, L=6)
+    B = state.workload.batch
+    whole = Plan((Group(devices=(0,), cuts=(6,), share=B),))
+    assert evaluate(whole, state).batch_time > 0
+    for plan, words in [(Plan((Group(devices=(0,), cuts=(4,), share=B),)), "layers_covered"),
+                        (Plan((Group(devices=(7,), cuts=(6,), share=B),)), "known_device"),
+                        (Plan((Group(devices=(0,), cuts=(6,), share=B - 1),)), "share")]:
+        with pytest.raises(ValueError, match=f"evaluate: expected a structurally valid plan.*{words}"):
+            evaluate(plan, state)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 5, 6])

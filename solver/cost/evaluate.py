@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..model.plan import Plan, to_units
+from ..model.plan import Plan, structure_violations, to_units
 from ..model.state import SlotState
 from .costs import budget_weights, cost_coeffs
 from .pipeline import GroupCoeffs, group_coeffs
@@ -36,10 +36,20 @@ class Evaluation:
         return V * self.batch_time + float(budget_weights(self.limits, queues) @ np.asarray(self.costs))
 
 
-def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None = None) -> Evaluation:
-    """Batch time, per-group times, sync time and costs of any structurally valid plan
-    (feasibility is Plan.validate's job). coeffs: the groups' GroupCoeffs, if already known.
+def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None = None, *,
+             check: bool = True) -> Evaluation:
+    """Batch time, per-group times, sync time and costs of any structurally valid plan (every
+    layer on one stage per group, known devices each used once, shares summing to the batch:
+    model.plan.structure_violations; ValueError naming them otherwise; the rest of feasibility,
+    memory and availability, is Plan.validate's job). coeffs: the groups' GroupCoeffs, if
+    already known; check=False: the caller vouches for the structure (the search's own plans).
     A plan with TP stages is evaluated on its units (model.units)."""
+    if check:
+        bad = structure_violations(plan, state.workload.num_layers, state.n, state.workload.batch,
+                                   state.device_names)
+        if bad:
+            raise ValueError("evaluate: expected a structurally valid plan, got one where "
+                             + "; ".join(str(v) for v in bad[:3]) + ("; ..." if len(bad) > 3 else ""))
     if plan.uses_tp:
         if coeffs is not None:
             raise ValueError("evaluate: coeffs are per unit; pass none for a plan with TP stages")

@@ -5,6 +5,7 @@ Units throughout: seconds, bytes, FLOP, FLOP/s, watts, US dollars. Everything is
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -311,6 +312,8 @@ class Instance:
 
     def state(self, t: int) -> SlotState:
         """The SlotState of slot t (0-based)."""
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"slot: expected an integer slot index, got {t!r} ({type(t).__name__})")
         if not (0 <= t < self.num_slots):
             raise IndexError(f"slot {t} out of range: instance {self.name!r} has {self.num_slots} slots")
         peak = np.array([d.peak_flops for d in self.devices])

@@ -26,6 +26,8 @@ Resumable runs: see online.checkpoint.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +41,7 @@ from ..model.plan import Plan, plan_from_json, plan_to_json
 from ..model.preemption import Preemption
 from ..model.state import Instance, SlotState
 from ..solve import SolveOptions, solve_slot
+from ..solve.inputs import check_V
 from ..subproblems.cache import SlotCache
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
@@ -141,6 +144,17 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     alike (online.preemption); with availability_aware, "ours" also weighs each plan's expected
     loss from per-device hazards learnt from the slots seen so far.
     """
+    if not isinstance(instance, Instance):
+        raise TypeError(f"instance: expected an Instance (solver.load_instance(path)), got "
+                        f"{type(instance).__name__}: {instance!r:.80}")
+    for arg, x in (("start", start), ("stop", stop)):
+        if x is not None and (isinstance(x, bool) or not isinstance(x, numbers.Integral)):
+            raise TypeError(f"{arg}: expected an integer slot index, got {x!r} ({type(x).__name__})")
+    if stop is not None and not (0 <= stop <= instance.num_slots):
+        raise ValueError(f"stop: expected a slot index in 0..{instance.num_slots} (the instance has "
+                         f"{instance.num_slots} slots), got {stop}")
+    if V is not None:
+        check_V(V)
     if on_infeasible not in ("skip", "raise"):
         raise ValueError(f"on_infeasible must be 'skip' or 'raise', not {on_infeasible!r}")
     if iterations_per_slot < 1:
@@ -165,7 +179,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     config = run_config(instance, name, V, replan, iterations_per_slot, options, budget_tolerance, mode)
     if preempt is not None:
         config["preemption"] = [float(preempt.restart_s), int(preempt.checkpoint_every), bool(aware)]
-    stop = instance.num_slots if stop is None else min(int(stop), instance.num_slots)
+    stop = instance.num_slots if stop is None else int(stop)
     opts = replace(options or SolveOptions(), replan=replan, iterations_per_slot=iterations_per_slot)
 
     if state_path is not None and Path(state_path).exists():
@@ -175,8 +189,11 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             raise ValueError(f"controller state {state_path} belongs to another run: {diff}")
         pol.load_state_dict(cs.policy_state)
     else:
-        if not (0 <= start <= instance.num_slots):
-            raise ValueError(f"start={start} outside 0..{instance.num_slots}")
+        if not (0 <= start < instance.num_slots):
+            raise ValueError(f"start: expected a slot index in 0..{instance.num_slots - 1}, got {start}")
+        if stop <= start:
+            raise ValueError(f"stop: expected a slot index after start={start} (the run is slots start..stop-1), "
+                             f"got {stop}")
         cs = ControllerState(config, int(start), initial_queues(len(limits)), None, pol.state_dict(), [],
                              {"start": int(start)})
     first = int(cs.extra.get("start", start))
@@ -271,7 +288,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                                           f" ({d.message or 'no reason given'})")
             if tracker is not None:
                 extra.update({f"cheapest_{b.name}": float("nan") for b in instance.budgets}, tracker="")
-            row = _row(t, name, Vt, state, d, None, Q, Q, float("nan"), cs.rows[-1] if cs.rows else None, extra)
+            row = _row(t, name, shown_V(pol, vc), state, d, None, Q, Q, float("nan"), cs.rows[-1] if cs.rows else None, extra)
             Qn = Q
         else:
             ch = charge(d.plan)
@@ -298,7 +315,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                               for k, b in enumerate(instance.budgets)}, tracker=tr.how)
             Qn = update_queues(Q, ch.costs, limits)
             excess = [float(e + c / lim - 1.0) for e, c, lim in zip(excess, ch.costs, limits)]
-            row = _row(t, name, Vt, state, d, ch, Q, Qn, ch.objective(W, Vt), cs.rows[-1] if cs.rows else None,
+            row = _row(t, name, shown_V(pol, vc), state, d, ch, Q, Qn, ch.objective(W, Vt), cs.rows[-1] if cs.rows else None,
                        extra)
             prev = d.plan
         cs.rows.append(row)
@@ -313,7 +330,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             cs.save(state_path)
         if progress is not None:
             progress(done, total)
-    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None,
+    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None, pol,
                    mode if isinstance(pol, Ours) else None)
 
 
@@ -477,8 +494,18 @@ def _best_at_price(d: Decision, plans: Sequence[Plan], cache: SlotCache, charge:
                     .lstrip("; "), d.solve_time)
 
 
+def shown_V(pol: Policy, vc: VChoice | None) -> float:
+    """The V a run's rows and summary give: the V in force, inf for "v-inf" (the queues ignored),
+    0 for "v-zero" (time ignored); nan until the rule has a slot with a plan to set it from."""
+    if isinstance(pol, Ours) and pol.queue_mode == "zero":
+        return math.inf
+    if isinstance(pol, Ours) and pol.queue_mode == "floor":
+        return 0.0
+    return vc.V if vc is not None else math.nan
+
+
 def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker: Tracker | None,
-            pre: Preflight | None, tolerance: float | None, pricing: str | None = None) -> OnlineRun:
+            pre: Preflight | None, tolerance: float | None, pol: Policy, pricing: str | None = None) -> OnlineRun:
     status, message = run_status(rows)
     notes = tuple(pre.lines if pre else ()) + tuple(tracker.notes if tracker else ())
     s = summarise(rows, instance, tolerance=tolerance)
@@ -492,14 +519,14 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
     if notes:
         message += "; " + "; ".join(notes)
     s.update({"status": str(status), "success": status.success, "message": message, "notes": list(notes),
-              "V": vc.V if vc else float("nan"), "V_rule": vc.to_dict() if vc else None,
+              "V": shown_V(pol, vc), "V_rule": vc.to_dict() if vc and shown_V(pol, vc) == vc.V else None,
               "budget_tolerance": tolerance, "pricing": pricing,
               "tracker_binding_slots": tracker.binding if tracker else 0})
     if pre is not None:
         for k, b in enumerate(instance.budgets):
             s[f"preflight_cheapest_{b.name}"] = pre.cheapest_avg[k]
             s[f"attainable_{b.name}"] = pre.attainable[k]
-    return OnlineRun(rows, s, status, message, vc, notes)
+    return OnlineRun(rows, s, status, message, vc if s["V_rule"] else None, notes)
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:

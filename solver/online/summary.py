@@ -19,7 +19,8 @@ def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = No
     per budget `name`: avg_cost_<name>, limit_<name>, overshoot_<name> = (avg - limit)/limit
     (a fraction; negative = under budget), final_queue_<name>, bound_<name> = Q(T)/T (guarantee
     (a): avg / limit - 1 <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
-    With `tolerance` (a fraction): within_tolerance_<name> = overshoot <= tolerance. Rows of a
+    With `tolerance` (a fraction): within_tolerance_<name> = overshoot <= tolerance. The flags
+    are None when no slot ran (nothing was measured). Rows of a
     tracked run also give avg_cheapest_<name>, the slack plans' average charged cost.
     """
     ok = df[df["status"] != "infeasible"] if "status" in df else df
@@ -44,9 +45,9 @@ def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = No
         out[f"final_queue_{b.name}"] = qT
         bound = float(overshoot_bound([qT], H, [q0])[0]) if H else nan
         out[f"bound_{b.name}"] = bound
-        out[f"bound_ok_{b.name}"] = bool(H == 0 or avg / b.limit - 1.0 <= bound + 1e-9)
+        out[f"bound_ok_{b.name}"] = bool(avg / b.limit - 1.0 <= bound + 1e-9) if H else None
         if tolerance is not None:
-            out[f"within_tolerance_{b.name}"] = bool(H == 0 or out[f"overshoot_{b.name}"] <= tolerance + 1e-12)
+            out[f"within_tolerance_{b.name}"] = bool(out[f"overshoot_{b.name}"] <= tolerance + 1e-12) if H else None
         if f"cheapest_{b.name}" in ok:
             out[f"avg_cheapest_{b.name}"] = float(ok[f"cheapest_{b.name}"].mean()) if H else nan
     return out

@@ -5,6 +5,7 @@
   str are not numbers here).
 - V: a finite real number >= 0 (seconds of batch time weigh V against one budget's worth of
   cost); bool and str are rejected.
+- state: a SlotState (`instance.state(t)`), not the Instance itself.
 A wrong type raises TypeError, a wrong value ValueError; each message names the argument and
 the value.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +23,15 @@ from ..model.state import SlotState
 
 def _is_real(x: object) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def check_state(state: object) -> SlotState:
+    """state itself; TypeError unless a SlotState (an Instance is named: its slots are
+    `instance.state(t)`)."""
+    if not isinstance(state, SlotState):
+        hint = " (one slot of an Instance is instance.state(t))" if hasattr(state, "num_slots") else ""
+        raise TypeError(f"state: expected a SlotState{hint}, got {type(state).__name__}: {state!r:.80}")
+    return state
 
 
 def check_V(V: object) -> float:
@@ -41,7 +51,7 @@ def check_queues(state: SlotState, queues: Sequence[float] | None) -> np.ndarray
     names = ", ".join(b.name for b in state.budgets) or "none"
     if queues is None:
         return np.zeros(K)
-    if isinstance(queues, (str, bytes)) or not hasattr(queues, "__len__"):
+    if isinstance(queues, (str, bytes, Mapping)) or not hasattr(queues, "__len__"):
         raise TypeError(f"queues: expected None or a sequence of {K} numbers (one per budget: {names}), "
                         f"got {queues!r} ({type(queues).__name__})")
     if isinstance(queues, np.ndarray) and queues.ndim != 1:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field, replace
 
@@ -304,6 +305,28 @@ class SolveOptions:
     pause_gc: bool = True
     caps: tuple[float, ...] | None = None
     cap_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        def count(name: str, low: int, none_ok: bool = False) -> None:
+            x = getattr(self, name)
+            if none_ok and x is None:
+                return
+            if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < low:
+                raise ValueError(f"{name}: expected an integer >= {low}{' or None' if none_ok else ''}, got {x!r}")
+
+        def amount(name: str) -> None:
+            x = getattr(self, name)
+            if x is not None and (isinstance(x, bool) or not isinstance(x, numbers.Real) or not x >= 0
+                                  or math.isnan(x)):
+                raise ValueError(f"{name}: expected a number >= 0 or None, got {x!r}")
+
+        count("iterations_per_slot", 1)
+        count("max_groups", 1, none_ok=True)
+        count("frontier", 1)
+        amount("time_limit_s")
+        amount("max_structures")
+        if not isinstance(self.tuning, SearchTuning):
+            raise TypeError(f"tuning: expected a SearchTuning, got {type(self.tuning).__name__}")
 
 
 @dataclass(frozen=True)

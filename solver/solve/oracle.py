@@ -34,7 +34,7 @@ from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import frontier_cuts_all_levels, min_bottleneck_cuts
 from .incumbents import score_incumbents
-from .inputs import check_queues, check_V, infeasible_reason
+from .inputs import check_queues, check_state, check_V, infeasible_reason
 from .options import SearchTuning, SlotResult, SolveOptions
 from .oracle_certificate import certify
 from .oracle_cuts import busy_weights, egress_unweighed, frontier_entries, frontier_note
@@ -96,7 +96,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
     variants (SolveOptions.recompute)."""
     t0 = time.perf_counter()
     tune = tuning or SearchTuning()
-    Q = check_queues(state, queues)
+    Q = check_queues(check_state(state), queues)
     V = check_V(V)
     avail = list(state.available_indices)
     if len(avail) > MAX_DEVICES:
@@ -211,7 +211,8 @@ def _certified(sc: Scorer, avail: list[int], options_of, rescue_of, tune: Search
         return (f"exact for the model (per ordered group the exact time / cost frontier of cut sets at every share, "
                 f"certified that no cut set off it wins through the sync or migration, and {done} groupings the "
                 f"certificate did not clear scored with every cut set)")
-    return (f"{frontier_note(sc.state, sc.Q, sc.variants)}; not certified: {why}; {done} groupings scored with every "
+    return (f"{frontier_note(sc.state, sc.Q, sc.variants)}; the optimum over those cut sets, not certified for every "
+            f"cut set: {why}; {done} groupings scored with every "
             f"cut set, {len(left)} with the frontier and the earlier oracle's cut sets (GPipe frontier at every "
             f"GPipe memory level)")
 

@@ -238,7 +238,8 @@ class Scorer:
         if all(g.micro_batch in (None, self.u) for g in plan.groups):
             return self.cache.evaluation(plan)
         return evaluate(plan, self.state, [self.coeffs(g.devices, g.cuts, g.schedule, g.recompute,
-                                                       self.mb(g.micro_batch or self.u)) for g in plan.groups])
+                                                       self.mb(g.micro_batch or self.u)) for g in plan.groups],
+                        check=False)
 
     @property
     def symmetry(self) -> Symmetry:

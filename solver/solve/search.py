@@ -26,7 +26,7 @@ from .classes import applies, device_classes, solve_by_classes
 from .families import families, split_pipes
 from .gc_pause import paused
 from .incumbents import score_incumbents
-from .inputs import check_queues, check_V, infeasible_reason
+from .inputs import check_queues, check_state, check_V, infeasible_reason
 from .local import local_search, polish
 from .micro_batch import micro_batch_sizes, single_size, solve_by_micro_batch, with_micro_batch
 from .options import SlotResult, SolveOptions, deadline_of, past, screening, time_left
@@ -49,7 +49,10 @@ def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float =
     (to share cut DPs and evaluations with other solves of the same slot; a new one when None).
     Returns a SlotResult (status, message).
     """
+    check_state(state)
     opt = options or SolveOptions()
+    if not isinstance(opt, SolveOptions):
+        raise TypeError(f"options: expected a SolveOptions or None, got {type(opt).__name__}")
     with paused(opt.pause_gc):
         return _solve_slot(state, queues, V, previous_plan, opt, cache)
 

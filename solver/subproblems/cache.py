@@ -614,7 +614,7 @@ class SlotCache:
             u = self.state.workload.micro_batch
             coeffs = [self.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute) for g in plan.groups] \
                 if all(g.micro_batch in (None, u) for g in plan.groups) else None
-            ev = self._evaluations[plan] = evaluate(plan, self.state, coeffs)
+            ev = self._evaluations[plan] = evaluate(plan, self.state, coeffs, check=False)
         return ev
 
 

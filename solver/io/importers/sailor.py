@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 from ...errors import InstanceError
+from ..hardware import load_hardware
 from ..sailor import SAILOR_KINDS, load_json, read_sailor_profile
 from .grid import from_grid
 from .table import Imported, Times
@@ -82,6 +83,10 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     if unused:
         raise InstanceError(f"--kind: {', '.join(unused)}: no such GPU in {folder}; its GPUs: {', '.join(gpus)}")
     names = dict(SAILOR_KINDS, **(kinds or {}))
+    table = load_hardware()
+    unknown = [f"{g}={k}" for g, k in sorted((kinds or {}).items()) if k not in table]
+    kinds_note = [f"--kind {', '.join(unknown)}: not in the hardware table; an instance using this table declares "
+                  f"{'that kind' if len(unknown) == 1 else 'those kinds'} in its [[kinds]]"] if unknown else []
     wanted = None if gpu is None else names.get(gpu, gpu)
     variants: dict[tuple[str, int, int], Times] = {}
     steps: dict[tuple[str, int, int], tuple[float, ...]] = {}
@@ -90,7 +95,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     for t in degrees:
         prof = read_sailor_profile(root, model, t)
         profiles[t] = prof
-        notes += list(prof.notes)
+        notes += [n for n in prof.notes if gpu is None or n.startswith(str(folder / gpu))]
         for sailor_kind, by_mbs in prof.times.items():
             gpu_name = next((g for g, k in SAILOR_KINDS.items() if k == sailor_kind), sailor_kind)
             kind = names.get(gpu_name, sailor_kind)
@@ -106,7 +111,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
         if extra:
             notes.append(f"{prof_file.parent.name}: tp {', '.join(map(str, extra))} timed but llm_info.json has no "
                          f"bytes for {model} at that degree: not imported")
-    notes = _grouped(notes)
+    notes = _grouped(notes) + kinds_note
     notes.append("bytes as recorded in llm_info.json (4 bytes per float, an fp32 table; with optimizer_factor 4: "
                  "16 bytes of model state per parameter)")
     notes.append("optimizer-step seconds (Sailor's third figure per layer): opt_s:<kind> columns at the plain "
