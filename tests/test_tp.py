@@ -361,6 +361,10 @@ def test_tp_degrees_checked(tmp_path):
     inst = instance(tmp_path, FOUR)
     with pytest.raises(ValueError, match="tp_degrees: expected a non-empty sequence of integers >= 1"):
         solve_slot(inst.state(0), options=SolveOptions(tp_degrees=(0, 2)))
+    # a degree no server's pool of one kind can hold is said to be left out, not dropped unsaid
+    res = solve_slot(inst.state(0), V=1.0, options=SolveOptions(tp_degrees=(1, 2, 16)))
+    assert res.success and "tp degree 16: no server holds that many available devices of one kind" in res.message
+    assert "tp degree" not in solve_slot(inst.state(0), V=1.0, options=SolveOptions(tp_degrees=(1, 2))).message
 
 
 def test_llama_on_v100s_plans_with_tp(shared_data, tmp_path):

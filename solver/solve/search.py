@@ -34,8 +34,8 @@ from .orders import memory_order, nn_order
 from .oracle import solve_exact
 from .scoring import Scored, Scorer, slot_result
 from .sources import describe
-from .tp import (Descent, better, check_degrees, physical_result, search_configurations, tp_applies, tp_result,
-                 units_state)
+from .tp import (Descent, allowed_degrees, better, check_degrees, physical_result, search_configurations, tp_applies,
+                 tp_result, units_state)
 
 
 def solve_slot(state: SlotState, queues: Sequence[float] | None = (), V: float = 1.0, *,
@@ -79,7 +79,19 @@ def _solve_slot(state: SlotState, queues: Sequence[float] | None, V: float, prev
         return _with_classes(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
     if not tp_applies(state, opt.tp_degrees):
         return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
-    return _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
+    return _unfit_degrees(state, opt.tp_degrees,
+                          _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0))
+
+
+def _unfit_degrees(state: SlotState, degrees: Sequence[int], res: SlotResult) -> SlotResult:
+    """res, its message saying which asked-for TP degrees no server's pool of one kind can hold
+    in this slot (not tried, rather than dropped unsaid)."""
+    fit = {t for ts in allowed_degrees(state, degrees).values() for t in ts}
+    unfit = sorted({t for t in degrees if t > 1 and t not in fit})
+    if not unfit:
+        return res
+    return replace(res, message=f"{res.message}; tp degree {', '.join(map(str, unfit))}: no server holds that many "
+                                f"available devices of one kind in slot {state.t}, not tried")
 
 
 def _check_caps(state: SlotState, opt: SolveOptions) -> None:
