@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..io.data import default_instance
 from ..io.pipedream import DEFAULT_KIND
 from ..online.policies import POLICY_NAMES
+from .argtypes import parsed, positive_int, v_weight
 from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, plots_skipped, plotting_available, print_slots,
                      progress, slot_columns, summary_keys, table_text, with_units, write_atomic)
 
@@ -364,21 +365,10 @@ def _version() -> str:
         return "dynpar (version unknown: the package is not installed; pip install .)"
 
 
-def _parsed(text: str, cast, ok, expected: str):
-    """`cast(text)` when `ok` holds for it, else the one-line argparse error 'expected ..., got ...'."""
-    try:
-        v = cast(text)
-    except ValueError:
-        v = None
-    if v is None or not ok(v):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    return v
-
-
 def _tolerance(text: str) -> float | None:
     if text.strip().lower() in ("off", "none"):
         return None
-    return _parsed(text, float, lambda v: 0 <= v < 1, "a fraction in [0, 1) or 'off'")
+    return parsed(text, float, lambda v: 0 <= v < 1, "a fraction in [0, 1) or 'off'")
 
 
 def _preemption(text: str):
@@ -387,17 +377,9 @@ def _preemption(text: str):
     parts = text.split(":")
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    restart = _parsed(parts[0], float, lambda v: math.isfinite(v) and v >= 0, f"{expected}; restart seconds")
-    every = _parsed(parts[1], int, lambda v: v >= 1, f"{expected}; checkpoint interval")
+    restart = parsed(parts[0], float, lambda v: math.isfinite(v) and v >= 0, f"{expected}; restart seconds")
+    every = parsed(parts[1], int, lambda v: v >= 1, f"{expected}; checkpoint interval")
     return Preemption(restart, every)
-
-
-def _v_weight(text: str) -> float:
-    return _parsed(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
-
-
-def _positive_int(text: str) -> int:
-    return _parsed(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
 def _degrees(text: str) -> tuple[int, ...]:
@@ -483,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="online controller over an instance; per-slot table, CSV/JSON, plots")
     r.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
-    r.add_argument("--V", type=_v_weight, default=None, help=V_HELP + "; default: the scale-free rule "
+    r.add_argument("--V", type=v_weight, default=None, help=V_HELP + "; default: the scale-free rule "
                    "V = tolerance x slots / fastest batch time (docs/BUDGETS.md)")
     r.add_argument("--budget-tolerance", type=_tolerance, default=0.01, metavar="FRACTION",
                    help="keep every budget within (1 + FRACTION) of its limit over the run (default 0.01 = 1%%; "
@@ -516,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
     s.add_argument("instance")
     s.add_argument("--slot", type=int, required=True, help="0-based slot index")
-    s.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP + " (default 1)")
+    s.add_argument("--V", type=v_weight, default=1.0, help=V_HELP + " (default 1)")
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order, each a "
                                                 "backlog >= 0 in budgets (default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
@@ -530,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="every policy side by side (table + plot)")
     c.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
-    c.add_argument("--V", type=_v_weight, default=1.0, help=V_HELP + " (default 1)")
+    c.add_argument("--V", type=v_weight, default=1.0, help=V_HELP + " (default 1)")
     c.add_argument("--policies", default=None, help="comma-separated subset of the policies (default all)")
     c.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/ (default results)")
     c.add_argument("--slots", type=int, help="only the first SLOTS slots (default all)")
@@ -551,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("-o", "--out", "--output", dest="out",
                    help="output CSV (default: <profile name>.csv in the current folder)")
     i.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    i.add_argument("--minibatch", type=_positive_int, help="pipedream/dapple: the profiled minibatch (default: from "
+    i.add_argument("--minibatch", type=positive_int, help="pipedream/dapple: the profiled minibatch (default: from "
                    "the graph, the file name's pbs-N or the folder); sailor/metis: the micro-batch size of the plain "
                    "columns (default: the smallest profiled)")
     i.add_argument("--kind", help=f"pipedream/dapple: the kind the profile was measured on (default {DEFAULT_KIND}); "

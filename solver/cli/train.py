@@ -14,17 +14,24 @@
 Spawns one process per device on this machine, or, under torchrun, is one of its ranks
 (the device from --device-map and LOCAL_RANK: solver.runtime.binding). Writes slots.csv
 and summary.json (like `dynpar run`, plus measured columns) and checkpoints in DIR; the
-same command again resumes from the newest checkpoint.
+same command again resumes from the newest checkpoint. Every option is checked (train_config)
+before any process starts or any file is written: a bad value is one line naming the flag,
+exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import DynparError
+from ..online.policies import POLICY_NAMES
+from .argtypes import parsed, positive_int, v_weight
+from .output import UsageError
 
 
 def _torch() -> None:
@@ -95,24 +102,125 @@ def _kill(text: str | None) -> tuple[str, int] | None:
     return dev, int(step)
 
 
+def _count(text: str) -> int:
+    """--checkpoint-every: an integer >= 0 (argparse type)."""
+    return parsed(text, int, lambda v: v >= 0, "an integer >= 0 (0: after re-plans only)")
+
+
+def _seconds(text: str) -> float:
+    """--timeout: finite seconds, at least a millisecond (the collectives' timeout is whole ms)."""
+    return parsed(text, float, lambda v: math.isfinite(v) and 0.001 <= v <= 1e9,
+                   "a finite number of seconds in [0.001, 1e9]")
+
+
+def _core_fraction(text: str) -> float:
+    """profile --cpu-quota: a fraction of a core in [0.01, 64] (runtime.cpuquota)."""
+    return parsed(text, float, lambda v: 0.01 <= v <= 64, "a fraction of a core in [0.01, 64]")
+
+
+def _kind(text: str) -> str:
+    return parsed(text, str.strip, lambda v: v != "" and "," not in v, "a device kind name")
+
+
+def _check_model(ref: str) -> None:
+    """--model MODULE:FACTORY: MODULE imports here and FACTORY is a callable of it (UsageError
+    otherwise). The factory is not called: the workers build the model."""
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name.strip() or not attr.strip():
+        raise UsageError(f"--model: expected MODULE:FACTORY, got {ref!r}")
+    try:
+        module = importlib.import_module(mod_name.strip())
+    except Exception as e:  # ImportError, or the module's own error while importing
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise UsageError(f"--model: expected MODULE:FACTORY with an importable MODULE, got {ref!r} "
+                         f"(cannot import {mod_name.strip()!r}: {why})") from None
+    if not callable(getattr(module, attr.strip(), None)):
+        raise UsageError(f"--model: expected MODULE:FACTORY with FACTORY a callable of MODULE, got {ref!r} "
+                         f"(module {mod_name.strip()!r} has no callable {attr.strip()!r})")
+
+
+def _known(flag: str, given: Any, names: list[str], inst_name: str, text: str) -> None:
+    """UsageError naming `flag` and its value unless every device in `given` is in `names`."""
+    bad = [n for n in dict.fromkeys(given) if n not in names]
+    if bad:
+        raise UsageError(f"{flag}: no device {', '.join(map(repr, bad))} in instance {inst_name!r} (devices: "
+                         f"{', '.join(names)}), got {text!r}")
+
+
+def _run_devices(text: str, names: list[str], inst_name: str) -> list[str] | None:
+    """--devices a,b: device names of the instance, each once (None: all)."""
+    if not text.strip():
+        return None
+    wanted = [p.strip() for p in text.split(",")]
+    if "" in wanted:
+        raise UsageError(f"--devices: expected comma-separated device names, got {text!r}")
+    _known("--devices", wanted, names, inst_name, text)
+    twice = sorted({n for n in wanted if wanted.count(n) > 1})
+    if twice:
+        raise UsageError(f"--devices: device(s) {', '.join(map(repr, twice))} named twice, got {text!r}")
+    return wanted
+
+
+def _folder(flag: str, path: str | None) -> None:
+    if path and Path(path).exists() and not Path(path).is_dir():
+        raise UsageError(f"{flag}: expected a folder, got {path!r} (a file)")
+
+
+def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | None]:
+    """Every option of `dynpar train` checked against the instance before any process starts or
+    any file is written (UsageError, exit status 2, naming the flag and its value); returns the
+    job's TrainConfig and the devices named by --devices (None: all)."""
+    from ..runtime import cpuquota
+    from ..runtime.binding import parse_map
+    from ..runtime.spec import SpecError
+    from ..runtime.trainer import TrainConfig
+    names = [d.name for d in inst.devices]
+    if args.steps < 1:
+        raise UsageError(f"--steps: expected an integer >= 1, got {args.steps}")
+    per_slot = args.iterations_per_slot if args.iterations_per_slot is not None else inst.iterations_per_slot or 10
+    if per_slot < 1:
+        raise UsageError(f"--iterations-per-slot: expected an integer >= 1, got {per_slot}")
+    if args.steps > inst.num_slots * per_slot:
+        raise UsageError(f"--steps: expected <= num_slots * iterations_per_slot = {inst.num_slots} * {per_slot} = "
+                         f"{inst.num_slots * per_slot} (instance {inst.name!r}), got {args.steps}")
+    _check_model(args.model)
+    _folder("--checkpoint-dir", args.checkpoint_dir)
+    _folder("--out", args.out)
+    devices = _run_devices(args.devices, names, inst.name)
+    repeat = _pairs(args.repeat, "--repeat")
+    _known("--repeat", repeat, names, inst.name, args.repeat)
+    quota, pin = _fractions(args.cpu_quota, "--cpu-quota"), _cores(args.cpu_pin)
+    _known("--cpu-quota", quota, names, inst.name, args.cpu_quota)
+    _known("--cpu-pin", pin, names, inst.name, args.cpu_pin)
+    try:        # a pin without a quota, a core this machine lacks
+        cpuquota.check(quota, pin, names)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    kill = _kill(args.kill_at)
+    if kill is not None:
+        _known("--kill-at", [kill[0]], names, inst.name, args.kill_at)
+        if kill[1] >= args.steps:
+            raise UsageError(f"--kill-at: expected DEVICE:STEP with STEP < --steps {args.steps} (else the drill "
+                             f"never fires), got {args.kill_at!r}")
+    try:
+        dmap = parse_map(args.device_map)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    _known("--device-map", dmap.values(), names, inst.name, args.device_map)
+    cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, per_slot, args.checkpoint_every, args.V,
+                      args.policy, args.out, repeat, kill, args.timeout, args.engine, accelerator=args.accelerator,
+                      cpu_quota=quota, cpu_pin=pin, contention=_contention(args.contention))
+    return cfg, devices
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     _torch()
     from ..io.instance import load_instance
-    from ..runtime.trainer import TrainConfig
     inst = load_instance(args.instance)
-    if args.steps < 1:
-        raise ValueError(f"--steps: expected >= 1, got {args.steps}")
-    per_slot = args.iterations_per_slot if args.iterations_per_slot is not None else inst.iterations_per_slot or 10
-    if per_slot < 1:
-        raise ValueError(f"--iterations-per-slot: expected >= 1, got {args.iterations_per_slot}")
-    if args.iterations_per_slot is not None and inst.iterations_per_slot not in (None, per_slot):
-        print(f"note: --iterations-per-slot {per_slot} replaces the instance's [train] iterations_per_slot = "
-              f"{inst.iterations_per_slot}", file=sys.stderr)
-    cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, per_slot,
-                      args.checkpoint_every, args.V, args.policy, args.out,
-                      _pairs(args.repeat, "--repeat"), _kill(args.kill_at), args.timeout, args.engine,
-                      accelerator=args.accelerator, cpu_quota=_fractions(args.cpu_quota, "--cpu-quota"),
-                      cpu_pin=_cores(args.cpu_pin), contention=_contention(args.contention))
+    cfg, devices = train_config(args, inst)      # nothing started or written before this
+    if args.iterations_per_slot is not None and inst.iterations_per_slot not in (None, cfg.iterations_per_slot):
+        print(f"note: --iterations-per-slot {cfg.iterations_per_slot} replaces the instance's [train] "
+              f"iterations_per_slot = {inst.iterations_per_slot}", file=sys.stderr)
     out = Path(args.out or args.checkpoint_dir)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
@@ -123,7 +231,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"wrote {out / 'slots.csv'}, {out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
         return 0
     from ..runtime.launch import launch
-    ran = launch(inst, cfg, args.devices.split(",") if args.devices else None)
+    ran = launch(inst, cfg, devices)
     print(f"trained {args.steps} iterations on {', '.join(ran)}; wrote {out / 'slots.csv'}, "
           f"{out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
     return 0
@@ -144,6 +252,7 @@ def _degrees(text: str | None) -> tuple[int, ...]:
 def cmd_profile(args: argparse.Namespace) -> int:
     _torch()
     import torch
+    _check_model(args.model)
     args.tp_degrees = _degrees(args.tp_degrees)
     if args.accelerator == "cuda" and (args.tp_degrees or args.cpu_quota is not None):
         raise ValueError("--accelerator cuda: --tp-degrees and --cpu-quota time CPU processes; profile them "
@@ -233,12 +342,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register `train` and `profile` on the dynpar subcommand parser."""
     p = sub.add_parser("profile", help="measure a torch model's blocks on this device -> layer table CSV (torch extra)")
     p.add_argument("model", help="MODULE:FACTORY returning a solver.runtime.TrainSpec")
-    p.add_argument("--kind", required=True, help="device kind the seconds belong to (an instance's [[kinds]] or hardware kind)")
-    p.add_argument("--batch", type=int, default=32, help="global batch B written into the table (32)")
-    p.add_argument("--micro-batch", type=int, default=4, help="micro-batch u: samples per timed pass (4)")
-    p.add_argument("--repeats", type=int, default=5, help="timed passes per block, median taken (5)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads while timing (1, as dynpar train)")
-    p.add_argument("--cpu-quota", type=float, default=None,
+    p.add_argument("--kind", required=True, type=_kind,
+                   help="device kind the seconds belong to (an instance's [[kinds]] or hardware kind)")
+    p.add_argument("--batch", type=positive_int, default=32, help="global batch B written into the table (32)")
+    p.add_argument("--micro-batch", type=positive_int, default=4, help="micro-batch u: samples per timed pass (4)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed passes per block, median taken (5)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads while timing (1, as dynpar train)")
+    p.add_argument("--cpu-quota", type=_core_fraction, default=None,
                    help="time inside a CPU quota of this fraction of a core, raised weight (runtime.cpuquota)")
     p.add_argument("--tp-degrees", default="",
                    help="also measure one rank's shard at these tensor-parallel degrees, e.g. 1,2,4 (written as "
@@ -257,14 +367,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("train", help="train a torch model with the online controller in the loop (torch extra)")
     t.add_argument("instance", help="instance TOML: devices, traces, budgets, the workload's layer table")
     t.add_argument("--model", required=True, help="MODULE:FACTORY returning a solver.runtime.TrainSpec")
-    t.add_argument("--steps", type=int, required=True, help="training iterations in all")
+    t.add_argument("--steps", type=positive_int, required=True, help="training iterations in all")
     t.add_argument("--checkpoint-dir", required=True, help="checkpoint folder; resumed from when present")
-    t.add_argument("--iterations-per-slot", type=int, default=None,
+    t.add_argument("--iterations-per-slot", type=positive_int, default=None,
                    help="iterations between controller decisions (default: the instance's [train] "
                         "iterations_per_slot, else 10)")
-    t.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: after re-plans only)")
-    t.add_argument("--V", type=float, default=1.0, help="drift-plus-penalty weight (1)")
-    t.add_argument("--policy", default="ours", help="a `dynpar run` policy (ours)")
+    t.add_argument("--checkpoint-every", type=_count, default=0,
+                   help="iterations between checkpoints, >= 0 (0: after re-plans only)")
+    t.add_argument("--V", type=v_weight, default=1.0, help="drift-plus-penalty weight, a finite number >= 0 (1)")
+    t.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
+                   help=f"a `dynpar run` policy: {' | '.join(POLICY_NAMES)} (ours)")
     t.add_argument("--devices", default="", help="comma-separated device names to run (default: all)")
     t.add_argument("--device-map", default="", help="under torchrun: NODE:LOCAL_RANK=DEVICE,... (runtime.binding)")
     t.add_argument("--node", default=None, help="this node's name in --device-map (default $DYNPAR_NODE or host name)")
@@ -279,7 +391,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "on its node (runtime.speeds; default 1, learned once a device ran alone and at K)")
     t.add_argument("--kill-at", default=None, help="failure drill DEVICE:STEP: that process kills itself (SIGKILL)")
     t.add_argument("--out", default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
-    t.add_argument("--timeout", type=float, default=60.0, help="collective timeout, seconds (60)")
+    t.add_argument("--timeout", type=_seconds, default=60.0, help="collective timeout, seconds in [0.001, 1e9] (60)")
     t.add_argument("--engine", choices=("torch", "hand"), default="torch",
                    help="torch: multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe (torch)")
     t.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",

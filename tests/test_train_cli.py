@@ -1,0 +1,186 @@
+"""`dynpar train` and `dynpar profile` check every option before any worker process starts or
+any file is written: a bad value is one line naming the flag and the value, exit status 2.
+No test here starts a worker: the launcher and the worker entry are replaced by stubs that
+fail the test if reached (or record what they were given)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from solver.cli import main  # noqa: E402
+from tests.test_train import write_instance  # noqa: E402
+
+pytestmark = pytest.mark.torch
+MODEL = "solver.runtime.examples:mlp64"
+
+
+def _rc(argv: list[str]) -> int:
+    """main's exit status, argparse's own (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code)
+
+
+@pytest.fixture
+def no_workers(monkeypatch):
+    """launch and train_worker stubbed: a call fails the test (validation must come first)."""
+    import solver.runtime.launch as launch_mod
+    import solver.runtime.trainer as trainer_mod
+
+    def refuse(*a, **k):
+        raise AssertionError("a worker was started before the options were checked")
+    monkeypatch.setattr(launch_mod, "launch", refuse)
+    monkeypatch.setattr(trainer_mod, "train_worker", refuse)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+@pytest.fixture
+def inst(tmp_path: Path) -> Path:
+    return write_instance(tmp_path, recorded=True)   # 4 devices p0..p3 of kind cpu, 3 slots
+
+
+def _train(inst: Path, ck: Path, *extra: str) -> int:
+    return _rc(["train", str(inst), "--model", MODEL, "--steps", "8", "--iterations-per-slot", "4",
+                "--checkpoint-dir", str(ck), *extra])
+
+
+BAD_TRAIN = [
+    # (extra arguments, the flag named, the value named)
+    (["--policy", "foo"], "--policy", "'foo'"),
+    (["--V", "-1"], "--V", "'-1'"),
+    (["--V", "nan"], "--V", "'nan'"),
+    (["--V", "inf"], "--V", "'inf'"),
+    (["--timeout", "0"], "--timeout", "'0'"),
+    (["--timeout", "-1"], "--timeout", "'-1'"),
+    (["--timeout", "nan"], "--timeout", "'nan'"),
+    (["--timeout", "inf"], "--timeout", "'inf'"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every", "'-1'"),
+    (["--checkpoint-every", "x"], "--checkpoint-every", "'x'"),
+    (["--steps", "0"], "--steps", "'0'"),
+    (["--steps", "13"], "--steps", "13"),                     # > 3 slots * 4 iterations
+    (["--iterations-per-slot", "0"], "--iterations-per-slot", "'0'"),
+    (["--model", "no_such_module_xyz:f"], "--model", "'no_such_module_xyz:f'"),
+    (["--model", "solver.runtime.examples:no_such_factory"], "--model", "no_such_factory"),
+    (["--model", "solver.runtime.examples"], "--model", "'solver.runtime.examples'"),
+    (["--devices", "p0,p9"], "--devices", "'p0,p9'"),
+    (["--devices", "p0,p0"], "--devices", "'p0,p0'"),
+    (["--devices", "p0,,p1"], "--devices", "'p0,,p1'"),
+    (["--repeat", "p9=2"], "--repeat", "'p9=2'"),
+    (["--repeat", "p0=0"], "--repeat", "'p0=0'"),
+    (["--cpu-quota", "p0=half"], "--cpu-quota", "'p0=half'"),
+    (["--cpu-quota", "p9=1"], "--cpu-quota", "'p9=1'"),
+    (["--cpu-quota", "p0=0"], "--cpu-quota", "'p0=0'"),
+    (["--cpu-quota", "p0=1", "--cpu-pin", "p0=-1"], "--cpu-pin", "'p0=-1'"),
+    (["--cpu-quota", "p0=1", "--cpu-pin", "p1=0"], "--cpu-pin", "['p1']"),
+    (["--cpu-quota", "p0=1", "--cpu-pin", "p0=99999"], "--cpu-pin", "99999"),
+    (["--contention", "1=2"], "--contention", "'1=2'"),
+    (["--contention", "2=x"], "--contention", "'2=x'"),
+    (["--kill-at", "p0"], "--kill-at", "'p0'"),
+    (["--kill-at", "p9:3"], "--kill-at", "'p9:3'"),
+    (["--kill-at", "p0:8"], "--kill-at", "'p0:8'"),            # never fires: --steps 8
+    (["--device-map", "0p0"], "--device-map", "'0p0'"),
+    (["--device-map", "0=p9"], "--device-map", "'0=p9'"),
+    (["--engine", "jax"], "--engine", "'jax'"),
+]
+
+
+@pytest.mark.parametrize("extra,flag,value", BAD_TRAIN, ids=[" ".join(b[0]) for b in BAD_TRAIN])
+def test_train_bad_option_exits_2_before_any_worker_or_file(inst: Path, tmp_path: Path, capsys, no_workers,
+                                                             extra: list[str], flag: str, value: str) -> None:
+    ck = tmp_path / "ck"
+    assert _train(inst, ck, *extra) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dynpar: error: "), err
+    assert flag in lines[0] and value in lines[0], err
+    assert "gloo" not in err and "Traceback" not in err
+    assert not ck.exists()
+
+
+def test_train_out_and_checkpoint_dir_must_be_folders(inst: Path, tmp_path: Path, capsys, no_workers) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert _train(inst, a_file) == 2
+    assert "--checkpoint-dir: expected a folder" in capsys.readouterr().err
+    assert _train(inst, tmp_path / "ck", "--out", str(a_file)) == 2
+    assert "--out: expected a folder" in capsys.readouterr().err
+    assert not (tmp_path / "ck").exists() and a_file.read_text() == "x"
+
+
+def test_train_under_torchrun_checks_before_the_worker(inst: Path, tmp_path: Path, capsys, no_workers,
+                                                       monkeypatch) -> None:
+    """A process torchrun started is itself a rank: a bad option exits 2 before train_worker."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert _train(inst, tmp_path / "ck", "--device-map", "0=p0,1=nope") == 2
+    assert "--device-map: no device 'nope'" in capsys.readouterr().err
+    assert _train(inst, tmp_path / "ck", "--timeout", "0") == 2
+    assert "argument --timeout" in capsys.readouterr().err
+    assert not (tmp_path / "ck").exists()
+
+
+def test_train_good_options_reach_the_launcher_parsed(inst: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Valid values pass the checks unchanged (the launcher stubbed: nothing spawned); a negative
+    value after its flag is its value, and --kill-at may name a device not in --devices (a
+    device recorded lost, on resume)."""
+    import solver.runtime.launch as launch_mod
+    got = {}
+
+    def fake(instance, cfg, devices):
+        got.update(cfg=cfg, devices=devices)
+        return devices or [d.name for d in instance.devices]
+    monkeypatch.setattr(launch_mod, "launch", fake)
+    monkeypatch.delenv("RANK", raising=False)
+    ck = tmp_path / "ck"
+    assert _train(inst, ck, "--V", "0", "--policy", "even-dp", "--timeout", "0.5", "--checkpoint-every", "0",
+                  "--devices", "p0, p2", "--repeat", "p2=2", "--kill-at", "p1:7", "--contention", "2=0.5",
+                  "--device-map", "0=p0,1=p2") == 0
+    cfg = got["cfg"]
+    assert got["devices"] == ["p0", "p2"]
+    assert (cfg.V, cfg.policy, cfg.timeout_s, cfg.checkpoint_every) == (0.0, "even-dp", 0.5, 0)
+    assert (cfg.steps, cfg.iterations_per_slot, cfg.repeat, cfg.kill) == (8, 4, {"p2": 2}, ("p1", 7))
+    assert cfg.contention == {2: 0.5}
+    assert "trained 8 iterations on p0, p2" in capsys.readouterr().out
+
+
+BAD_PROFILE = [
+    (["--batch", "0"], "--batch", "'0'"),
+    (["--micro-batch", "-1"], "--micro-batch", "'-1'"),
+    (["--batch", "30", "--micro-batch", "4"], "--batch / --micro-batch", "30 / 4"),
+    (["--repeats", "0"], "--repeats", "'0'"),
+    (["--threads", "0"], "--threads", "'0'"),
+    (["--cpu-quota", "0"], "--cpu-quota", "'0'"),
+    (["--cpu-quota", "nan"], "--cpu-quota", "'nan'"),
+    (["--kind", " "], "--kind", "' '"),
+    (["--tp-degrees", "2,x"], "--tp-degrees", "'x'"),
+]
+
+
+@pytest.mark.parametrize("extra,flag,value", BAD_PROFILE, ids=[" ".join(b[0]) for b in BAD_PROFILE])
+def test_profile_bad_option_exits_2_before_any_timing(tmp_path: Path, capsys, monkeypatch,
+                                                      extra: list[str], flag: str, value: str) -> None:
+    import solver.cli.train as train_mod
+
+    def refuse(*a, **k):
+        raise AssertionError("profiled before the options were checked")
+    monkeypatch.setattr(train_mod, "_profile", refuse)
+    out = tmp_path / "p.csv"
+    assert _rc(["profile", MODEL, "--kind", "cpu", "-o", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and value in lines[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("model", ["no_such_module_xyz:f", "solver.runtime.examples:no_such_factory", "nocolon"])
+def test_profile_bad_model_exits_2(tmp_path: Path, capsys, model: str) -> None:
+    out = tmp_path / "p.csv"
+    assert _rc(["profile", model, "--kind", "cpu", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dynpar: error: --model: ") and repr(model) in err and not out.exists()
