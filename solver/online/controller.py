@@ -288,7 +288,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                                           f" ({d.message or 'no reason given'})")
             if tracker is not None:
                 extra.update({f"cheapest_{b.name}": float("nan") for b in instance.budgets}, tracker="")
-            row = _row(t, name, shown_V(pol, vc), state, d, None, Q, Q, float("nan"), cs.rows[-1] if cs.rows else None, extra)
+            row = _row(t, name, shown_V(pol, vc), state, d, None, Q, Q, float("nan"),
+                       cs.rows[-1] if cs.rows else None, extra)
             Qn = Q
         else:
             ch = charge(d.plan)
@@ -315,8 +316,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                               for k, b in enumerate(instance.budgets)}, tracker=tr.how)
             Qn = update_queues(Q, ch.costs, limits)
             excess = [float(e + c / lim - 1.0) for e, c, lim in zip(excess, ch.costs, limits)]
-            row = _row(t, name, shown_V(pol, vc), state, d, ch, Q, Qn, ch.objective(W, Vt), cs.rows[-1] if cs.rows else None,
-                       extra)
+            row = _row(t, name, shown_V(pol, vc), state, d, ch, Q, Qn, ch.objective(W, Vt),
+                       cs.rows[-1] if cs.rows else None, extra)
             prev = d.plan
         cs.rows.append(row)
         cs.next_slot, cs.queues, cs.previous_plan, cs.policy_state = t + 1, Qn, prev, pol.state_dict()
@@ -518,15 +519,17 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
         message += "; average cost vs limit: " + ", ".join(over)
     if notes:
         message += "; " + "; ".join(notes)
+    V = shown_V(pol, vc)
+    ruled = vc is not None and V == vc.V     # the rule's V is the one in force (not v-inf / v-zero's)
     s.update({"status": str(status), "success": status.success, "message": message, "notes": list(notes),
-              "V": shown_V(pol, vc), "V_rule": vc.to_dict() if vc and shown_V(pol, vc) == vc.V else None,
+              "V": V, "V_rule": vc.to_dict() if ruled else None,
               "budget_tolerance": tolerance, "pricing": pricing,
               "tracker_binding_slots": tracker.binding if tracker else 0})
     if pre is not None:
         for k, b in enumerate(instance.budgets):
             s[f"preflight_cheapest_{b.name}"] = pre.cheapest_avg[k]
             s[f"attainable_{b.name}"] = pre.attainable[k]
-    return OnlineRun(rows, s, status, message, vc if s["V_rule"] else None, notes)
+    return OnlineRun(rows, s, status, message, vc if ruled else None, notes)
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:

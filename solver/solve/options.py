@@ -285,7 +285,9 @@ class SolveOptions:
     included) a plan may use before its objective pays cap_weight (objective units) per budget's
     worth above it: the budget tracker's search for a plan within its allowance (online.tracking),
     whose plans the weights' searches alone reach only on the hull of the slot's frontier (None:
-    no caps; the search's bounds stay valid, since the penalty is never negative)."""
+    no caps; the search's bounds stay valid, since the penalty is never negative). Counts and
+    limits are checked when built (ValueError naming the field: iterations_per_slot, frontier
+    and max_groups integers >= 1, time_limit_s and max_structures numbers >= 0 or None)."""
 
     exact: bool = False
     max_groups: int | None = None
