@@ -191,6 +191,12 @@ def test_sailor_one_gpu_file(tmp_path):
     root = sailor_root(tmp_path)
     imp = import_any("sailor", root / "profiles" / "Toy" / "A100-40" / "profile.json")
     assert imp.kinds == ["A100-SXM4-40GB"] and imp.micro_batch == 1
+    assert not any("GH-96" in n for n in imp.notes)     # another GPU's skipped file is not this import's news
+    # a GPU mapped to a kind the hardware table lacks: imported under that name, and said so
+    imp = import_any("sailor", root / "profiles" / "Toy", kind="A100-40=MyGPU")
+    assert "MyGPU" in imp.kinds
+    assert any("--kind A100-40=MyGPU: not in the hardware table" in n for n in imp.notes)
+    assert not any("hardware table" in n for n in import_any("sailor", root / "profiles" / "Toy").notes)
 
 
 @pytest.mark.parametrize("model", ["GPT-Neo-2.7", "LLAMA-3-8"])
