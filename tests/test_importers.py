@@ -4,6 +4,7 @@ layer table, and `dynpar import-profile --format ...`."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -193,9 +194,10 @@ def test_sailor_one_gpu_file(tmp_path):
     assert imp.kinds == ["A100-SXM4-40GB"] and imp.micro_batch == 1
     assert not any("GH-96" in n for n in imp.notes)     # another GPU's skipped file is not this import's news
     # a GPU mapped to a kind the hardware table lacks: imported under that name, and said so
-    imp = import_any("sailor", root / "profiles" / "Toy", kind="A100-40=MyGPU")
+    shutil.copytree(root / "profiles" / "Toy" / "A100-40", root / "profiles" / "Toy" / "V100-16")
+    imp = import_any("sailor", root / "profiles" / "Toy", kind="V100-16=MyGPU")
     assert "MyGPU" in imp.kinds
-    assert any("--kind A100-40=MyGPU: not in the hardware table" in n for n in imp.notes)
+    assert any("--kind V100-16=MyGPU: not in the hardware table" in n for n in imp.notes)
     assert not any("hardware table" in n for n in import_any("sailor", root / "profiles" / "Toy").notes)
 
 
