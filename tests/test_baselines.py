@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from solver import baselines
@@ -103,3 +104,15 @@ def test_single_holder_cost_floor_is_below_its_evaluation(seed, n, q):
         c_lo, t_lo = floor[(d,)]
         assert t_lo <= ev.batch_time * (1 + 1e-12)
         assert c_lo <= float(np.dot(w, ev.costs)) * (1 + 1e-12) + 1e-300
+
+
+def test_baselines_name_a_state_that_is_not_one():
+    """Every baseline is given one slot's SlotState; anything else (a name, the Instance) is a
+    TypeError naming the baseline and what it got, not an AttributeError from inside."""
+    from solver.io.synthetic import random_instance
+    inst = random_instance(2, n=3, L=4, slots=2)
+    for f in (baselines.even_dp, baselines.lb_bsp, baselines.gpipe, baselines.dapple, baselines.pipedream,
+              baselines.hetpipe):
+        for bad, kind in (("x", "str"), (inst, "Instance")):
+            with pytest.raises(TypeError, match=f"{f.__name__}: expected a SlotState .*got {kind}"):
+                f(bad)

@@ -51,11 +51,14 @@ Cutter = Callable[[Sequence[int], int], tuple[int, ...] | None]
 
 def _memo(f: Callable[..., Plan | None]) -> Callable[..., Plan | None]:
     """Keep a baseline's plan in the caller's SlotCache (`cache.baselines`), so that it is
-    built once per state however many solves of that state ask for it."""
+    built once per state however many solves of that state ask for it; a state that is not a
+    SlotState is a TypeError naming what it is."""
     name = f.__name__
 
     @functools.wraps(f)
     def built(state: SlotState, *args, cache: SlotCache | None = None, **kw) -> Plan | None:
+        if not isinstance(state, SlotState):
+            raise TypeError(f"{name}: expected a SlotState (instance.state(t)), got {type(state).__name__}")
         if cache is None or args or kw:
             return f(state, *args, cache=cache, **kw)
         cache.check(state)
