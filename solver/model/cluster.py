@@ -1,6 +1,8 @@
 """Static facts of the cluster: devices (FLOP/s, bytes, watts, USD/s) and the budgets."""
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 BUDGET_KINDS = ("money", "energy", "device_energy")
@@ -38,3 +40,8 @@ class Budget:
     kind: str
     limit: float
     device: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, numbers.Real) \
+                or not (math.isfinite(self.limit) and self.limit > 0):
+            raise ValueError(f"budget {self.name!r}: limit: expected a finite number > 0, got {self.limit!r}")

@@ -319,6 +319,10 @@ def calibrate_budgets(instance: Instance, frac: float = 0.5, slots: Sequence[int
         raise ValueError(f"calibrate_budgets: no slot of {instance.name!r} has a plan")
     lo, hi = np.mean(cheap, axis=0), np.mean(fast, axis=0)
     lim = lo + frac * (hi - lo)
+    for k, b in enumerate(instance.budgets):
+        if not lim[k] > 0:
+            raise ValueError(f"calibrate_budgets: frac={frac!r} puts budget {b.name!r}'s limit at {lim[k]:.6g} "
+                             f"(cheapest {lo[k]:.6g}, fastest {hi[k]:.6g}); expected a limit > 0")
     budgets = tuple(dc_replace(b, limit=float(x)) for b, x in zip(instance.budgets, lim))
     return dc_replace(instance, budgets=budgets)
 

@@ -26,15 +26,24 @@ follows: a candidate (the cheapest plan from the previous one, V = 0 with migrat
 among them) is taken when, kept for the rest of the run at its own cost per iteration, it ends
 every budget within the allowance (y_k + R ybar_k <= a_k with ybar_k <= 0, R the slots left):
 a move whose migration is paid once and repaid later, which the per-slot test cannot see.
-When none passes either, it keeps the drift-plus-penalty plan and says so in the row (the
-queues go on pushing the costs down, and guarantee (a) still bounds the overshoot).
+When none passes either, the budgets the slack plan keeps within their allowance are kept: among
+the candidates within the allowance of each such budget (the slack plan is one), the least slot
+objective (row: `no admissible plan: within the allowance of the budgets the slack plan keeps
+(...)`); a budget the slack plan itself breaks is left to its queue from this slot on (the
+controller's note names it).
+Only without a slack plan, or where it breaks every attainable budget, does the tracker keep the
+drift-plus-penalty plan, and it says so in the row (the queues go on pushing the costs down, and
+guarantee (a) still bounds the overshoot).
 
 Guarantee (c). If in every slot the slack plan x0 is admissible, as it is whenever
 c_k(x0) <= Cbar_k for every budget (charged, migration included), then E_k <= eps * H after
 every slot, so the average overshoot
 over the executed slots is at most eps * H / H_exec (= eps when no slot is skipped).
 Proof by induction: E_k <= eps * H makes a_k >= 0 >= y_k(x0), so x0 is admissible, and the
-tracker only accepts admissible plans. Guarantee (a) is untouched: the queues follow the same
+tracker only accepts admissible plans. Per budget: if x0 keeps budget k within its allowance in
+every slot (c_k(x0) <= Cbar_k is enough), E_k <= eps * H after every slot even where x0 breaks
+another budget, unless the investment test takes a plan there (one that repays within the run
+if kept): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the queues follow the same
 law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
 
 Unattainable budgets (the documented rule). The pre-flight check (`preflight`) compares each
@@ -176,10 +185,15 @@ class Tracker:
         """y_k = c_k / Cbar_k - 1."""
         return np.asarray(costs, dtype=float) / np.asarray(self.limits, dtype=float) - 1.0
 
-    def violations(self, costs: Sequence[float]) -> tuple[float, float]:
-        """(attainable budgets' total excess over their allowance, unattainable ones')."""
+    def over(self, costs: Sequence[float]) -> np.ndarray:
+        """Per budget, the excess of y_k over the allowance a_k (budgets' worth; 0 within it)."""
         over = np.maximum(self.use(costs) - self.allowance(), 0.0)
         over[over < 1e-12] = 0.0
+        return over
+
+    def violations(self, costs: Sequence[float]) -> tuple[float, float]:
+        """(attainable budgets' total excess over their allowance, unattainable ones')."""
+        over = self.over(costs)
         att = np.asarray(self.attainable, dtype=bool)
         return float(over[att].sum()), float(over[~att].sum())
 
@@ -323,6 +337,12 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
         if res.plan is not None:
             cands.append((res.plan, charge(res.plan), "cheapest from the previous plan"))
         ok = [(p, c, f"investment: {how}") for p, c, how in cands if tracker.repaid(c, remaining)]
+    if not ok and slack is not None:
+        # the budgets the slack plan keeps within their allowance are kept (guarantee (c) per budget)
+        keep = (tracker.over(charge(slack).costs) == 0.0) & np.asarray(tracker.attainable, dtype=bool)
+        if keep.any():
+            ok = [(p, c, f"no admissible plan: within the allowance of the budgets the slack plan keeps ({how})")
+                  for p, c, how in cands if not tracker.over(c.costs)[keep].any()]
     if not ok:   # nothing keeps the attainable budgets: the drift-plus-penalty plan, said so
         return Tracked(plan, ch, "no admissible plan: drift-plus-penalty plan kept", time.perf_counter() - t0)
     best = min(ok, key=lambda x: x[1].objective(queues, V))
