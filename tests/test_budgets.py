@@ -548,3 +548,16 @@ def test_capped_search_objective_pays_for_the_excess_and_loose_caps_change_nothi
                        (dict(caps=(1.0,) * K, exact=True), "caps")]:
         with pytest.raises(ValueError, match=field):
             solve_slot(s, Q, V, options=replace(opts, **bad))
+
+
+def test_budget_limits_are_positive_numbers():
+    """A budget's limit is a finite number > 0 wherever the budget is built (the queues divide by
+    it; a negative limit had run a pre-flight and a slot's searches before failing inside
+    update_queues); calibrate_budgets names the frac that would put one at or below 0."""
+    for bad in (0.0, -1.0, float("nan"), float("inf"), "1", True):
+        with pytest.raises(ValueError, match="budget 'money': limit: expected a finite number > 0"):
+            Budget("money", "money", bad)
+    from solver.online.offline import calibrate_budgets
+    inst = random_instance(3, n=3, L=4, slots=2)
+    with pytest.raises(ValueError, match=r"calibrate_budgets: frac=-50 puts budget '\w+''s limit at"):
+        calibrate_budgets(inst, -50)
