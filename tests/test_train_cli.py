@@ -87,6 +87,12 @@ BAD_TRAIN = [
     (["--device-map", "0=p9"], "--device-map", "'0=p9'"),
     (["--engine", "jax"], "--engine", "'jax'"),
 ]
+try:
+    import torch
+    if not torch.cuda.is_available():   # on a machine without a GPU, cuda is refused up front too
+        BAD_TRAIN.append((["--accelerator", "cuda"], "--accelerator", "'cuda'"))
+except ImportError:
+    pass
 
 
 @pytest.mark.parametrize("extra,flag,value", BAD_TRAIN, ids=[" ".join(b[0]) for b in BAD_TRAIN])

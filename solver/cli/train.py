@@ -175,6 +175,11 @@ def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | 
     from ..runtime.spec import SpecError
     from ..runtime.trainer import TrainConfig
     names = [d.name for d in inst.devices]
+    if args.accelerator == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("--accelerator: expected a machine with a CUDA GPU for 'cuda', got none "
+                             "(torch.cuda.is_available() is False); use --accelerator cpu")
     if args.steps < 1:
         raise UsageError(f"--steps: expected an integer >= 1, got {args.steps}")
     per_slot = args.iterations_per_slot if args.iterations_per_slot is not None else inst.iterations_per_slot or 10
