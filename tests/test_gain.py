@@ -36,6 +36,16 @@ def test_note_names_the_reference_and_the_excluded():
     assert "ours" not in note.split("excluded")[1]
 
 
+def test_a_policy_that_never_ran_is_not_said_to_overshoot():
+    """A policy with no feasible plan in any slot has no overshoot (NaN): the note says it had no
+    plan, not that it overshot by +nan%."""
+    t = table()
+    t.loc[t.policy == "dapple", ["money_overshoot_pct", "energy_overshoot_pct"]] = float("nan")
+    note = within_budget_note(t)
+    assert "nan" not in note and "excluded for having no feasible plan in any slot: dapple" in note
+    assert "even-dp (money +240%)" in note
+
+
 def test_per_instance_and_no_baseline_within_budget():
     a, b = table().assign(instance="a"), table().assign(instance="b")
     b.loc[b.policy.isin(["lb-bsp", "dapple"]), "money_overshoot_pct"] = 50.0

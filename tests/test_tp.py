@@ -224,6 +224,30 @@ def test_search_uses_tp_where_nothing_fits_alone(tmp_path):
             assert len({int(s.network.server[i]) for i in u}) == 1
 
 
+def test_online_run_and_compare_where_the_plan_needs_tp(tmp_path):
+    """run_online and compare_policies on a slot only TP can serve (it had failed inside the
+    controller: the slot's cache evaluated TP plans with per-device coefficients); the LP's
+    shares of a TP plan are computed on its units, valid, and at zero queues no slower."""
+    from solver.online import run_online
+    from solver.online.compare import compare_policies
+    from solver.online.policies import with_even_shares, with_lp_shares
+    eight = [(f"{srv}{i}", "V100", srv) for srv in "AB" for i in range(4)]
+    inst = instance(tmp_path, eight, memory_gb=6)
+    run = run_online(inst)
+    assert run.success and plan_from_json(run.rows["plan_json"].iloc[0]).uses_tp
+    table = compare_policies(inst, policies=["ours", "even-dp"])
+    assert set(table.policy) == {"ours", "even-dp"}
+    s = inst.state(0)
+    plan = solve_slot(s, V=1.0).plan
+    uneven = Plan(tuple(replace(g, share=g.share + d) for g, d in zip(plan.groups, (4, -4))))
+    if len(plan.groups) == 2 and not uneven.validate(s):
+        plan = uneven
+    for q in (with_lp_shares(plan, s, (), 1.0), with_even_shares(plan, s)):
+        assert q is not None and q.validate(s) == [] and q.uses_tp
+        assert [g.tp_peers for g in q.groups] == [g.tp_peers for g in plan.groups]
+    assert evaluate(with_lp_shares(plan, s, (), 1.0), s).batch_time <= evaluate(plan, s).batch_time * (1 + 1e-12)
+
+
 @given(seed=st.integers(0, 10_000))
 @settings(max_examples=12)
 def test_tp_search_result_is_sound(tmp_path_factory, seed):

@@ -64,10 +64,15 @@ def within_budget_note(table: pd.DataFrame, tolerance_pct: float = MEET_TOLERANC
         ref = f"the fastest baseline within budget, {label(best.policy)} ({best.avg_batch_time_s:.4g} s)"
     else:
         ref = None
-    out = []
+    out, planless = [], []
     for _, row in table[~ok].iterrows():
+        if not any(math.isfinite(row[c]) for c in cols):   # no slot ran: nothing was spent or met
+            planless.append(label(row.policy))
+            continue
         worst = max(cols, key=lambda c: row[c] if math.isfinite(row[c]) else -math.inf)
         out.append(f"{label(row.policy)} ({worst[: -len('_overshoot_pct')]} {row[worst]:+.3g}%)")
     excluded = f"; excluded for overshooting a budget by more than {tolerance_pct:g}%: {', '.join(out)}" if out else ""
+    if planless:
+        excluded += f"; excluded for having no feasible plan in any slot: {', '.join(planless)}"
     head = f"against {ref}" if ref else "none given, as no baseline meets the budgets"
     return f"gain within budget: {head}{excluded}"

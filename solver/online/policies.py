@@ -37,6 +37,7 @@ from .. import baselines
 from ..cost import budget_weights, cost_coeffs, group_coeffs
 from ..errors import InfeasibleSlotError
 from ..model import Plan, SlotState, plan_from_dict, plan_to_dict, share_cap
+from ..model.plan import to_units
 from ..solve import SolveOptions, solve_slot
 from ..subproblems.shares import solve_shares
 
@@ -63,10 +64,20 @@ class Decision:
 # ---------------------------------------------------------------- helpers
 
 
+def _units(plan: Plan, state: SlotState) -> tuple[Plan, SlotState]:
+    """(plan, state) with TP stages as their units (model.plan.to_units): a stage's numbers are
+    its unit's; a plan without TP stages unchanged."""
+    if not plan.uses_tp:
+        return plan, state
+    ust, up = to_units(plan, state)
+    return up, ust
+
+
 def with_even_shares(plan: Plan, state: SlotState) -> Plan | None:
     """The same groups and cuts with shares as even as possible within memory (each group's cap
     under its own schedule, recomputation and micro-batch size; shares in units of the least
     common multiple of the groups' sizes); None if impossible."""
+    physical, (plan, state) = plan, _units(plan, state)
     caps = [share_cap(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule, g.recompute)
             for g in plan.groups]
     unit = math.lcm(*(g.micro_batch or state.workload.micro_batch for g in plan.groups))
@@ -75,13 +86,15 @@ def with_even_shares(plan: Plan, state: SlotState) -> Plan | None:
     shares = baselines.even_split(len(plan.groups), state.workload.batch, unit, caps)
     if shares is None:
         return None
-    return Plan(tuple(replace(g, share=s) for g, s in zip(plan.groups, shares)))
+    return Plan(tuple(replace(g, share=s) for g, s in zip(physical.groups, shares)))
 
 
 def with_lp_shares(plan: Plan, state: SlotState, queues: Sequence[float], V: float) -> Plan | None:
     """The same groups and cuts with shares from the slot LP (solver.subproblems.shares.solve_shares):
     minimise W z + sum_g q_g b_g, W = V + sum_k w_k R_k, q_g = sum_k w_k e_kg, w_k = Q_k / Cbar_k;
-    each group's coefficients under its own schedule, recomputation and micro-batch size."""
+    each group's coefficients under its own schedule, recomputation and micro-batch size (a TP
+    stage's those of its unit)."""
+    physical, (plan, state) = plan, _units(plan, state)
 
     coeffs = [group_coeffs(state.at_micro_batch(g.micro_batch), g.devices, g.cuts, g.schedule, g.recompute)
               for g in plan.groups]
@@ -95,7 +108,7 @@ def with_lp_shares(plan: Plan, state: SlotState, queues: Sequence[float], V: flo
                        us[0] if len(set(us)) == 1 else us, W, np.asarray(q, dtype=float), lp_bound=False)
     if res.status != "optimal" or len(res.shares) != len(plan.groups):
         return None
-    return Plan(tuple(replace(g, share=int(s)) for g, s in zip(plan.groups, res.shares)))
+    return Plan(tuple(replace(g, share=int(s)) for g, s in zip(physical.groups, res.shares)))
 
 
 def _valid(plan: Plan | None, state: SlotState) -> bool:

@@ -613,7 +613,7 @@ class SlotCache:
         if ev is None:
             u = self.state.workload.micro_batch
             coeffs = [self.group_coeffs(g.devices, g.cuts, g.schedule, g.recompute) for g in plan.groups] \
-                if all(g.micro_batch in (None, u) for g in plan.groups) else None
+                if not plan.uses_tp and all(g.micro_batch in (None, u) for g in plan.groups) else None
             ev = self._evaluations[plan] = evaluate(plan, self.state, coeffs, check=False)
         return ev
 
