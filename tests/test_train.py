@@ -117,6 +117,7 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
     assert "p1 died (signal 9)" in err and "run the same command" in err
     assert json.loads((tmp_path / "b" / "lost.json").read_text()) == ["p1"]
     assert train(inst, tmp_path / "b", "--kill-at", "p1:7", model=model) == 0
+    assert f"resuming at step 6 of {STEPS}" in capsys.readouterr().out
 
     ref = reference(STEPS, mlp64_clip_sched)
     plain = reference(STEPS, mlp64_clip_sched, features=False)
@@ -146,6 +147,13 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
         assert r["queue_money_after"] == pytest.approx(q)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["slots"] == 3 and summary["restarts"] == 1
+
+    # the same command once more: nothing left to train, said so, and nothing touched (it had
+    # emptied the newest checkpoint of its blocks and counted a restart)
+    files = {p: p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    assert train(inst, tmp_path / "a", model=model) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()} == files
 
 
 def test_torchrun_two_nodes_bind_by_node_and_local_rank(tmp_path: Path) -> None:

@@ -218,6 +218,26 @@ def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | 
     return cfg, devices
 
 
+def _resumes_at(cfg: Any, inst: Any) -> int | None:
+    """The step of the newest checkpoint this job would resume from (None: none, it starts at
+    0); a checkpoint of another job is a UsageError naming what differs."""
+    from ..runtime import ckpt
+    try:
+        found = ckpt.latest(cfg.checkpoint_dir)
+    except FileNotFoundError as e:
+        raise UsageError(f"--checkpoint-dir: {e}") from None
+    if found is None:
+        return None
+    meta = ckpt.read_meta(found)
+    ident = cfg.identity(inst)
+    if meta.get("identity") != ident:
+        diff = {k: (meta.get("identity", {}).get(k), v) for k, v in ident.items()
+                if meta.get("identity", {}).get(k) != v}
+        raise UsageError(f"--checkpoint-dir: expected a checkpoint of this job, got {found} of another "
+                         f"(checkpoint, this job): {diff}")
+    return int(meta["step"])
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     _torch()
     from ..io.instance import load_instance
@@ -227,6 +247,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"note: --iterations-per-slot {cfg.iterations_per_slot} replaces the instance's [train] "
               f"iterations_per_slot = {inst.iterations_per_slot}", file=sys.stderr)
     out = Path(args.out or args.checkpoint_dir)
+    done = _resumes_at(cfg, inst)
+    if done is not None and done >= cfg.steps:
+        print(f"nothing to train: the newest checkpoint in {args.checkpoint_dir} is at step {done}, and --steps is "
+              f"{cfg.steps} (a larger --steps trains on from it); {out / 'slots.csv'} and "
+              f"{out / 'summary.json'} are unchanged")
+        return 0
+    if done is not None:
+        print(f"resuming at step {done} of {cfg.steps} from the newest checkpoint in {args.checkpoint_dir}",
+              flush=True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
         from ..runtime.trainer import train_worker

@@ -476,7 +476,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     if meta is not None and meta["identity"] != ident:
         diff = {k: (meta["identity"].get(k), v) for k, v in ident.items() if meta["identity"].get(k) != v}
         raise SpecError(f"checkpoint {found} belongs to another job (checkpoint, this job): {diff}")
-    step = int(meta["step"]) if meta else 0
+    step = start = int(meta["step"]) if meta else 0
     node_of = {d: where[r].rsplit(":", 1)[0] for r, d in enumerate(devices)} if where else {}
     ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of, templates) if rank == 0 else None
     if cfg.steps > inst.num_slots * cfg.iterations_per_slot:
@@ -666,9 +666,10 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                 print(_log(ctl.finish(measured), inst), flush=True)
                 _write_results(ctl, inst, out)
     feed.close()
-    _checkpoint(cfg, step, rank, held, holders, ctl, ident, None, units, templates)
-    if rank == 0:
-        _write_results(ctl, inst, out)
+    if step > start:   # a job that had nothing left to train leaves its newest checkpoint as it was
+        _checkpoint(cfg, step, rank, held, holders, ctl, ident, None, units, templates)
+        if rank == 0:
+            _write_results(ctl, inst, out)
 
 
 def _peak(dev: torch.device) -> dict[str, list[float]]:
