@@ -88,3 +88,15 @@ def test_instance_memory_reserve_and_optimizer_step(tmp_path):
     with pytest.raises(InstanceError, match="optimizer_step"):
         load_instance(_write(tmp_path, extra_workload='optimizer_step = "measured"\n'))
     assert np.isfinite(ref.devices[0].memory_bytes)
+
+
+def test_measured_optimizer_seconds_left_uncharged_are_noted():
+    """A layer table with measured optimizer-step seconds under optimizer_step other than
+    "measured" charges none of them, and the slot's notes say so (it had been silent)."""
+    kinds = {d.kind for d in random_state(2, n=3, L=6).devices}
+    measured = {k: (0.1,) * 6 for k in kinds}
+    for step in ("none", "bandwidth"):
+        notes = _state(step, measured=measured).notes
+        assert any("measured optimizer-step seconds" in n and f"optimizer_step is {step!r}" in n for n in notes)
+    assert not any("optimizer-step" in n for n in _state("measured", measured=measured).notes)
+    assert not any("optimizer-step" in n for n in _state("none").notes)

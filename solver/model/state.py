@@ -19,12 +19,18 @@ from .workload import Workload
 
 def measurement_notes(devices, workload: Workload) -> tuple[str, ...]:
     """One note per device kind without measured times in a workload that has some: its
-    per-layer times are FLOP estimates (FLOPs / sustained FLOP/s)."""
-    if not workload.measured:
-        return ()
-    missing = sorted({d.kind for d in devices} - set(workload.measured))
-    return tuple(f"kind {k}: layer table {workload.name!r} has no measured times for it (measured: "
-                 f"{', '.join(sorted(workload.measured))}); its times are FLOP estimates" for k in missing)
+    per-layer times are FLOP estimates (FLOPs / sustained FLOP/s); and one when the table has
+    measured optimizer-step seconds that the workload does not charge (optimizer_step)."""
+    notes = ()
+    if workload.measured:
+        missing = sorted({d.kind for d in devices} - set(workload.measured))
+        notes = tuple(f"kind {k}: layer table {workload.name!r} has no measured times for it (measured: "
+                      f"{', '.join(sorted(workload.measured))}); its times are FLOP estimates" for k in missing)
+    if workload.optimizer_seconds and workload.optimizer_step != "measured":
+        notes += (f"layer table {workload.name!r} has measured optimizer-step seconds (opt_s:"
+                  f"{', opt_s:'.join(sorted(workload.optimizer_seconds))}), not charged: optimizer_step is "
+                  f"{workload.optimizer_step!r} (set optimizer_step = \"measured\" in [workload] to charge them)",)
+    return notes
 
 
 TP_ALLREDUCES = 2
