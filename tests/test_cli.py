@@ -451,3 +451,20 @@ def test_results_get_the_permissions_of_a_plain_open(tmp_path):
         os.umask(old)
     assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o644
     assert p.read_text() == "{}"
+
+
+def test_resumable_run_says_where_it_resumes(tmp_path, capsys):
+    """--resumable: a second run of a complete run says so (and writes the same results); a
+    state file that is not one is one error line naming it, exit 2."""
+    args = ["run", DEFAULT, "--slots", "2", "--out", str(tmp_path), "--no-plots", "--resumable"]
+    assert main(args) == 0
+    folder = tmp_path / "default" / "ours"
+    first = (folder / "slots.csv").read_text()
+    assert "resuming" not in capsys.readouterr().out
+    assert main(args) == 0
+    assert "the run is complete (every slot ran)" in capsys.readouterr().out
+    assert (folder / "slots.csv").read_text() == first
+    (folder / "controller_state.json").write_text("{bad")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dynpar: error: --resumable: controller state") and "not a saved run" in err

@@ -114,9 +114,18 @@ def cmd_run(args: argparse.Namespace) -> int:
               + ("ours weighs each device's hazard from the trace so far" if aware else "no hazard weighed"))
     elif args.ignore_hazards:
         raise UsageError("--ignore-hazards: the instance declares no [preemption] and --preemption is not given")
+    saved = out / "controller_state.json"
+    if args.resumable and saved.is_file():
+        from ..online.checkpoint import ControllerState
+        try:
+            at = ControllerState.load(saved).next_slot
+        except ValueError as e:
+            raise UsageError(f"--resumable: {e}") from None
+        print(f"resuming from {saved} at slot {at} of {inst.num_slots}" if at < inst.num_slots else
+              f"{saved}: the run is complete (every slot ran); its results are written again", flush=True)
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
                      options=SolveOptions(tp_degrees=args.tp_degrees, classes=args.classes),
-                     state_path=out / "controller_state.json" if args.resumable else None,
+                     state_path=saved if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
                      budget_tolerance=args.budget_tolerance, pricing=args.pricing,
                      preemption=args.preemption, availability_aware=not args.ignore_hazards)
