@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from solver.cli.argtypes import guarded, nonneg_int  # noqa: E402
 from solver import load_instance
 from solver.io.synthetic import random_instance
 from solver.model import Instance
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="first 5 slots of each instance, 150-slot long run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--instances", default="", help="comma-separated instance names (default all; '-': none)")
-    ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
+    ap.add_argument("--long-slots", type=nonneg_int, default=None, help="slots of the long run (default 1000; quick 150; 0: none)")
     ap.add_argument("--bound", default="", help="comma-separated NAME:T0 pairs: the online lower bound (default: none)")
     ap.add_argument("--slots", default="", help="comma-separated instances: the per-slot comparison with the offline "
                     "MILP (writes budgets_slots.csv)")
@@ -334,4 +335,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

@@ -35,6 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchmarks.bench_sailor_cluster as sailor  # noqa: E402
+from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
 from solver import SolveOptions, load_instance, solve_slot  # noqa: E402
 
 
@@ -89,15 +90,15 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
     ap.add_argument("--kinds", nargs="+", default=["A100-40,V100-16", "A100-40,V100-16,GH-96", "A100-40",
                                                   "V100-16,GH-96"])
-    ap.add_argument("--nodes", nargs="+", type=int, default=[2, 4])
-    ap.add_argument("--batches", nargs="+", type=int, default=[2048])
+    ap.add_argument("--nodes", nargs="+", type=positive_int, default=[2, 4])
+    ap.add_argument("--batches", nargs="+", type=positive_int, default=[2048])
     ap.add_argument("--queues", nargs="+", type=float, default=[0.0, 1e4],
                     help="weights of the money queue (the Sailor instances' budget is 1000 USD per iteration, "
                          "the packaged ones' 1 USD)")
     ap.add_argument("--tp-degrees", default="1,2,4,8")
-    ap.add_argument("--lost", nargs="+", type=int, default=[0],
+    ap.add_argument("--lost", nargs="+", type=nonneg_int, default=[0],
                     help="devices unavailable in each case (several: each case once per number)")
-    ap.add_argument("--seed", type=int, default=0, help="draws the unavailable devices")
+    ap.add_argument("--seed", type=nonneg_int, default=0, help="draws the unavailable devices")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--packaged", action="store_true",
                     help="the packaged layer tables (bert_base, gpt2_small, vgg16, resnet50) on hardware.csv kinds "
@@ -157,4 +158,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from solver.cli.argtypes import guarded  # noqa: E402
 from solver import baselines, solve_slot  # noqa: E402
 from solver.cost import evaluate  # noqa: E402
 from solver.cost.simulator import simulate_plan  # noqa: E402
@@ -320,4 +321,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

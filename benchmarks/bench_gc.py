@@ -23,6 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchmarks.bench_sailor_cluster as sailor  # noqa: E402
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver import SolveOptions, load_instance, solve_slot  # noqa: E402
 from solver.io.synthetic import random_state  # noqa: E402
 
@@ -45,7 +46,7 @@ def slots(case: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=positive_int, default=3)
     ap.add_argument("--cases", nargs="+", default=["n8-L50", "n16-L50", "sailor32"])
     args = ap.parse_args()
     for case in args.cases:
@@ -71,4 +72,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
 from solver import load_instance
 from solver.io.synthetic import random_instance
 from solver.online import run_online
@@ -169,8 +170,12 @@ def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequenc
         i = tied[np.argmax(weights[tied])]   # fixed: all weights 0, the first (fastest) of the tied
         if np.any(P[i, 1:] - 1.0 > eps * H - E + 1e-12):
             binding += 1
-            ok = np.flatnonzero(np.all(P[:, 1:] - 1.0 <= eps * H - E + 1e-12, axis=1))
-            if len(ok):   # none: the priced point is kept, as the tracker keeps the drift-plus-penalty plan
+            within = P[:, 1:] - 1.0 <= eps * H - E + 1e-12
+            ok = np.flatnonzero(np.all(within, axis=1))
+            if not len(ok):   # none: the budgets the slack point (least total use) keeps are kept, as the tracker does
+                keep = within[np.argmin(P[:, 1:].sum(axis=1))]
+                ok = np.flatnonzero(np.all(within[:, keep], axis=1)) if keep.any() else ok
+            if len(ok):   # still none: the priced point is kept, as the tracker keeps the drift-plus-penalty plan
                 i = ok[np.argmin(obj[ok])]
         T.append(P[i, 0])
         Y.append(P[i, 1:])
@@ -231,8 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", default="default,mixed_gpus,pipedream_resnet50,pipedream_vgg16,geo,"
                     "hetero_strong_bert,hetero_strong,synthetic_64,alibaba_speed")
-    ap.add_argument("--random", type=int, default=8, help="fresh random traces (seeds RANDOM_SEED0 + i)")
-    ap.add_argument("--orders", type=int, default=8, help="random slot orders per trace")
+    ap.add_argument("--random", type=nonneg_int, default=8, help="fresh random traces (seeds RANDOM_SEED0 + i)")
+    ap.add_argument("--orders", type=nonneg_int, default=8, help="random slot orders per trace")
     ap.add_argument("--frontiers", default=str(ROOT / "benchmarks" / "results" / "frontiers"))
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -321,4 +326,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

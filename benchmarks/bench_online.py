@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from solver.cli.argtypes import guarded, nonneg_int  # noqa: E402
 from solver.model import Device, Instance  # noqa: E402
 from solver.online.offline import calibrate_budgets, offline_reference, plans_from_frame  # noqa: E402
 from solver.online import run_online, summarise  # noqa: E402
@@ -241,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a minute or two)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
-    ap.add_argument("--long-slots", type=int, default=None, help="slots of the long run (default 1000; quick 150)")
+    ap.add_argument("--long-slots", type=nonneg_int, default=None, help="slots of the long run (default 1000; quick 150)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -311,4 +312,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

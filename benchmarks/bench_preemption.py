@@ -34,6 +34,7 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver import load_instance  # noqa: E402
 from solver.model.preemption import Preemption  # noqa: E402
 from solver.online import run_online  # noqa: E402
@@ -79,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instances", default="aws_spot")
     ap.add_argument("--markov", default="mixed_gpus:10,hetero_strong:4")
     ap.add_argument("--settings", default="30:10,300:50")
-    ap.add_argument("--slots", type=int, default=None, help="only the first SLOTS slots of each trace")
-    ap.add_argument("--iterations", type=int, default=100, help="training iterations per slot")
+    ap.add_argument("--slots", type=positive_int, default=None, help="only the first SLOTS slots of each trace")
+    ap.add_argument("--iterations", type=positive_int, default=100, help="training iterations per slot")
     a = ap.parse_args(argv)
     settings = []
     for s in a.settings.split(","):
@@ -126,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

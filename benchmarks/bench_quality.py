@@ -39,6 +39,7 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
 from solver.io.data import models_dir, packaged_models  # noqa: E402
 from solver.io.synthetic import random_instance  # noqa: E402
 from solver.io.workloads import read_workload_csv  # noqa: E402
@@ -197,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("outdir", nargs="?", default=None, help="output folder (same as --out)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output folder")
     ap.add_argument("--quick", action="store_true", help="12 slots, the oracle only up to L = 50")
-    ap.add_argument("--instances", type=int, default=None, help="slots (default 120)")
-    ap.add_argument("--max-oracle-L", type=int, default=200, help="skip the oracle above this many layers")
-    ap.add_argument("--max-oracle-n", type=int, default=5, help="skip the oracle above this many devices (<= 6)")
-    ap.add_argument("--seed0", type=int, default=SEED0, help=f"seed of slot 0 (default {SEED0})")
+    ap.add_argument("--instances", type=positive_int, default=None, help="slots (default 120)")
+    ap.add_argument("--max-oracle-L", type=positive_int, default=200, help="skip the oracle above this many layers")
+    ap.add_argument("--max-oracle-n", type=positive_int, default=5, help="skip the oracle above this many devices (<= 6)")
+    ap.add_argument("--seed0", type=nonneg_int, default=SEED0, help=f"seed of slot 0 (default {SEED0})")
     ap.add_argument("--oracle-from", type=Path, default=None,
                     help="take the oracle's objective of a slot (same seed0 and index) from this recorded quality.csv")
     ap.add_argument("--rebound", type=Path, default=None, help="only recompute the bound on a recorded quality.csv")
@@ -220,4 +221,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -35,6 +35,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver import SolveOptions, baselines, evaluate, load_instance, solve_slot  # noqa: E402
 from solver.io.importers import import_any, write_table  # noqa: E402
 from solver.model import Group, Plan  # noqa: E402
@@ -208,14 +209,14 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=2048)
-    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--batch", type=positive_int, default=2048)
+    ap.add_argument("--micro-batch", type=positive_int, default=1)
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
-    ap.add_argument("--nodes", type=int, default=4, help="servers of 4 GPUs per GPU type (Sailor's setting: 4)")
+    ap.add_argument("--nodes", type=positive_int, default=4, help="servers of 4 GPUs per GPU type (Sailor's setting: 4)")
     ap.add_argument("--kinds", nargs="+", default=["A100-40", "V100-16"], choices=sorted(KINDS),
                     help="Sailor GPU types in the cluster (Sailor's setting: A100-40 V100-16)")
     ap.add_argument("--against", default=None, help="commit whose planning time to measure beside this tree's")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of the side-by-side timing (--against)")
+    ap.add_argument("--rounds", type=positive_int, default=2, help="rounds of the side-by-side timing (--against)")
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"needs Sailor's data at {DATA}", file=sys.stderr)
@@ -229,4 +230,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.model import NO_CAP  # noqa: E402
 from solver.subproblems.shares import ShareLP, solve_shares  # noqa: E402
 
@@ -68,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--out", default="results/bench", help="folder of shares_speed.csv")
-    ap.add_argument("--reps", type=int, default=300)
-    ap.add_argument("--B", type=int, default=1024)
-    ap.add_argument("--u", type=int, default=4)
-    ap.add_argument("--mip-reps", type=int, default=20)
+    ap.add_argument("--reps", type=positive_int, default=300)
+    ap.add_argument("--B", type=positive_int, default=1024)
+    ap.add_argument("--u", type=positive_int, default=4)
+    ap.add_argument("--mip-reps", type=positive_int, default=20)
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.mip_reps = min(args.reps, 60), min(args.mip_reps, 4)
@@ -107,4 +108,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.baselines import even_dp  # noqa: E402
 from solver.runtime.demo import (  # noqa: E402
     SLOWDOWNS,
@@ -33,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer iterations per plan")
     ap.add_argument("--out", default="results/bench", help="folder of torch_timing.csv")
-    ap.add_argument("--steps", type=int, default=6, help="iterations per plan per slot")
+    ap.add_argument("--steps", type=positive_int, default=6, help="iterations per plan per slot")
     ap.add_argument("--t-ref", type=float, default=3e-3, help="reference seconds per sample per forward pass")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--batch", type=positive_int, default=64)
+    ap.add_argument("--micro-batch", type=positive_int, default=8)
     ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     ap.add_argument("--plans", choices=("solver", "brute"), default="solver")
     a = ap.parse_args(argv)
@@ -72,4 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -22,6 +22,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
 from solver import load_instance, solve_slot  # noqa: E402
 from solver.solve.oracle import solve_exact  # noqa: E402
 
@@ -63,8 +64,8 @@ def degrees(res) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--cases", type=positive_int, default=40)
+    ap.add_argument("--seed", type=nonneg_int, default=1000)
     args = ap.parse_args()
     gaps, ts, te, tp_s, tp_e, feasible = [], [], [], 0, 0, 0
     print(f"{'case':>4} {'oracle':>10} {'search':>10} {'gap %':>7}  degrees (oracle | search)")
@@ -102,4 +103,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

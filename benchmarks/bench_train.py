@@ -81,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.cli import main as dynpar  # noqa: E402
 from solver.io.instance import load_instance  # noqa: E402
 from solver.model import Group, Plan, plan_from_dict, plan_to_json  # noqa: E402
@@ -268,15 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 slots of 4 iterations, one round, ours and even DP only")
     ap.add_argument("--out", default="benchmarks/results", help="folder of train_bench.json")
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--per-slot", type=int, default=16, help="iterations per slot (16)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of all policies, one after the other (3)")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--micro-batch", type=int, default=32)
+    ap.add_argument("--slots", type=positive_int, default=4)
+    ap.add_argument("--per-slot", type=positive_int, default=16, help="iterations per slot (16)")
+    ap.add_argument("--rounds", type=positive_int, default=3, help="rounds of all policies, one after the other (3)")
+    ap.add_argument("--batch", type=positive_int, default=128)
+    ap.add_argument("--micro-batch", type=positive_int, default=32)
     ap.add_argument("--setup", choices=tuple(SETUPS), default="cores",
                     help="cores: one process per core, each pinned with a raised weight (default); shared: the "
                          "4 processes of the earlier runs, sharing the cores with everything else")
-    ap.add_argument("--width", type=int, default=512, help="block width W of the wide model (512)")
+    ap.add_argument("--width", type=positive_int, default=512, help="block width W of the wide model (512)")
     ap.add_argument("--kill", default="p1", help="device killed in the drill ('' to skip)")
     ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                     help="leave the instance's latency at the ping-pong line and the controller's node contention "
@@ -425,4 +426,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -40,6 +40,7 @@ from benchmarks.bench_train import (
     pipeline_overhead,
     run_policy,
 )
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.io.instance import load_instance
 from solver.model import Group, Plan, plan_to_json
 
@@ -68,12 +69,12 @@ def window_stats(times: list[list[float]], w: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--slots", type=int, default=10, help="slots per plan (10)")
-    ap.add_argument("--per-slot", type=int, default=48, help="iterations per slot (48)")
+    ap.add_argument("--slots", type=positive_int, default=10, help="slots per plan (10)")
+    ap.add_argument("--per-slot", type=positive_int, default=48, help="iterations per slot (48)")
     ap.add_argument("--windows", default="16,48", help="window lengths in iterations, comma-separated (16,48)")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--micro-batch", type=int, default=32)
-    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--batch", type=positive_int, default=128)
+    ap.add_argument("--micro-batch", type=positive_int, default=32)
+    ap.add_argument("--width", type=positive_int, default=512)
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args(argv)
     windows = [int(x) for x in a.windows.split(",")]
@@ -126,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_train as bt  # noqa: E402
 
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.io.instance import load_instance  # noqa: E402
 from solver.model import Group, Plan, plan_to_json  # noqa: E402
 
@@ -53,8 +54,8 @@ def slot1(df) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--triples", type=int, default=6)
-    ap.add_argument("--per-slot", type=int, default=16)
+    ap.add_argument("--triples", type=positive_int, default=6)
+    ap.add_argument("--per-slot", type=positive_int, default=16)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--probe", action="store_true",
                     help="a third job per triple: the given plans with TrainConfig.probe_alone and no prior")
@@ -112,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -37,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.cli import main as dynpar
 from solver.io.instance import load_instance
 from solver.model import Group, Plan, plan_to_json
@@ -124,10 +125,10 @@ def predicted_shard_compute(inst, plan: Plan, model: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="solver.runtime.examples:mlp64")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--micro-batch", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch", type=positive_int, default=32)
+    ap.add_argument("--micro-batch", type=positive_int, default=4)
+    ap.add_argument("--steps", type=positive_int, default=16)
+    ap.add_argument("--rounds", type=positive_int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--no-collective-latency", dest="declare", action="store_false",
                     help="do not measure and declare gloo's per-collective latency in the instance")
@@ -204,4 +205,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

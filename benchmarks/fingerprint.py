@@ -22,6 +22,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from solver.cli.argtypes import guarded  # noqa: E402
 from solver import load_instance  # noqa: E402
 from solver.io.synthetic import random_state  # noqa: E402
 from solver.solve import solve_exact, solve_slot  # noqa: E402
@@ -88,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

@@ -28,6 +28,7 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.model import Group, Plan  # noqa: E402
 from solver.runtime import Slot, TensorBatches, profile_module, run  # noqa: E402
 from solver.runtime.profiler import measure_matmul_flops  # noqa: E402
@@ -67,8 +68,8 @@ def timed_iteration(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, u: i
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/gpu")
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--micro", type=int, default=32)
+    ap.add_argument("--batch", type=positive_int, default=128)
+    ap.add_argument("--micro", type=positive_int, default=32)
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,4 +129,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -50,6 +50,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from solver.cli.argtypes import guarded, positive_int  # noqa: E402
 from solver.runtime.spec import Batches, blocks_of, load_factory  # noqa: E402
 from solver.runtime.trainer import final_state  # noqa: E402
 
@@ -216,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/gpu_train")
     ap.add_argument("--accelerator", choices=("cpu", "cuda"), default="cuda")
     ap.add_argument("--small", action="store_true", help="the small cases (a CPU dry run)")
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--per-slot", type=int, default=10)
+    ap.add_argument("--slots", type=positive_int, default=4)
+    ap.add_argument("--per-slot", type=positive_int, default=10)
     ap.add_argument("--only", default="", help="comma-separated case names")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -253,4 +254,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(guarded(main))

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from solver.cli.argtypes import guarded  # noqa: E402
 from solver.cli.plots.common import policy_label  # noqa: E402
 from solver.online.gain import MEET_TOLERANCE_PCT, add_gain_within_budget, within_budget_note  # noqa: E402
 
@@ -391,4 +392,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

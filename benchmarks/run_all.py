@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from solver.cli.argtypes import guarded, positive_int, v_weight  # noqa: E402  (after the checkout is on the path)
+
 MODULES = ("bench_quality", "bench_speed", "bench_online", "bench_shares", "bench_torch", "bench_budgets")
 INSTANCES = ROOT / "instances"
 QUICK_SLOTS = 5
@@ -127,21 +129,31 @@ def run_compare(quick: bool, out: Path, V: float, workers: int, names: set[str] 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small subset: under 10 minutes on 2 cores")
-    ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="output folder (default results/bench)")
-    ap.add_argument("--V", type=float, default=V_DEFAULT, help="V of the policy comparison (default 1)")
-    ap.add_argument("--only", default="", help="comma-separated subset of modules (and/or 'compare')")
-    ap.add_argument("--workers", type=int, default=2, help="processes for the policy comparison (default 2)")
+    ap.add_argument("--out", default="results/bench", help="output folder (default results/bench under the current folder)")
+    ap.add_argument("--V", type=v_weight, default=V_DEFAULT, help="V of the policy comparison (default 1)")
+    ap.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(MODULES)} and compare")
+    ap.add_argument("--workers", type=positive_int, default=2, help="processes for the policy comparison (default 2)")
     ap.add_argument("--instances", default="", help="comma-separated instance names for the comparison (default all)")
-    ap.add_argument("--slots", type=int, default=None, help="compare on the first SLOTS slots only")
+    ap.add_argument("--slots", type=positive_int, default=None, help="compare on the first SLOTS slots only")
     args = ap.parse_args(argv)
-    out = Path(args.out).resolve()
-    (out / "logs").mkdir(parents=True, exist_ok=True)
     wanted = set(filter(None, args.only.split(",")))
+    unknown = sorted(wanted - {*MODULES, "compare"})
+    if unknown:
+        ap.error(f"--only: expected names among {', '.join(MODULES)}, compare; got {', '.join(unknown)}")
+    names = set(filter(None, args.instances.split(",")))
+    missing = sorted(names - {p.stem for p in INSTANCES.glob("*.toml")})
+    if missing:
+        ap.error(f"--instances: no instance {', '.join(missing)} in {INSTANCES} (there: "
+                 f"{', '.join(sorted(p.stem for p in INSTANCES.glob('*.toml')))})")
+    out = Path(args.out).resolve()
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--out: cannot create folder {out}: {e.strerror or e}")
     t0 = time.perf_counter()
     rows = [run_module(m, args.quick, out) for m in MODULES if not wanted or m in wanted]
     if not wanted or "compare" in wanted:
-        rows.append(run_compare(args.quick, out, args.V, args.workers,
-                                set(filter(None, args.instances.split(","))), args.slots))
+        rows.append(run_compare(args.quick, out, args.V, args.workers, names, args.slots))
     total = time.perf_counter() - t0
     status = pd.DataFrame(rows)
     status.loc[len(status)] = {"module": "total", "status": "quick" if args.quick else "full",
@@ -155,4 +167,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

@@ -1,9 +1,13 @@
-"""argparse type functions shared by the subcommands: a bad value is argparse's one line
-`argument --X: expected ..., got '...'` (exit status 2) before anything runs."""
+"""Command-line input checks shared by the subcommands and the benchmark scripts: argparse type
+functions (a bad value is argparse's one line `argument --X: expected ..., got '...'`, exit
+status 2, before anything runs) and `guarded`, a script's main with the package's input errors
+as one line."""
 from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -26,3 +30,20 @@ def v_weight(text: str) -> float:
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     return parsed(text, int, lambda v: v >= 1, "an integer >= 1")
+
+
+def nonneg_int(text: str) -> int:
+    """An integer >= 0."""
+    return parsed(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def guarded(main: Callable[[], int | None]) -> int:
+    """main()'s exit status, or 2 after one line `<script>: error: <message>` on stderr when it
+    raises the package's input error (solver.errors.DynparError: a missing or bad instance,
+    layer table or profile), instead of a traceback."""
+    from ..errors import DynparError
+    try:
+        return int(main() or 0)
+    except DynparError as e:
+        print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        return 2
