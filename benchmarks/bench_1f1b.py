@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver.cost.pipeline import one_f_one_b_coeffs  # noqa: E402
 from solver.cost.simulator import simulate  # noqa: E402
 
@@ -62,7 +62,7 @@ def run(count: int, seed: int = 0) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--n", type=positive_int, default=3000, help="random pipelines per setting")
     ap.add_argument("--out", type=Path, default=None)

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_quality import MEMORY_LEVELS, memory_level_slot, workloads  # noqa: E402
-from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int, positive_int  # noqa: E402
 from solver import SolveOptions, solve_slot  # noqa: E402
 from solver.solve.options import SearchTuning  # noqa: E402
 
@@ -100,7 +100,7 @@ def summarise(df: pd.DataFrame, factor: float, portfolio: tuple[int, ...] = ()) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("outdir", nargs="?", default=str(ROOT / "benchmarks" / "results"), help="output folder")
     ap.add_argument("--slots", type=positive_int, default=32, help="slots (default 32)")
     ap.add_argument("--seed0", type=nonneg_int, default=SEED0, help=f"seed of slot 0 (default {SEED0})")

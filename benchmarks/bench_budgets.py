@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver.cli.argtypes import guarded, nonneg_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int  # noqa: E402
 from solver import load_instance
 from solver.io.synthetic import random_instance
 from solver.model import Instance
@@ -261,7 +261,7 @@ def long_run(slots: int) -> pd.DataFrame:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--quick", action="store_true", help="first 5 slots of each instance, 150-slot long run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--instances", default="", help="comma-separated instance names (default all; '-': none)")

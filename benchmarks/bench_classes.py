@@ -35,7 +35,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchmarks.bench_sailor_cluster as sailor  # noqa: E402
-from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int, positive_int  # noqa: E402
 from solver import SolveOptions, load_instance, solve_slot  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def solve(model: str, kinds: tuple[str, ...], nodes: int, batch: int, q: float, 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])
     ap.add_argument("--kinds", nargs="+", default=["A100-40,V100-16", "A100-40,V100-16,GH-96", "A100-40",
                                                   "V100-16,GH-96"])

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from solver.cli.argtypes import guarded  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded  # noqa: E402
 from solver import baselines, solve_slot  # noqa: E402
 from solver.cost import evaluate  # noqa: E402
 from solver.cost.simulator import simulate_plan  # noqa: E402
@@ -286,7 +286,7 @@ def print_micro_batch(rows: list[dict]) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--parts", default="123", help="which parts to run, e.g. 13 (default 123)")

@@ -23,7 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import benchmarks.bench_sailor_cluster as sailor  # noqa: E402
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver import SolveOptions, load_instance, solve_slot  # noqa: E402
 from solver.io.synthetic import random_state  # noqa: E402
 
@@ -45,7 +45,7 @@ def slots(case: str):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--rounds", type=positive_int, default=3)
     ap.add_argument("--cases", nargs="+", default=["n8-L50", "n16-L50", "sailor32"])
     args = ap.parse_args()

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int, positive_int  # noqa: E402
 from solver import load_instance
 from solver.io.synthetic import random_instance
 from solver.online import run_online
@@ -233,7 +233,7 @@ def orders(H: int, count: int, seed: int):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--instances", default="default,mixed_gpus,pipedream_resnet50,pipedream_vgg16,geo,"
                     "hetero_strong_bert,hetero_strong,synthetic_64,alibaba_speed")
     ap.add_argument("--random", type=nonneg_int, default=8, help="fresh random traces (seeds RANDOM_SEED0 + i)")

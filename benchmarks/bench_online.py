@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver.cli.argtypes import guarded, nonneg_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int  # noqa: E402
 from solver.model import Device, Instance  # noqa: E402
 from solver.online.offline import calibrate_budgets, offline_reference, plans_from_frame  # noqa: E402
 from solver.online import run_online, summarise  # noqa: E402
@@ -239,7 +239,7 @@ def hetero_gain(seeds: Sequence[int], slots: int, out: Path) -> pd.DataFrame:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--quick", action="store_true", help="small sizes (a minute or two)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
     ap.add_argument("--long-slots", type=nonneg_int, default=None, help="slots of the long run (default 1000; quick 150)")

@@ -34,7 +34,7 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver import load_instance  # noqa: E402
 from solver.model.preemption import Preemption  # noqa: E402
 from solver.online import run_online  # noqa: E402
@@ -75,7 +75,7 @@ def traces(instances: list[str], markov: list[str], slots: int | None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("outdir", nargs="?", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--instances", default="aws_spot")
     ap.add_argument("--markov", default="mixed_gpus:10,hetero_strong:4")

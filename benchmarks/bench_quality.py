@@ -39,7 +39,7 @@ import pandas as pd
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int, positive_int  # noqa: E402
 from solver.io.data import models_dir, packaged_models  # noqa: E402
 from solver.io.synthetic import random_instance  # noqa: E402
 from solver.io.workloads import read_workload_csv  # noqa: E402
@@ -194,7 +194,7 @@ def rebound(csv: Path, V: float = 1.0) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("outdir", nargs="?", default=None, help="output folder (same as --out)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output folder")
     ap.add_argument("--quick", action="store_true", help="12 slots, the oracle only up to L = 50")

@@ -35,7 +35,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver import SolveOptions, baselines, evaluate, load_instance, solve_slot  # noqa: E402
 from solver.io.importers import import_any, write_table  # noqa: E402
 from solver.model import Group, Plan  # noqa: E402
@@ -208,7 +208,7 @@ def planning_times(against: str, rounds: int, models: list[str], batch: int, mic
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--batch", type=positive_int, default=2048)
     ap.add_argument("--micro-batch", type=positive_int, default=1)
     ap.add_argument("--models", nargs="+", default=["GPT-Neo-2.7", "LLAMA-3-8"])

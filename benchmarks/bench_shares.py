@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from anywhere without installing
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver.model import NO_CAP  # noqa: E402
 from solver.subproblems.shares import ShareLP, solve_shares  # noqa: E402
 
@@ -66,7 +66,7 @@ def mip(inst: tuple) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--out", default="results/bench", help="folder of shares_speed.csv")
     ap.add_argument("--reps", type=positive_int, default=300)

@@ -151,7 +151,7 @@ def paired(old_tree: Path, new_tree: Path, case: tuple, rounds: int, clock: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("outdir", nargs="?", default=None, help="output folder (same as --out)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output folder")
     ap.add_argument("--quick", action="store_true", help="3 slots per case instead of 8, no n = 1024")

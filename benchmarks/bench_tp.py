@@ -22,7 +22,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.cli.argtypes import guarded, nonneg_int, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, nonneg_int, positive_int  # noqa: E402
 from solver import load_instance, solve_slot  # noqa: E402
 from solver.solve.oracle import solve_exact  # noqa: E402
 
@@ -63,7 +63,7 @@ def degrees(res) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--cases", type=positive_int, default=40)
     ap.add_argument("--seed", type=nonneg_int, default=1000)
     args = ap.parse_args()

@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver.cli import main as dynpar
 from solver.io.instance import load_instance
 from solver.model import Group, Plan, plan_to_json
@@ -123,7 +123,7 @@ def predicted_shard_compute(inst, plan: Plan, model: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--model", default="solver.runtime.examples:mlp64")
     ap.add_argument("--batch", type=positive_int, default=32)
     ap.add_argument("--micro-batch", type=positive_int, default=4)

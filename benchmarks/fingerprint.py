@@ -22,7 +22,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solver.cli.argtypes import guarded  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded  # noqa: E402
 from solver import load_instance  # noqa: E402
 from solver.io.synthetic import random_state  # noqa: E402
 from solver.solve import solve_exact, solve_slot  # noqa: E402
@@ -62,7 +62,7 @@ def cases():
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--out", type=Path, help="write the per-slot lines here (JSON)")
     ap.add_argument("--against", type=Path, help="compare with lines written by --out")
     ap.add_argument("--search-only", action="store_true", help="leave out the oracle's answers")

@@ -28,7 +28,7 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver.model import Group, Plan  # noqa: E402
 from solver.runtime import Slot, TensorBatches, profile_module, run  # noqa: E402
 from solver.runtime.profiler import measure_matmul_flops  # noqa: E402
@@ -66,7 +66,7 @@ def timed_iteration(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, u: i
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--out", default="results/gpu")
     ap.add_argument("--batch", type=positive_int, default=128)
     ap.add_argument("--micro", type=positive_int, default=32)

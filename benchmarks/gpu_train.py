@@ -50,7 +50,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from solver.cli.argtypes import guarded, positive_int  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver.runtime.spec import Batches, blocks_of, load_factory  # noqa: E402
 from solver.runtime.trainer import final_state  # noqa: E402
 
@@ -213,7 +213,7 @@ def run_case(case: Case, out: Path, accelerator: str, kind: str, slots: int, per
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--out", default="results/gpu_train")
     ap.add_argument("--accelerator", choices=("cpu", "cuda"), default="cuda")
     ap.add_argument("--small", action="store_true", help="the small cases (a CPU dry run)")

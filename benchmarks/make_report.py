@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver.cli.argtypes import guarded  # noqa: E402
+from solver.cli.argtypes import DocHelp, guarded  # noqa: E402
 from solver.cli.plots.common import policy_label  # noqa: E402
 from solver.online.gain import MEET_TOLERANCE_PCT, add_gain_within_budget, within_budget_note  # noqa: E402
 
@@ -379,7 +379,7 @@ def build(out: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="folder with the CSVs (default results/bench)")
     args = ap.parse_args(argv)
     out = Path(args.out)

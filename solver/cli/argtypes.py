@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+class DocHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help of a script whose description is its module docstring as written (what it runs,
+    what it writes, where) and whose options show their defaults."""
+
+
 def parsed(text: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Any:
     """`cast(text)` when `ok` holds for it, else the one-line argparse error 'expected ..., got ...'."""
     try:
