@@ -311,9 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tracker_cost_pct", "best_meeting_baseline", "ours_vs_best_meeting_pct", "online_over_offline",
             "online_over_offline_prefix", "online_over_offline_at_limits"]
     with pd.option_context("display.width", 220, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
-        print(table[[c for c in cols if c in table]].to_string(index=False))
-        print()
-        print(long.to_string(index=False))
+        if not table.empty:
+            print(table[[c for c in cols if c in table]].to_string(index=False))
+        if len(long):
+            print()
+            print(long.to_string(index=False))
         if points:
             print()
             print(pd.DataFrame(points).to_string(index=False))
