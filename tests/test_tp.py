@@ -535,3 +535,29 @@ def test_recompute_tp_false_keeps_recomputation_out_of_tp_configurations(tmp_pat
     assert any(rc for _, rc in Scorer(ust, Q, 1.0, SolveOptions(), None, cache=ucache).variants)
     plan = solve_slot(st, V=1.0, options=no).plan
     assert not any(g.recompute and any(g.tp_peers or ()) for g in plan.groups)
+
+
+def test_migration_charge_of_a_tp_plan_counts_every_device_held(tmp_path):
+    """Moving to a TP plan, the migration seconds are charged at the idle rate of every device the
+    plan holds, TP peers included (as solve_slot's objective does); it had counted the stages'
+    leaders only."""
+    from solver.cost.costs import idle_rates
+    from solver.online.charge import charge_plan
+    inst = instance(tmp_path, [(f"A{i}", "V100", "A") for i in range(4)])
+    s = inst.state(0)
+    L, B = s.workload.num_layers, s.workload.batch
+    prev = Plan((Group((0,), (L,), B),))
+    tp = Plan((Group((0,), (L,), B, tp_peers=((1, 2, 3),)),))
+    ch = charge_plan(tp, s, prev, iterations_per_slot=100)
+    assert ch.migration_time > 0
+    expected = np.asarray(evaluate(tp, s).costs) + idle_rates(s, [0, 1, 2, 3]) * ch.migration_time / 100
+    assert np.allclose(ch.costs, expected, rtol=1e-12)
+    # where only TP fits (8 x 6 GB devices), the controller's charge of the search's TP plan is the
+    # search's own objective, migration from the previous plan included
+    (tmp_path / "small").mkdir()
+    eight = [(f"{srv}{i}", "V100", srv) for srv in "AB" for i in range(4)]
+    s6 = instance(tmp_path / "small", eight, memory_gb=6).state(0)
+    res = solve_slot(s6, (1.0,), 1.0, previous_plan=prev)
+    assert res.plan.uses_tp and res.batch_time == evaluate(res.plan, s6).batch_time
+    assert charge_plan(res.plan, s6, prev, iterations_per_slot=100).objective((1.0,), 1.0) == \
+        pytest.approx(res.objective, rel=1e-12)

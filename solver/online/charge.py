@@ -23,10 +23,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost.costs import budget_weights, cost_coeffs, idle_rates
+from ..cost.costs import budget_weights, idle_rates
 from ..cost.evaluate import Evaluation, evaluate
 from ..cost.migration import migration_time
-from ..cost.pipeline import group_coeffs
 from ..model.plan import Plan
 from ..model.state import SlotState
 from ..subproblems.cache import SlotCache
@@ -83,7 +82,7 @@ def charge_plan(plan: Plan, state: SlotState, previous: Plan | None = None, *, r
     risk, risk_costs = 0.0, ()
     R = None
     if (per_iter > 0 or state.risk is not None) and len(costs):
-        R = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups]).R
+        R = idle_rates(state, plan.devices)   # every device held, TP peers included
     if per_iter > 0 and R is not None:
         costs = costs + R * per_iter
     if preemption_time > 0 and previous is not None and len(costs):
