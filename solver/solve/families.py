@@ -94,7 +94,22 @@ def families(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuning
     for j in _levels(len(holders), tuning.levels_all):
         out.append((f"dp{j}", [(d,) for d in holders[:j]]))
     out += _priced_dp(state, sc, holders, tuning)
+    if sc.best is None:   # nothing holds the model yet (not even a baseline): the memory-rich devices too
+        out += _roomy(state, sc, by_speed, max_depth, tuning)
     return out
+
+
+def _roomy(state: SlotState, sc: Scorer, by_speed: list[int], max_depth: int, tuning: SearchTuning
+           ) -> list[tuple[str, list[Ordered]]]:
+    """Single pipelines on the k devices of most memory (parameter room), where they are not
+    the k fastest: when the fastest devices are too small to hold a layer, every family above
+    puts one of them in each group and none holds the model (an outside fuzz's 11 slots, the
+    search had said no group can hold it)."""
+    by_room = sorted(by_speed, key=lambda d: (-sc.room(d), by_speed.index(d)))
+    least = sc.least_holding_depth()
+    return [(f"roomy{k}", [nn_order(state, by_room[:k])])
+            for k in _levels(min(len(by_room), max_depth, sc.L), tuning.levels_all)
+            if k >= least and set(by_room[:k]) != set(by_speed[:k])]
 
 
 def _priced_dp(state: SlotState, sc: Scorer, holders: list[int], tuning: SearchTuning

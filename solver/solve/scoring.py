@@ -15,6 +15,7 @@ Q_k here is the weight queue_k / Cbar_k (queues are kept in budget units; cost.c
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -136,8 +137,9 @@ class Scorer:
         self._room_list = self._param_room.tolist()
         self._rooms: dict[int, tuple[float, list[float]]] = {}
         self.variants = allowed_variants(options.recompute and (options.recompute_tp or state.tp is None
-                                                               or max(state.tp) == 1))
-        """The (schedule, recompute) variants this search may choose besides GPipe."""
+                                                               or max(state.tp) == 1)) if options.schedules else ()
+        """The (schedule, recompute) variants this search may choose besides GPipe (none without
+        SolveOptions.schedules: every path that offers one reads them here)."""
         t = self.tuning = options.tuning
         self.n_avail = len(state.available_indices)
         self.all_orders_up_to = t.all_orders_small if t.small(self.n_avail, self.L) \
@@ -399,6 +401,10 @@ class Scorer:
                 return k
         return len(rooms)
 
+    def room(self, d: int) -> float:
+        """Device d's parameter room (param_room): the most of the model's bytes it can hold."""
+        return self._room_list[d]
+
     def device_weight(self, d: int) -> float:
         """Device d's queue-weighted price and idle power per second (bounds.price_weights)."""
         return self._w_list[d]
@@ -598,8 +604,9 @@ class Scorer:
             c = self.cuts(d)
             if c is None and len(d) > 1:      # no cuts hold one micro-batch in this order: another may
                 d, c = self.fitting_order(d, None)
-            if c is not None:
-                s.append((d, c))
+            e = (d, c) if c is not None else self.rescue_fit(d) if self.best is None else None
+            if e is not None:
+                s.append(e)
         if not s:
             return None
         sc = self.score(tuple(s), source=source, prune=prune)
@@ -795,6 +802,26 @@ class Scorer:
         lo = float(us[0]) if np.all(us == us[0]) else us.astype(float)
         b, _ = water_fill([g.alpha for g in gcs], [g.beta for g in gcs], float(self.B), lo=lo)
         return np.maximum(np.ceil(b / us - 1e-9), 1).astype(int) * us
+
+    def rescue_fit(self, d: Ordered) -> tuple | None:
+        """While the search has no plan at all: the entry of a group that holds one micro-batch
+        in none of the orders fitting_order tries, from every order of its devices (groups of
+        up to all_orders_up_to devices; else the three orders) under GPipe and then (with
+        opt.schedules) each (schedule, recompute) variant (at one micro-batch only
+        recomputation lowers a stage's peak). Without it an outside fuzz found 11 slots the
+        search called infeasible (the small device must sit mid-pipeline; or recomputation is
+        needed). None when no order and variant holds it."""
+        if len(d) < 2:
+            return None
+        m = memory_order(self.state, d)
+        orders = list(itertools.permutations(sorted(d))) if len(d) <= self.all_orders_up_to else \
+            list(dict.fromkeys([d, m, tuple(reversed(m))]))
+        for v in [("gpipe", False), *(self.variants if self.opt.schedules else ())]:
+            for o in orders:
+                c = self.cuts(tuple(o), None, None, variant=v)
+                if c is not None:
+                    return entry(tuple(o), c, *v)
+        return None
 
     def fitting_order(self, d: Ordered, mb: int | None) -> tuple[Ordered, tuple | None]:
         """(order, cuts) of the first of the memory-rich-first order and its reverse (the
