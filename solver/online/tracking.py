@@ -30,10 +30,9 @@ When none passes either, the budgets the slack plan keeps within their allowance
 the candidates within the allowance of each such budget (the slack plan is one), the least slot
 objective (row: `no admissible plan: within the allowance of the budgets the slack plan keeps
 (...)`); a budget the slack plan itself breaks is left to its queue from this slot on (the
-controller's note names it).
-Only without a slack plan, or where it breaks every attainable budget, does the tracker keep the
-drift-plus-penalty plan, and it says so in the row (the queues go on pushing the costs down, and
-guarantee (a) still bounds the overshoot).
+controller's note names it). Only without a slack plan, or where it breaks every attainable
+budget, does the tracker keep the drift-plus-penalty plan, and it says so in the row (the
+queues go on pushing the costs down, and guarantee (a) still bounds the overshoot).
 
 Guarantee (c). If in every slot the slack plan x0 is admissible, as it is whenever
 c_k(x0) <= Cbar_k for every budget (charged, migration included), then E_k <= eps * H after
@@ -43,8 +42,8 @@ Proof by induction: E_k <= eps * H makes a_k >= 0 >= y_k(x0), so x0 is admissibl
 tracker only accepts admissible plans. Per budget: if x0 keeps budget k within its allowance in
 every slot (c_k(x0) <= Cbar_k is enough), E_k <= eps * H after every slot even where x0 breaks
 another budget, unless the investment test takes a plan there (one that repays within the run
-if kept): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the queues follow the same
-law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
+if kept): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the queues
+follow the same law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
 
 Unattainable budgets (the documented rule). The pre-flight check (`preflight`) compares each
 budget with its cheapest achievable average (the cheapest plan of every slot, and for K >= 2

@@ -806,8 +806,8 @@ class Scorer:
     def rescue_fit(self, d: Ordered) -> tuple | None:
         """While the search has no plan at all: the entry of a group that holds one micro-batch
         in none of the orders fitting_order tries, from every order of its devices (groups of
-        up to all_orders_up_to devices; else the three orders) under GPipe and then (with
-        opt.schedules) each (schedule, recompute) variant (at one micro-batch only
+        up to all_orders_up_to devices; else the three orders) under GPipe and then each
+        (schedule, recompute) variant the search may choose (at one micro-batch only
         recomputation lowers a stage's peak). Without it an outside fuzz found 11 slots the
         search called infeasible (the small device must sit mid-pipeline; or recomputation is
         needed). None when no order and variant holds it."""
@@ -816,7 +816,7 @@ class Scorer:
         m = memory_order(self.state, d)
         orders = list(itertools.permutations(sorted(d))) if len(d) <= self.all_orders_up_to else \
             list(dict.fromkeys([d, m, tuple(reversed(m))]))
-        for v in [("gpipe", False), *(self.variants if self.opt.schedules else ())]:
+        for v in [("gpipe", False), *self.variants]:
             for o in orders:
                 c = self.cuts(tuple(o), None, None, variant=v)
                 if c is not None:
