@@ -345,20 +345,37 @@ def _fuzz_slot_recompute_mid_small():
                                                  for d in st.devices))
 
 
+def _fuzz_slot_deep(seed: int, L: int, batch: int, u: int, p: float, scale: float, mem: float):
+    """A random slot whose memory allows only one deep pipeline of the memory-rich devices under
+    1F1B with recomputation (an outside fuzz's slots 882293 and 885293): mem < 0 sets each
+    device's memory so that the model fills about -mem devices, mem > 0 scales it."""
+    st = random_state(seed, n=24, L=L, batch=batch, micro_batch=u, p_available=p, scale=scale)
+    w = st.workload
+    need = float(w.opt_factor * np.sum(w.param_bytes) + w.micro_batch * sum(layer.stash_bytes for layer in w.layers))
+    mean = np.mean([d.memory_bytes for d in st.devices])
+    return dataclasses.replace(st, devices=tuple(dataclasses.replace(
+        d, memory_bytes=need / -mem * 1.05 * d.memory_bytes / mean if mem < 0 else d.memory_bytes * mem)
+        for d in st.devices))
+
+
 @pytest.mark.parametrize("make, queues", [(_fuzz_slot_small_fast_devices, (0.0, 0.0)),
-                                          (_fuzz_slot_recompute_mid_small, (10.0, 10.0))])
+                                          (_fuzz_slot_recompute_mid_small, (10.0, 10.0)),
+                                          (lambda: _fuzz_slot_deep(882293, 32, 256, 2, 0.7, 30.0, -8.0), (1.0, 0.5)),
+                                          (lambda: _fuzz_slot_deep(885293, 80, 16, 1, 1.0, 3.0, 0.05), (10.0, 10.0))])
 def test_no_false_infeasible_where_only_unusual_groups_hold_the_model(make, queues):
     """Slots the search had called infeasible ("no device or group ... can hold the model")
     while the exact oracle finds a plan: the fastest devices too small for a layer, or the only
-    order putting the smallest device mid-pipeline under 1F1B with recomputation. The search
-    now finds a valid plan, no worse than the oracle's by more than its usual margin."""
+    order putting the smallest device mid-pipeline under 1F1B with recomputation, or one deep
+    pipeline of the memory-rich devices. The search now finds a valid plan (within 1% of the
+    oracle's where the oracle reaches)."""
     from solver.solve import solve_exact
     st = make()
-    ex = solve_exact(st, queues, 1.0)
-    assert ex.success and ex.plan.validate(st) == []
     res = solve_slot(st, queues, 1.0)
     assert res.success, res.message
-    assert res.plan.validate(st) == [] and res.objective <= ex.objective * 1.01
+    assert res.plan.validate(st) == []
+    if len(st.available_indices) <= 5:   # the oracle's reach
+        ex = solve_exact(st, queues, 1.0)
+        assert ex.success and res.objective <= ex.objective * 1.01
 
 
 def test_schedules_off_means_gpipe_without_recomputation():

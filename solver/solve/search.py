@@ -32,6 +32,7 @@ from .micro_batch import micro_batch_sizes, single_size, solve_by_micro_batch, w
 from .options import SlotResult, SolveOptions, deadline_of, past, screening, time_left
 from .orders import memory_order, nn_order
 from .oracle import solve_exact
+from .schedules import entry
 from .scoring import Scored, Scorer, slot_result
 from .sources import describe
 from .tp import (Descent, allowed_degrees, better, check_degrees, physical_result, search_configurations, tp_applies,
@@ -264,6 +265,23 @@ def _previous_kept(state: SlotState, Q, V: float, previous_plan: Plan | None, op
                                        f"best: {describe(sc.best.source)}", time.perf_counter()), ust), ust
 
 
+def _deep_rescue(state: SlotState, sc: Scorer, max_depth: int) -> None:
+    """The last try of a slot where no family's group holds the model: one pipeline of the k
+    devices of most memory, memory-rich first, at every depth k from the least that could hold
+    the model to max_depth (the families try some depths only), under each (schedule,
+    recompute) variant from the most frugal (1F1B with recomputation: deep pipelines stash the
+    most in their first stages), cut to hold the whole batch. An outside fuzz's slots needed 10 and 16 such devices where
+    the families tried 8 and 16 of other sets."""
+    avail = list(state.available_indices)
+    by_room = sorted(avail, key=lambda d: (-sc.room(d), -state.speed[d], d))
+    for k in range(max(2, sc.least_holding_depth()), min(len(avail), max_depth, sc.L) + 1):
+        o = memory_order(state, by_room[:k])
+        for v in reversed(sc.variants):
+            c = sc.cuts(o, sc.B, None, variant=v)    # one pipeline takes the whole batch
+            if c is not None and sc.score((entry(o, c, *v),), source=f"roomy{k}") is not None:
+                return
+
+
 def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previous_plan: Plan | None,
             opt: SolveOptions, cache: SlotCache | None, t0: float, report: dict | None = None) -> SlotResult:
     """The tentative search on one state (physical, or one TP configuration's units); queues as
@@ -314,6 +332,8 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         sc.budget = sc.tries + budget
     deeper = "" if max_depth <= depth else (f"; groups of up to {max_depth} devices, beyond SearchTuning's "
                                             f"depth {depth}: no shallower group holds the model")
+    if sc.best is None:
+        _deep_rescue(state, sc, max_depth)
     if sc.best is None:
         return SlotResult.infeasible(
             f"slot {state.t}: no device or group of available devices can hold the model "
