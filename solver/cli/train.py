@@ -21,7 +21,6 @@ exit status 2.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
 import sys
@@ -125,18 +124,11 @@ def _kind(text: str) -> str:
 def _check_model(ref: str) -> None:
     """--model MODULE:FACTORY: MODULE imports here and FACTORY is a callable of it (UsageError
     otherwise). The factory is not called: the workers build the model."""
-    mod_name, sep, attr = ref.partition(":")
-    if not sep or not mod_name.strip() or not attr.strip():
-        raise UsageError(f"--model: expected MODULE:FACTORY, got {ref!r}")
+    from ..runtime.spec import SpecError, factory_of
     try:
-        module = importlib.import_module(mod_name.strip())
-    except Exception as e:  # ImportError, or the module's own error while importing
-        why = " ".join(str(e).split()) or type(e).__name__
-        raise UsageError(f"--model: expected MODULE:FACTORY with an importable MODULE, got {ref!r} "
-                         f"(cannot import {mod_name.strip()!r}: {why})") from None
-    if not callable(getattr(module, attr.strip(), None)):
-        raise UsageError(f"--model: expected MODULE:FACTORY with FACTORY a callable of MODULE, got {ref!r} "
-                         f"(module {mod_name.strip()!r} has no callable {attr.strip()!r})")
+        factory_of(ref)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
 
 
 def _known(flag: str, given: Any, names: list[str], inst_name: str, text: str) -> None:
@@ -222,6 +214,7 @@ def _resumes_at(cfg: Any, inst: Any) -> int | None:
     """The step of the newest checkpoint this job would resume from (None: none, it starts at
     0); a checkpoint of another job is a UsageError naming what differs."""
     from ..runtime import ckpt
+    from ..runtime.spec import SpecError
     try:
         found = ckpt.latest(cfg.checkpoint_dir)
     except FileNotFoundError as e:
@@ -229,12 +222,10 @@ def _resumes_at(cfg: Any, inst: Any) -> int | None:
     if found is None:
         return None
     meta = ckpt.read_meta(found)
-    ident = cfg.identity(inst)
-    if meta.get("identity") != ident:
-        diff = {k: (meta.get("identity", {}).get(k), v) for k, v in ident.items()
-                if meta.get("identity", {}).get(k) != v}
-        raise UsageError(f"--checkpoint-dir: expected a checkpoint of this job, got {found} of another "
-                         f"(checkpoint, this job): {diff}")
+    try:
+        ckpt.same_job(found, meta, cfg.identity(inst))
+    except SpecError as e:
+        raise UsageError(f"--checkpoint-dir: {e}") from None
     return int(meta["step"])
 
 
@@ -253,7 +244,7 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"{cfg.steps} (a larger --steps trains on from it); {out / 'slots.csv'} and "
               f"{out / 'summary.json'} are unchanged")
         return 0
-    if done is not None:
+    if done is not None and os.environ.get("RANK", "0") == "0":   # under torchrun: rank 0 says it
         print(f"resuming at step {done} of {cfg.steps} from the newest checkpoint in {args.checkpoint_dir}",
               flush=True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:

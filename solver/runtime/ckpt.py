@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .replan import LayerState, OptFactory, SchedFactory, new_layer
+from .spec import SpecError
 
 KEEP = 2
 
@@ -82,6 +83,15 @@ def latest(folder: str | os.PathLike) -> Path | None:
 
 def read_meta(path: Path) -> dict[str, Any]:
     return json.loads((path / "meta.json").read_text())
+
+
+def same_job(path: Path, meta: dict[str, Any], ident: dict[str, Any]) -> None:
+    """SpecError naming what differs (checkpoint's value, this job's) unless the checkpoint at
+    `path` with metadata `meta` belongs to the job of identity `ident` (TrainConfig.identity)."""
+    theirs = meta.get("identity") or {}
+    if theirs != ident:
+        diff = {k: (theirs.get(k), v) for k, v in ident.items() if theirs.get(k) != v}
+        raise SpecError(f"checkpoint {path} belongs to another job (checkpoint, this job): {diff}")
 
 
 def load_blocks(path: Path, blocks: Sequence[int], templates: Sequence[nn.Module],

@@ -80,19 +80,28 @@ class TrainSpec:
         return torch.autocast(device.type, dtype=self.autocast)
 
 
-def load_factory(ref: str) -> TrainSpec:
-    """Import `MODULE:FACTORY`, call it and return its TrainSpec (SpecError naming the part)."""
-    mod_name, sep, attr = ref.partition(":")
+def factory_of(ref: str) -> Any:
+    """The callable FACTORY of `MODULE:FACTORY`, imported, not called (SpecError naming the part;
+    an error raised while importing the module counts as not importable)."""
+    mod_name, sep, attr = (x.strip() for x in ref.partition(":"))
     if not sep or not mod_name or not attr:
         raise SpecError(f"--model: expected MODULE:FACTORY, got {ref!r}")
     try:
         module = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise SpecError(f"--model: cannot import module {mod_name!r}: {e}") from None
+    except Exception as e:  # ImportError, or the module's own error while importing
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise SpecError(f"--model: expected MODULE:FACTORY with an importable MODULE, got {ref!r} "
+                        f"(cannot import {mod_name!r}: {why})") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise SpecError(f"--model: module {mod_name!r} has no callable {attr!r}")
-    out = fn()
+        raise SpecError(f"--model: expected MODULE:FACTORY with FACTORY a callable of MODULE, got {ref!r} "
+                        f"(module {mod_name!r} has no callable {attr!r})")
+    return fn
+
+
+def load_factory(ref: str) -> TrainSpec:
+    """Import `MODULE:FACTORY`, call it and return its TrainSpec (SpecError naming the part)."""
+    out = factory_of(ref)()
     if isinstance(out, TrainSpec):
         return out.check()
     if isinstance(out, tuple) and len(out) == 4:

@@ -473,9 +473,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
 
     found = ckpt.latest(cfg.checkpoint_dir)
     meta = ckpt.read_meta(found) if found else None
-    if meta is not None and meta["identity"] != ident:
-        diff = {k: (meta["identity"].get(k), v) for k, v in ident.items() if meta["identity"].get(k) != v}
-        raise SpecError(f"checkpoint {found} belongs to another job (checkpoint, this job): {diff}")
+    if meta is not None:
+        ckpt.same_job(found, meta, ident)
     step = start = int(meta["step"]) if meta else 0
     node_of = {d: where[r].rsplit(":", 1)[0] for r, d in enumerate(devices)} if where else {}
     ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of, templates) if rank == 0 else None
