@@ -59,12 +59,13 @@ def test_sailor_measured_optimizer_seconds(shared_data):
     assert wl.optimizer_seconds["A100-SXM4-40GB"] == prof.times["A100-SXM4-40GB"][2][2]
 
 
-def _write(tmp_path, extra_top: str = "", extra_workload: str = "", extra_device: str = "") -> object:
+def _write(tmp_path, extra_top: str = "", extra_workload: str = "", extra_device: str = "",
+           devices: int = 1) -> object:
     base = REPO / "instances" / "default.toml"
     for f in ("default_devices.csv", "default_links.csv"):
         (tmp_path / f).write_text((base.parent / f).read_text())
     text = base.read_text().replace("[workload]\n", "[workload]\n" + extra_workload, 1)
-    text = text.replace("[[devices]]\n", "[[devices]]\n" + extra_device, 1)
+    text = text.replace("[[devices]]\n", "[[devices]]\n" + extra_device, devices)
     path = tmp_path / "x.toml"
     path.write_text(text + "\n" + extra_top)
     return path
@@ -83,8 +84,12 @@ def test_instance_memory_reserve_and_optimizer_step(tmp_path):
     with pytest.raises(InstanceError, match="memory_reserve_gb"):
         load_instance(_write(tmp_path, "[memory_reserve_gb]\nNoSuchGPU = 1\n"))
     inst = load_instance(_write(tmp_path, extra_workload='optimizer_step = "bandwidth"\n',
-                                extra_device="memory_bandwidth_gbs = 900\n"))
+                                extra_device="memory_bandwidth_gbs = 900\n", devices=-1))
     assert inst.workload.optimizer_step == "bandwidth" and inst.devices[0].memory_bandwidth == 900e9
+    # a device without a bandwidth is refused at load, naming its field (a run failed at its first plan)
+    with pytest.raises(InstanceError, match=r"devices\[1\]\.memory_bandwidth_gbs: device '.*': workload"):
+        load_instance(_write(tmp_path, extra_workload='optimizer_step = "bandwidth"\n',
+                             extra_device="memory_bandwidth_gbs = 900\n"))
     with pytest.raises(InstanceError, match="optimizer_step"):
         load_instance(_write(tmp_path, extra_workload='optimizer_step = "measured"\n'))
     assert np.isfinite(ref.devices[0].memory_bytes)

@@ -263,6 +263,8 @@ def _pipedream_cuts(state: SlotState, devices: Sequence[int], share: int, w: np.
 def pipedream(state: SlotState, *, cache: SlotCache | None = None) -> Plan | None:
     wl = state.workload
     avail = state.available_indices
+    if not avail:
+        return None
     idx = np.array(avail)
     if len(idx) > 1:
         off = ~np.eye(len(idx), dtype=bool)

@@ -80,13 +80,45 @@ def compile_note() -> None:
               "cached afterwards)", file=sys.stderr, flush=True)
 
 
+def _blocking_file(path: Path) -> Path | None:
+    """The first of `path` and its parents that exists but is not a folder, else None."""
+    return next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
+
+
 def _out_dir(folder: Path) -> Path:
     """`folder`, created with its parents; UsageError naming --out when it cannot be."""
+    blocking = _blocking_file(folder)
+    if blocking is not None:
+        raise UsageError(f"--out: cannot create folder {folder}: {blocking} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
     return folder
+
+
+def _writable(folder: Path, names: tuple[str, ...]) -> None:
+    """UsageError naming --out when one of the files `names` this command writes in `folder` is
+    a folder there (checked before any work, so that nothing is half-written)."""
+    taken = [n for n in names if (folder / n).is_dir()]
+    if taken:
+        raise UsageError(f"--out: cannot write {', '.join(str(folder / n) for n in taken)}: a folder of that name "
+                         "is in the way")
+
+
+def _out_file(flag: str, path: Path, what: str) -> Path:
+    """`path`, a file to write, with its folder created; UsageError naming `flag` when it is a
+    folder or its folder cannot be made (`what`: the kind of file, for the message)."""
+    if path.is_dir():
+        raise UsageError(f"{flag}: {path} is a folder; give the path of the {what} file to write")
+    blocking = _blocking_file(path.parent)
+    if blocking is not None:
+        raise UsageError(f"{flag}: cannot write {path}: {blocking} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot create folder {path.parent} for {path.name}: {e.strerror or e}") from None
+    return path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -96,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--pricing history: prices the budgets for policy ours, not {args.policy!r}")
     inst = _load(args.instance, args.slots)
     out = _out_dir(Path(args.out) / inst.name / args.policy)
+    _writable(out, ("slots.csv", "summary.json", "run.png", "devices.png", "controller_state.json"))
     v_text = "default rule" if args.V is None else f"{args.V:g}"
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
@@ -245,8 +278,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if not 0 <= args.slot < inst.num_slots:
         raise UsageError(f"--slot: must be 0..{inst.num_slots - 1} (instance {inst.name!r} has {inst.num_slots} "
                          f"slots), got {args.slot}")
-    if args.plot and Path(args.plot).is_dir():
-        raise UsageError(f"--plot: {args.plot} is a folder; give the path of the PNG file to write")
+    if args.plot:
+        _out_file("--plot", Path(args.plot), "PNG")
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
     compile_note()
@@ -298,6 +331,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     policies = _policies(args.policies)
     inst = _load(args.instance, args.slots)
     out = _out_dir(Path(args.out) / inst.name)
+    _writable(out, ("compare.csv", "compare.png"))
     table = compare_policies(inst, V=args.V, policies=policies, progress=lambda label: progress(label))
     shown = with_units(table, compare_columns(inst.budgets))
     print(table_text(shown))
@@ -310,6 +344,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         written += plot_compare(table, inst, out)
     _stale(out, ("compare.png",), written)
     print("\nwrote " + ", ".join(str(p) for p in written))
+    if (table["infeasible_slots"] >= inst.num_slots).all():
+        print(f"dynpar: error: no policy found a feasible plan in any of the {inst.num_slots} slot(s) of "
+              f"{inst.name!r} (dynpar run gives each slot's reason)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -342,9 +380,7 @@ def cmd_import_profile(args: argparse.Namespace) -> int:
                      activation_bytes=args.activation_bytes)
     wl = imp.workload
     default = args.out is None
-    out = Path(args.out) if not default else Path.cwd() / f"{wl.name or 'profile'}.csv"
-    if out.is_dir():
-        raise UsageError(f"--out: {out} is a folder; give the path of the CSV file to write")
+    out = _out_file("--out", Path(args.out) if not default else Path.cwd() / f"{wl.name or 'profile'}.csv", "CSV")
     if out.exists() and not args.force:
         raise UsageError(f"--out: {out} exists; pass --force to overwrite it, or choose another --out")
     tmp = out.with_name(f".{out.name}.partial")

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import InstanceError
 from . import ranges as R
 from .data import models_dir
-from .text import read_text
+from .text import read_text, repeated_columns
 
 HARDWARE_CSV = models_dir() / "hardware.csv"
 """The packaged hardware table (solver/data/models/hardware.csv; the checkout's models/ links to it)."""
@@ -35,6 +35,7 @@ ALIASES = {
 }
 
 _NUMERIC = ("fp32_tflops", "memory_gb", "busy_w", "idle_w", "price_per_hour")
+_TEXT = ("name", "price_estimated", "spec_source", "price_source", "note")
 _RANGES = {"fp32_tflops": R.PEAK_TFLOPS, "memory_gb": R.MEMORY_GB, "busy_w": R.POWER_W, "idle_w": R.POWER_W,
            "price_per_hour": R.PRICE_PER_HOUR}
 
@@ -83,9 +84,17 @@ def _load_cached(path: str) -> tuple[GpuSpec, ...]:
     p = Path(path)
     text = read_text(p, "hardware table")
     reader = csv.DictReader(text.splitlines())
-    missing = [c for c in ("kind", *_NUMERIC) if c not in (reader.fieldnames or [])]
+    header = [h.strip() for h in reader.fieldnames or []]
+    missing = [c for c in ("kind", *_NUMERIC) if c not in header]
     if missing:
         raise InstanceError(f"{p}: missing column(s) {', '.join(map(repr, missing))}")
+    twice = repeated_columns(header)
+    if twice:
+        raise InstanceError(f"{p}: column(s) {', '.join(map(repr, twice))} given twice; expected each column once")
+    unknown = [h for h in header if h not in ("kind", *_NUMERIC, *_TEXT)]
+    if unknown:
+        raise InstanceError(f"{p}: unknown column(s) {', '.join(map(repr, unknown))}; allowed: "
+                            f"{', '.join(('kind', *_NUMERIC, *_TEXT))}")
     specs, seen = [], set()
     for lineno, row in enumerate(reader, start=2):
         spec = _parse_row(p, lineno, row)

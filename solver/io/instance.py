@@ -17,10 +17,12 @@ Format (units in the key names; paths are relative to the instance file):
                                    # halved, fp32 master weights and optimizer state; docs/MODEL.md)
     optimizer_step = "none"        # optional: none, measured (the table's opt_s:<kind> columns), or
                                    # bandwidth (each stage's step takes
-                                   # (2 k_opt - 1) P / memory bandwidth; devices need memory_bandwidth_gbs)
+                                   # (2 k_opt - 1) P / memory bandwidth; every device needs
+                                   # memory_bandwidth_gbs, but for measured kinds under "measured")
 
     [memory_reserve_gb]            # optional: GB held back per device kind (framework context,
-    "V100-SXM2-16GB" = 1.0         # allocator slack), or "default" for every other kind
+    "V100-SXM2-16GB" = 1.0         # allocator slack), or "default" for every other kind; a key
+                                   # that no device takes is refused
 
     [[devices]]                    # one table per device, names unique
     name = "v100-0"
@@ -75,8 +77,10 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import re
 import tomllib
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -92,7 +96,7 @@ from .cluster import (FIT_KEYS, at_precision, check_gpus_per_node, check_measure
                       link_fit, network_facts)
 from .data import packaged_models
 from .hardware import GpuSpec, load_hardware
-from .text import read_text
+from .text import read_text, repeated_columns
 from .workloads import MODELS_DIR, read_workload_csv
 
 __all__ = ["Instance", "load_instance", "save_instance", "write_instance"]
@@ -238,19 +242,22 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
     rows = f.tables(doc, "devices", _DEVICE)
     if not rows:
         raise f.error("devices", "missing required field: at least one [[devices]] table")
-    devices, eff, servers, seen = [], [], [], set()
+    devices, eff, servers, seen, reserved = [], [], [], {}, set()
     reserve = f.table(doc, "memory_reserve_gb", set(table) | set(declared) | {"default"})
     for i, d in enumerate(rows):
         at = f"devices[{i}]"
         name = f.string(d, "name", f"{at}.name")
-        if name in seen:
-            raise f.error(f"{at}.name", "duplicate device name", name)
-        seen.add(name)
+        same = unicodedata.normalize("NFC", name)
+        if same in seen:
+            raise f.error(f"{at}.name", "duplicate device name" + ("" if seen[same] == name else
+                          " (the same characters as an earlier name, written with other Unicode code points)"), name)
+        seen[same] = name
         kind = f.string(d, "kind", f"{at}.kind")
         spec: GpuSpec = kind_spec(f, kind, f"{at}.kind", declared, table)
         peak = f.number(d, "peak_tflops", f"{at}.peak_tflops", spec.peak_flops / 1e12, rng=R.PEAK_TFLOPS) * 1e12
         mem = f.number(d, "memory_gb", f"{at}.memory_gb", spec.memory_bytes / 1e9, rng=R.MEMORY_GB) * 1e9
         key = kind if kind in reserve else spec.kind if spec.kind in reserve else "default"
+        reserved.add(key)
         held = f.number(reserve, key, f"memory_reserve_gb.{key}", 0.0, rng=R.RESERVE_GB) * 1e9 if key in reserve else 0.0
         if held >= mem:
             raise f.error(f"memory_reserve_gb.{key}", f"reserve leaves no memory on device {name} "
@@ -265,11 +272,32 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
         eff.append(f.number(d, "efficiency", f"{at}.efficiency", DEFAULT_EFFICIENCY, rng=R.EFFICIENCY))
         servers.append(f.string(d, "server", f"{at}.server", f"__{name}"))
         devices.append(Device(name, spec.kind, peak, mem, busy, idle, price / 3600.0, bwm))
+    unused = [k for k in reserve if k not in reserved]
+    if unused:
+        raise f.error(f"memory_reserve_gb.{unused[0]}", "no device takes this reserve (no device of that kind, or "
+                      "every one has a reserve of its own); expected a kind of the [[devices]] or 'default'",
+                      reserve[unused[0]])
     return tuple(devices), np.array(eff, dtype=float), servers
 
 
 _CALL_LATENCIES = {"tp_collective_latency_ms", "allreduce_latency_ms"}
 """[network] keys of per-call collective overheads (milliseconds, 0 when absent)."""
+
+
+def _check_optimizer_step(f: _File, wl: Workload, devices: tuple[Device, ...]) -> None:
+    """The optimizer step charged per stage (cost.optimizer) needs, for every device, measured
+    seconds of its kind (optimizer_step = "measured") or its memory bandwidth; the first device
+    with neither is an error naming its field (the run would otherwise fail at its first plan)."""
+    if wl.optimizer_step == "none":
+        return
+    for i, d in enumerate(devices):
+        measured = wl.optimizer_step == "measured" and d.kind in wl.optimizer_seconds
+        if not measured and not d.memory_bandwidth > 0:
+            raise f.error(f"devices[{i}].memory_bandwidth_gbs",
+                          f"device {d.name!r}: workload.optimizer_step = {wl.optimizer_step!r} needs the memory "
+                          "bandwidth of every device" + (" whose kind has no opt_s column" if
+                                                         wl.optimizer_step == "measured" else "") +
+                          "; expected a number of GB/s > 0, got none")
 
 
 def _call_latency(f: _File, doc: dict, key: str) -> float:
@@ -348,6 +376,9 @@ class _Csv:
         text = read_text(self.path, "trace file")
         reader = csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#"))
         header = [h.strip() for h in next(reader, [])]
+        twice = repeated_columns(header)
+        if twice:
+            raise self.error(1, twice[0], "column given twice; expected each column once", None)
         for col in required:
             if col not in header:
                 raise self.error(1, col, "missing column", None)
@@ -450,6 +481,8 @@ def _link_trace(f: _File, name: str, devices: tuple[Device, ...], bw: np.ndarray
 
 def load_instance(path: str | Path) -> Instance:
     """Load and validate an instance file; InstanceError (file, field, value) on any problem."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path: expected the path of an instance file (str or os.PathLike), got {path!r}")
     path = Path(path)
     f = _File(path)
     doc = _read_toml(path)
@@ -465,6 +498,7 @@ def load_instance(path: str | Path) -> Instance:
     declared = at_precision(declared_kinds(f, doc), workload.precision)
     check_measured_kinds(f, workload, declared, load_hardware())
     devices, eff, servers = _devices(f, doc, declared)
+    _check_optimizer_step(f, workload, devices)
     names = [d.name for d in devices]
     check_gpus_per_node(f, [d.kind for d in devices], servers, declared)
     bw, lat = _network(f, doc, names, servers)

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import InstanceError
 from ..model import Layer, Workload
 from .hardware import hardware_spec
+from .text import read_text
 
 SAILOR_KINDS = {"A100-40": "A100-SXM4-40GB", "A100-80": "A100-SXM4-80GB", "V100-16": "V100-SXM2-16GB",
                 "GH-96": "GH-96"}
@@ -51,11 +52,10 @@ class SailorProfile:
 
 
 def load_json(path: Path) -> dict:
-    """The JSON document at `path`; InstanceError naming the file when it is absent or not JSON."""
+    """The JSON document at `path`; InstanceError naming the file when it is absent, a folder,
+    not UTF-8 or not JSON."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InstanceError(f"{path}: not found") from None
+        return json.loads(read_text(path, "JSON file"))
     except json.JSONDecodeError as e:
         raise InstanceError(f"{path}: not valid JSON: {e}") from None
 
@@ -63,20 +63,21 @@ def load_json(path: Path) -> dict:
 def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProfile:
     """The profile of `model` at tensor-parallel degree `tp` from Sailor's folder `root`."""
     root = Path(root)
-    info = load_json(root / "llm_info.json")
+    path = root / "llm_info.json"
+    info = load_json(path)
+    if not isinstance(info, dict):
+        raise InstanceError(f"{path}: expected {{model: {{tp degree: {{layer: bytes}}}}}}")
     if model not in info:
-        raise InstanceError(f"{root / 'llm_info.json'}: model: expected one of {sorted(info)}, got {model!r}")
+        raise InstanceError(f"{path}: model: expected one of {sorted(info)}, got {model!r}")
     by_tp = info[model]
-    if str(tp) not in by_tp:
-        raise InstanceError(f"{root / 'llm_info.json'}: {model}: tp: expected one of {sorted(by_tp, key=int)}, got {tp}")
-    rows = by_tp[str(tp)]
-    idx = sorted(rows, key=int)
-    if [int(i) for i in idx] != list(range(len(idx))):
-        raise InstanceError(f"{root / 'llm_info.json'}: {model} tp {tp}: layers are not 0..{len(idx) - 1}")
+    if not isinstance(by_tp, dict) or str(tp) not in by_tp:
+        raise InstanceError(f"{path}: {model}: tp: expected one of "
+                            f"{sorted(by_tp, key=str) if isinstance(by_tp, dict) else []}, got {tp}")
+    idx, rows = _layer_rows(path, f"{model} tp {tp}", by_tp[str(tp)])
     L = len(idx)
-    block = float(rows[idx[1]]["params_bytes"]) if L > 2 else None
+    block = rows[1]["params_bytes"] if L > 2 else None
     names = tuple("embedding" if i == 0 else "head" if i == L - 1 else
-                  f"block{i - 1}" if float(rows[str(i)]["params_bytes"]) == block else f"layer{i}" for i in range(L))
+                  f"block{i - 1}" if rows[i]["params_bytes"] == block else f"layer{i}" for i in range(L))
     times: dict[str, dict[int, tuple]] = {}
     notes: list[str] = []
     folder = root / "profiles" / model
@@ -97,10 +98,43 @@ def read_sailor_profile(root: str | Path, model: str, tp: int = 1) -> SailorProf
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:
             raise InstanceError(f"{gpu_dir / 'profile.json'}: not a Sailor profile ({type(e).__name__}: {e}); expected "
                                 "{micro-batch size: {tp degree: {layer: [forward s, backward s, update s]}}}") from None
-    return SailorProfile(model, int(tp), names, tuple(float(rows[i]["params_bytes"]) for i in idx),
-                         tuple(float(rows[i]["act_output_bytes"]) for i in idx),
-                         tuple(float(rows[i]["act_mem_bytes"]) for i in idx),
-                         float(rows[idx[0]]["act_input_bytes"]), times, tuple(notes))
+    return SailorProfile(model, int(tp), names, tuple(r["params_bytes"] for r in rows),
+                         tuple(r["act_output_bytes"] for r in rows), tuple(r["act_mem_bytes"] for r in rows),
+                         rows[0]["act_input_bytes"], times, tuple(notes))
+
+
+INFO_FIELDS = ("params_bytes", "act_output_bytes", "act_mem_bytes", "act_input_bytes")
+"""The fields of llm_info.json's layer entries this reader uses (bytes; per sample but params)."""
+
+
+def _layer_rows(path: Path, where: str, rows: object) -> tuple[list[str], list[dict[str, float]]]:
+    """llm_info.json's layer entries {"0": {field: bytes}, ...} of one model and tp degree: (the
+    layer keys in index order, each layer's INFO_FIELDS as floats); InstanceError naming the
+    file, the layer and the field for anything else."""
+    if not isinstance(rows, dict) or not rows:
+        raise InstanceError(f"{path}: {where}: expected {{layer index: {{field: bytes}}}}, got {type(rows).__name__}")
+    try:
+        order = sorted(rows, key=int)
+    except ValueError:
+        bad = next(k for k in rows if not k.strip().lstrip("-").isdigit())
+        raise InstanceError(f"{path}: {where}: layer keys: expected integers 0..{len(rows) - 1}, got {bad!r}") from None
+    if [int(i) for i in order] != list(range(len(order))):
+        raise InstanceError(f"{path}: {where}: layers are not 0..{len(order) - 1}")
+    out = []
+    for i in order:
+        entry = rows[i]
+        if not isinstance(entry, dict):
+            raise InstanceError(f"{path}: {where}: layer {i}: expected {{field: bytes}}, got {type(entry).__name__}")
+        row = {}
+        for f in INFO_FIELDS:
+            if f not in entry:
+                raise InstanceError(f"{path}: {where}: layer {i}: missing field {f!r}")
+            x = entry[f]
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise InstanceError(f"{path}: {where}: layer {i}: {f}: expected a number of bytes, got {x!r}")
+            row[f] = float(x)
+        out.append(row)
+    return order, out
 
 
 def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_factor: float = 4.0,

@@ -3,6 +3,7 @@ unreadable or non-UTF-8 file, never a bare UnicodeDecodeError."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import InstanceError
 
@@ -31,3 +32,10 @@ def decode(data: bytes, path: str | Path, what: str) -> str:
     except UnicodeDecodeError as e:
         raise InstanceError(f"{path}: {what} is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} "
                             "(save the file as UTF-8)") from None
+
+
+def repeated_columns(header: Sequence[str]) -> list[str]:
+    """The names that occur more than once in a CSV header, in first-seen order: a repeated
+    column would make the reader keep one of the two silently."""
+    seen: set[str] = set()
+    return list(dict.fromkeys(h for h in header if h in seen or seen.add(h)))

@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import csv
 import math
+import numbers
 import sys
 from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -54,13 +56,16 @@ from ..model.workload import PRECISIONS, TP_TIMES, TPVariant, mixed_opt_factor
 from . import ranges as R
 from .data import models_dir
 from .columns import BYTES_VARIANT, bytes_column, time_column, variant_columns
-from .text import read_text
+from .text import read_text, repeated_columns
 
 MODELS_DIR = models_dir()
 """The packaged layer tables (solver/data/models; the checkout's models/ links to them)."""
 FP32 = 4
 INT64 = 8
 BASE_COLUMNS = ("name", "fwd_flops", "bwd_flops", "out_bytes", "stash_bytes", "param_bytes")
+META_KEYS = ("input_bytes", "precision", "tp_times")
+"""The layer table's '# key: value' comment lines the reader reads; a key within a letter or two
+of one of them is refused as a typo (other comment lines are free text)."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +344,16 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     input_bytes (bytes per input sample) defaults to the file's `# input_bytes:` line, else 0.
     Raises InstanceError naming file, row, column and value on any malformed cell."""
     path = Path(path)
+    for arg, x in (("batch", batch), ("micro_batch", micro_batch)):
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+            raise TypeError(f"{arg}: expected an integer number of samples, got {x!r} ({type(x).__name__})")
+    for arg, x, rng in (("opt_factor", opt_factor, R.OPTIMIZER_FACTOR), ("input_bytes", input_bytes, R.INPUT_BYTES)):
+        if x is None and arg == "input_bytes":
+            continue
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{arg}: expected a number, got {x!r} ({type(x).__name__})")
+        if rng.problem(float(x)):
+            raise ValueError(f"{arg}: {rng.problem(float(x))}, got {x!r}")
     text = read_text(path, "layer table")
     if batch < 1 or micro_batch < 1 or batch % micro_batch:
         raise InstanceError(f"{path}: batch {batch} must be a positive multiple of micro_batch {micro_batch}")
@@ -349,9 +364,18 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
         key, sep, value = lines[start].lstrip("#").partition(":")
         if sep:
             meta[key.strip()] = value.strip()
+            near = get_close_matches(key.strip(), META_KEYS, n=1, cutoff=0.8)
+            if key.strip() not in META_KEYS and near:
+                raise InstanceError(f"{path}: row {start + 1}: comment line '# {key.strip()}:': expected "
+                                    f"'# {near[0]}:' (the table's {near[0]} is read from that line), got a "
+                                    "look-alike")
         start += 1
     reader = csv.reader(lines[start:])
     header = [h.strip() for h in next(reader, [])]
+    twice = repeated_columns(header)
+    if twice:
+        raise InstanceError(f"{path}: row {start + 1}: column(s) {', '.join(map(repr, twice))} given twice; "
+                            "expected each column once")
     missing = [c for c in BASE_COLUMNS if c not in header]
     if missing:
         raise InstanceError(f"{path}: row {start + 1}: missing column(s) {', '.join(map(repr, missing))}")
@@ -417,6 +441,9 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
     for (k, b, t), (fc, bc) in sorted(variants.items()):
         if t == 1 and batch % b == 0:
             by_u.setdefault(b, {})[k] = (tuple(extra[fc]), tuple(extra[bc]))
+    unused = sorted({b for (_, b, _) in variants if batch % b})
+    notes = (f"layer table {path.name}: the times at micro-batch size(s) {', '.join(map(str, unused))} "
+             f"(@mbs columns) are not used: they do not divide the batch {batch}",) if unused else ()
     if by_u:
         by_u.setdefault(int(micro_batch), measured)
     tp_times = meta.get("tp_times", TP_TIMES[0])
@@ -428,7 +455,8 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
                     float(input_bytes), measured, precision=precision,
                     measured_by_micro_batch=dict(sorted(by_u.items())), tp_variants=tp_variants,
                     tp_unsplit_stash=unsplit,
-                    optimizer_seconds={h[len("opt_s:"):]: tuple(extra[h]) for h in header if h.startswith("opt_s:")})
+                    optimizer_seconds={h[len("opt_s:"):]: tuple(extra[h]) for h in header if h.startswith("opt_s:")},
+                    notes=notes)
 
 
 def _check_unique_names(path: Path, rows_of: dict[str, list[int]], shown: int = 5) -> None:

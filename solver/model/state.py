@@ -106,9 +106,10 @@ class SlotState:
 
     @cached_property
     def notes(self) -> tuple[str, ...]:
-        """What the user should know about this slot's figures (measurement_notes)."""
+        """What the user should know about this slot's figures (measurement_notes, and the
+        workload's own notes: what its reader left out)."""
         avail = [d for d, a in zip(self.devices, self.available) if a]
-        return measurement_notes(avail, self.workload)
+        return tuple(self.workload.notes) + measurement_notes(avail, self.workload)
 
     def degree(self, i: int) -> int:
         """How many physical devices device i stands for (1 without tensor parallelism)."""
@@ -305,8 +306,8 @@ class Instance:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """measurement_notes of all the instance's devices."""
-        return measurement_notes(self.devices, self.workload)
+        """measurement_notes of all the instance's devices, and the workload's own notes."""
+        return tuple(self.workload.notes) + measurement_notes(self.devices, self.workload)
 
     @property
     def num_slots(self) -> int:
@@ -339,7 +340,10 @@ class Instance:
         return (self.state(t) for t in range(self.num_slots))
 
     def head(self, slots: int) -> "Instance":
-        """The same instance restricted to its first `slots` slots (at least one)."""
+        """The same instance restricted to its first min(slots, num_slots) slots: `slots` is an
+        upper bound (benchmarks cut every instance to at most so many), at least 1."""
+        if isinstance(slots, bool) or not isinstance(slots, numbers.Integral):
+            raise TypeError(f"slots: expected an integer, got {slots!r} ({type(slots).__name__})")
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         s = min(int(slots), self.num_slots)

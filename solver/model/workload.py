@@ -118,6 +118,8 @@ class Workload:
     runs per micro-batch and pass in a tensor-parallel stage (the training runtime's split,
     runtime.tensor_parallel.collective_counts); None: model.state.TP_ALLREDUCES per layer and
     pass (Megatron's transformer block).
+    notes: what the layer table's reader left out, for the user (columns timed at micro-batch
+    sizes that do not divide the batch); model.state.measurement_notes shows them.
     """
 
     name: str
@@ -136,6 +138,7 @@ class Workload:
     tp_unsplit_stash: tuple[float, ...] | None = None
     tp_degree: int = 1
     tp_collectives: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         c = self.tp_collectives

@@ -77,22 +77,27 @@ def _solve_slot(state: SlotState, queues: Sequence[float] | None, V: float, prev
     if opt.classes not in ("both", "auto", "off"):
         raise ValueError(f"classes: expected 'both', 'auto' or 'off', got {opt.classes!r}")
     if opt.classes != "off":
-        return _with_classes(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
-    if not tp_applies(state, opt.tp_degrees):
-        return _search(state, queues, Q, V, previous_plan, opt, cache, t0)
-    return _unfit_degrees(state, opt.tp_degrees,
-                          _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0))
+        res = _with_classes(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
+    elif not tp_applies(state, opt.tp_degrees):
+        res = _search(state, queues, Q, V, previous_plan, opt, cache, t0)
+    else:
+        res = _search_tp(state, queues, Q, V, previous_plan, opt, slot_cache(state, cache), t0)
+    return _unfit_degrees(state, opt.tp_degrees, res)
 
 
 def _unfit_degrees(state: SlotState, degrees: Sequence[int], res: SlotResult) -> SlotResult:
     """res, its message saying which asked-for TP degrees no server's pool of one kind can hold
-    in this slot (not tried, rather than dropped unsaid)."""
+    in this slot (not tried, rather than dropped unsaid); nothing on a state without servers
+    (no network model) or one already in TP units."""
+    if state.network is None or state.tp is not None:   # no servers: TP is not on offer at all
+        return res
     fit = {t for ts in allowed_degrees(state, degrees).values() for t in ts}
     unfit = sorted({t for t in degrees if t > 1 and t not in fit})
-    if not unfit:
+    note = (f"tp degree {', '.join(map(str, unfit))}: no server holds that many available devices of one kind "
+            f"in slot {state.t}, not tried")
+    if not unfit or note in res.message:     # the class search's inner solve has said it already
         return res
-    return replace(res, message=f"{res.message}; tp degree {', '.join(map(str, unfit))}: no server holds that many "
-                                f"available devices of one kind in slot {state.t}, not tried")
+    return replace(res, message=f"{res.message}; {note}")
 
 
 def _check_caps(state: SlotState, opt: SolveOptions) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...errors import InstanceError
 from .. import pipedream
 from .table import Imported
 
@@ -33,10 +34,19 @@ def import_graph(path: str | Path, fmt: str, minibatch: int | None = None, kind:
         minibatch = int(m.group(1))
         note = f"profiled batch {minibatch} from the file name (pbs-{minibatch})"
     wl = pipedream.import_profile(path, kind=kind or pipedream.DEFAULT_KIND, minibatch=minibatch)
-    mb = minibatch or pipedream.profiled_minibatch(pipedream.parse_profile(path), path)
     if minibatch is None:
+        mb = pipedream.profiled_minibatch(pipedream.parse_profile(path), path)
         note = (f"profiled minibatch {mb}: inferred from the graph (its Input node's image bytes, or the model "
                 "folder's known setting); --minibatch N sets it")
+    else:
+        mb = minibatch
+        try:
+            inferred = pipedream.profiled_minibatch(pipedream.parse_profile(path), path)
+        except InstanceError:
+            inferred = None
+        if inferred is not None and inferred != mb:
+            note = ", ".join(x for x in (note, f"--minibatch {mb} used, where the graph says {inferred} (its Input "
+                                               "node's image bytes, or the model folder's known setting)") if x)
     notes = tuple(n for n in (note, pipedream.BOUNDARY_NOTE,
                               f"fwd_flops, bwd_flops: the measured seconds x 0.5 x {wl.measured and next(iter(wl.measured))}'s "
                               "peak FP32 FLOP/s: estimates, used only for kinds without measured times") if n)

@@ -47,7 +47,15 @@ def _read(p: Path) -> dict:
                             "parameters_per_layer_bytes and execution_time.layer_compute_total_ms") from None
     if len(params) != len(compute):
         raise InstanceError(f"{p}: {len(params)} parameters_per_layer_bytes but {len(compute)} layer_compute_total_ms")
-    mem = doc.get("execution_memory", {}).get("layer_memory_total_mb")
+    em = doc.get("execution_memory", {})
+    if not isinstance(em, dict):
+        raise InstanceError(f"{p}: execution_memory: expected an object holding layer_memory_total_mb, got "
+                            f"{type(em).__name__}")
+    mem = em.get("layer_memory_total_mb")
+    if mem is not None and (not isinstance(mem, list) or
+                            any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in mem)):
+        raise InstanceError(f"{p}: execution_memory.layer_memory_total_mb: expected a list of MiB per layer, got "
+                            f"{mem!r:.80}")
     act = model["parameters"].get("activation_parameters_bytes")
     return {"params": params, "compute": compute, "mem": mem, "act": act, "name": model.get("model_name")}
 
@@ -105,6 +113,14 @@ def import_metis(path: str | Path, minibatch: int | None = None, kinds: dict[str
         if s is None:
             notes.append(f"stash_bytes at tp {t}: layer_memory_total_mb is missing, of the wrong length or at one "
                          "batch size only: the boundary activation (out_bytes) is used, a lower bound")
+            continue
+        falling = [i for i, x in enumerate(s) if x < 0]
+        if falling:
+            notes.append(f"stash_bytes at tp {t}: layer_memory_total_mb falls with the batch size at "
+                         f"{len(falling)} layer(s) ({', '.join(f'layer{i}' for i in falling[:5])}"
+                         f"{', ...' if len(falling) > 5 else ''}): their boundary activation (out_bytes) is used, "
+                         "a lower bound")
+            stash[t] = [out[i] if x < 0 else x for i, x in enumerate(s)]
     param = {t: [p / t for p in first["params"]] for t in degrees}
     notes.append("times: Metis gives forward + backward per layer; split 1/3 forward, 2/3 backward")
     notes.append("not imported: fb_sync (forward_backward_time_ms - layer sum), optimizer_time_ms and the "
@@ -129,7 +145,8 @@ def _kind(gpu: str) -> str:
 
 def _stash(docs: dict, tp: int, L: int) -> list[float] | None:
     """Per-layer bytes per sample: the least-squares slope of layer memory against batch size
-    over the files of one device type at TP degree tp (None without two usable sizes)."""
+    over the files of one device type at TP degree tp (None without two usable sizes); a
+    layer whose memory falls with the batch size has a negative slope (the caller says so)."""
     for gpu in sorted({g for g, t, _ in docs if t == tp}):
         pts = [(b, d["mem"]) for (g, t, b), (_, d) in docs.items()
                if g == gpu and t == tp and isinstance(d["mem"], list) and len(d["mem"]) == L]
@@ -138,5 +155,5 @@ def _stash(docs: dict, tp: int, L: int) -> list[float] | None:
             mem = np.array([m for _, m in pts], dtype=float) * MIB
             db = bs - bs.mean()
             slope = (db[:, None] * (mem - mem.mean(axis=0))).sum(axis=0) / float((db * db).sum())
-            return [max(float(x), 0.0) for x in slope]
+            return [float(x) for x in slope]
     return None
