@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import os
 import socket
@@ -606,6 +607,17 @@ def test_semantics_refused_and_caller_model_untouched() -> None:
         blocks_of(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)))
     with pytest.raises(SpecError, match=r"block 1 Dropout2d \(Dropout2d\)"):
         blocks_of(nn.Sequential(nn.Linear(3, 3), nn.Dropout2d(0.1)))
+    # the statistics, renormalisation and randomness an outside audit found trained wrong, unrefused
+    for block, named in ((nn.InstanceNorm1d(3, track_running_stats=True), "running statistics"),
+                         (nn.Embedding(10, 3, max_norm=1.0), "max_norm"),
+                         (nn.RReLU(), r"block 1 RReLU \(RReLU\)"),
+                         (nn.MultiheadAttention(4, 2, dropout=0.1), "MultiheadAttention"),
+                         (nn.TransformerEncoderLayer(4, 2, 8, dropout=0.1), r"self_attn \(MultiheadAttention\)"),
+                         (nn.LSTM(3, 3, 2, dropout=0.2), r"LSTM \(LSTM\)")):
+        with pytest.raises(SpecError, match=named):
+            blocks_of(nn.Sequential(nn.Linear(3, 3), block))
+    for fine in (nn.InstanceNorm1d(3), nn.RReLU(0.1, 0.1), nn.LSTM(3, 3, 2), nn.Embedding(10, 3)):
+        blocks_of(nn.Sequential(nn.Linear(3, 3), fine))
     model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
     before = {k: v.clone() for k, v in model.state_dict().items()}
     blocks = blocks_of(model)
@@ -613,6 +625,120 @@ def test_semantics_refused_and_caller_model_untouched() -> None:
         blocks[0].weight.add_(1.0)
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k])
+
+
+def test_old_runtime_api_checks_the_model_and_leaves_it_untouched() -> None:
+    """solver.runtime.run (make_job) ran no model check and probed the caller's own modules in
+    train mode (an InstanceNorm's running statistics moved)."""
+    from solver.runtime import Slot, TensorBatches
+    from solver.runtime.runtime import make_job
+    torch.manual_seed(0)
+    data = TensorBatches(torch.randn(16, 3, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64), 8)
+    slot = Slot(Plan((Group((0,), (2,), 8),)), 1)
+    opt = lambda ps: torch.optim.SGD(ps, lr=0.1)  # noqa: E731
+    with pytest.raises(SpecError, match="BatchNorm"):
+        make_job(nn.Sequential(nn.Linear(3, 2).double(), nn.BatchNorm1d(2).double()), [slot], data, nn.MSELoss(),
+                 opt, 1, 4)
+    with pytest.raises(SpecError, match=r"draws dropout masks per process.*block 1 Dropout"):
+        make_job(nn.Sequential(nn.Linear(3, 2).double(), nn.Dropout(0.5)), [slot], data, nn.MSELoss(), opt, 1, 4)
+
+    class Counts(nn.Module):   # a forward with a side effect in train mode (as running statistics have)
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += int(self.training)
+            return x
+
+    model = nn.Sequential(nn.Linear(3, 2).double(), Counts())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    make_job(model, [slot], data, nn.MSELoss(), opt, 1, 4)
+    assert model[1].calls == 0 and model.training
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_optimizer_state_keeps_its_dtypes_across_a_move() -> None:
+    """torch's Optimizer.load_state_dict casts state to the parameter's dtype (NAdam's float32
+    mu_product became float64), so a migrated or resumed NAdam drifted 1e-11 .. 1e-10 from an
+    unmoved one; new_layer gives each state tensor its saved dtype back."""
+    from solver.runtime.replan import new_layer
+    make = lambda ps: torch.optim.NAdam(ps, lr=1e-2)  # noqa: E731
+    torch.manual_seed(3)
+    a = nn.Linear(4, 4).double()
+    st = new_layer(a, torch.device("cpu"), make)
+    x = torch.randn(8, 4, dtype=torch.float64)
+    for _ in range(3):
+        st.opt.zero_grad()
+        st.module(x).pow(2).mean().backward()
+        st.opt.step()
+    buf = io.BytesIO()
+    torch.save(st.pack(), buf)           # as a migration or a checkpoint carries it
+    buf.seek(0)
+    moved = new_layer(copy.deepcopy(a).to("meta"), torch.device("cpu"), make, torch.load(buf, weights_only=True))
+    for q_old, q_new in zip(st.module.parameters(), moved.module.parameters()):
+        for key, v in st.opt.state[q_old].items():
+            assert moved.opt.state[q_new][key].dtype == v.dtype, key
+    for s_ in (st, moved):
+        for _ in range(5):
+            s_.opt.zero_grad()
+            s_.module(x).pow(2).mean().backward()
+            s_.opt.step()
+    for q_old, q_new in zip(st.module.parameters(), moved.module.parameters()):
+        assert torch.equal(q_old, q_new)
+
+
+def test_a_block_moves_with_its_ties_and_constant_buffers() -> None:
+    """What a migration or a checkpoint builds from the meta template (replan.meta_template,
+    new_layer): a pair tied inside a block stays one tensor (Module.to("meta") untied it, and
+    loading the optimizer state then failed), a non-persistent buffer keeps its values (it came
+    back as uninitialised memory)."""
+    from solver.runtime.examples import ScaledTanh
+    from solver.runtime.replan import meta_template, new_layer
+    torch.manual_seed(5)
+    blk = nn.Sequential(nn.Linear(32, 32), ScaledTanh(32), nn.Linear(32, 32)).double()
+    blk[2].weight = blk[0].weight
+    make = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    st = new_layer(blk, torch.device("cpu"), make)
+    x = torch.randn(4, 32, dtype=torch.float64)
+    st.opt.zero_grad()
+    st.module(x).sum().backward()
+    st.opt.step()
+    template = meta_template(blk)
+    assert template[0].weight is template[2].weight and not template[1].scale.is_meta
+    moved = new_layer(template, torch.device("cpu"), make, st.pack())
+    assert moved.module[0].weight is moved.module[2].weight
+    torch.testing.assert_close(moved.module[1].scale, blk[1].scale, rtol=0, atol=0)
+    torch.testing.assert_close(moved.module(x), st.module(x), rtol=0, atol=0)
+
+
+def test_short_1f1b_groups_run_as_gpipe_or_are_named() -> None:
+    """The planner prices 1F1B with fewer micro-batches than stages (354 of 32,404 groups of the
+    shipped instances' candidate pools); torch's 1F1B refuses it. The controller runs such a
+    group as GPipe where that fits its memory (the same batch time), else names it."""
+    from solver.runtime.trainer import short_1f1b_as_gpipe
+    inst = load_instance(Path(__file__).resolve().parent.parent / "instances" / "default.toml")
+    state = inst.state(0)
+    u = state.workload.micro_batch
+    p = Plan((Group((0, 1, 2), (5, 10, 16), 2 * u, "1f1b"), Group((3,), (16,), state.workload.batch - 2 * u)))
+    assert not p.validate(state)
+    q, notes = short_1f1b_as_gpipe(p, state)
+    assert q.groups[0].schedule == "gpipe" and q.groups[1] == p.groups[1] and not q.validate(state)
+    assert notes == ["group 0: 1F1B with 2 micro-batches over 3 stages runs as GPipe (torch's 1F1B needs one "
+                     "micro-batch per stage at least; the same batch time, its memory checked)"]
+    assert unsupported(q, micro_batch=u) == []
+    assert unsupported(p, micro_batch=u) == ["group 0: 1F1B with 2 micro-batches over 3 stages (torch's 1F1B needs "
+                                             "one per stage at least, and this group's GPipe does not fit its memory)"]
+    ok = Plan((Group((0, 1), (5, 16), 2 * u, "1f1b"), Group((3,), (16,), state.workload.batch - 2 * u)))
+    assert short_1f1b_as_gpipe(ok, state) == (ok, [])
+
+
+def test_the_failing_ranks_own_error_is_the_one_shown(tmp_path: Path) -> None:
+    """A rank's error is written after its process group is torn down, so its peers' "Connection
+    closed by peer" was often written first and shown instead."""
+    from solver.runtime.launch import _peer_closed
+    assert _peer_closed("RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1")
+    assert not _peer_closed("RuntimeError: slot 0: policy ours found no feasible plan")
 
 
 def test_unsupported_plan_features_named() -> None:

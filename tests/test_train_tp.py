@@ -171,6 +171,22 @@ def test_tp_refusals_and_search_degrees() -> None:
     assert unsupported(tp, engine="hand", blocks=mlp)[0].endswith("inside a pipeline needs engine 'torch'")
     assert unsupported(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), engine="hand", blocks=mlp) == []
     assert "no model given" in unsupported(tp)[0]
+    # an optimizer that is not element-wise: no TP searched, a TP plan refused (Adafactor was 5e-3 off)
+    from solver.runtime.spec import tp_refusal
+    assert tp_refusal(examples.mlp64_adam().make_optimizer) is None
+    why = tp_refusal(lambda ps: torch.optim.Adafactor(ps, lr=1e-2))
+    assert why.startswith("optimizer Adafactor is not element-wise")
+    assert runtime_options(mlp, None, why).tp_degrees == (1,)
+    tp2 = Plan((Group((0,), (7,), 32, tp_peers=((1,),)),))
+    assert unsupported(tp2, blocks=mlp, no_tp=why) == [
+        f"group 0, stage 0 (layers 0..6): tensor parallelism of degree 2 over devices [0, 1]: {why}"]
+    # parameters tied inside one block: refused by name (torch's optimizer error before)
+    lin = nn.Linear(8, 8)
+    twin = nn.Linear(8, 8)
+    twin.weight = lin.weight
+    assert "layer 0: parameters 0.weight and 2.weight are one tensor (tied)" in \
+        " ".join(unsupported(Plan((Group((0,), (1,), 32, tp_peers=((1,),)),)),
+                             blocks=[nn.Sequential(lin, nn.Tanh(), twin)]))
     from solver.runtime.checks import PlanMismatchError, check_plan
     with pytest.raises(PlanMismatchError, match=r"group 0: tensor-parallel stages \(tp_peers \[\[1\]\]\) run under"):
         check_plan(Plan((Group((0,), (7,), 32, tp_peers=((1,),)),)), 7, 2, 32)
@@ -529,3 +545,26 @@ def test_a_failed_tp_group_profile_is_one_line(tmp_path: Path, monkeypatch: pyte
                  "--tp-degrees", "2", "-o", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert err == f"dynpar: error: {says}" and not out.exists()
+
+
+def test_constant_buffers_frozen_and_unused_parameters_across_tp_replan_and_resume(tmp_path: Path) -> None:
+    """examples.mlp64_frozen_const (non-persistent buffers, a frozen bias, a parameter no
+    forward uses; AdamW with weight decay): slot 0 puts the buffers' blocks on a TP-2 stage,
+    the re-plan migrates them to plain stages, and a second job resumes from the checkpoint.
+    The buffers came back as uninitialised memory after a migration or a resume (2e-2 off, or
+    NaN), and the frozen and unused parameters were given zero gradients, so weight decay moved
+    them; now every parameter and buffer ends where single-process training ends."""
+    inst = load_instance(tp_instance(tmp_path))
+    p1 = Plan((Group((0, 1), (4, 7), 24, "gpipe", tp_peers=((2,), ())), Group((3,), (7,), 8)))
+    p2 = Plan((Group((3, 0), (2, 7), 16, "1f1b"), Group((1, 2), (5, 7), 16, "gpipe")))
+    plans = (plan_to_json(p1), plan_to_json(p2))
+    factory = "mlp64_frozen_const"
+    launch(inst, TrainConfig(f"solver.runtime.examples:{factory}", 6, str(tmp_path / "ck"), iterations_per_slot=4,
+                             plans=plans))
+    launch(inst, TrainConfig(f"solver.runtime.examples:{factory}", 8, str(tmp_path / "ck"), iterations_per_slot=4,
+                             plans=plans))
+    assert_matches(tmp_path / "ck", 8, factory)
+    spec = examples.mlp64_frozen_const()
+    got = final_state(tmp_path / "ck", 7)
+    torch.testing.assert_close(got["0.bias"], spec.model[0].bias.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(got["5.unused"], spec.model[5].unused.detach(), rtol=0, atol=0)

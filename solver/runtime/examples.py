@@ -73,6 +73,33 @@ def mlp64_dropout() -> TrainSpec:
     return TrainSpec(model, spec.loss, spec.make_optimizer, spec.data)
 
 
+class ScaledTanh(nn.Module):
+    """tanh(x) * scale, `scale` a non-persistent buffer (a constant of the model, not in its
+    state_dict, like a causal mask); with `unused`, also a parameter the forward never reads."""
+
+    def __init__(self, width: int, unused: bool = False) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, width, dtype=torch.float64), persistent=False)
+        if unused:
+            self.unused = nn.Parameter(torch.ones(width, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * self.scale
+
+
+def mlp64_frozen_const() -> TrainSpec:
+    """mlp64's 7 blocks with what migrations, checkpoints and the gradient sync must carry
+    alike: blocks 1, 3 and 5 are ScaledTanh (a non-persistent buffer; block 5 also holds a
+    parameter no forward uses), block 0's bias is frozen (requires_grad False); AdamW with
+    weight decay 0.1, lr 1e-2 (single-process training leaves the frozen and the unused
+    parameter as they are: no gradient, so no decay)."""
+    spec = mlp64()
+    m = list(spec.model)
+    m[0].bias.requires_grad_(False)
+    model = nn.Sequential(m[0], ScaledTanh(32), m[2], ScaledTanh(32), m[4], ScaledTanh(16, unused=True), m[6])
+    return TrainSpec(model, spec.loss, functools.partial(torch.optim.AdamW, lr=1e-2, weight_decay=0.1), spec.data)
+
+
 def attn64() -> TrainSpec:
     """A 6-block float64 model over sequences of 6 tokens of 8 features with self-attention:
     Linear(8, 16) per token, SelfAttention(16 features, 4 heads: runtime.tensor_parallel),

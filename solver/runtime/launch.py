@@ -96,10 +96,21 @@ def launch(instance: Instance, cfg: TrainConfig, device_names: Sequence[str] | N
             raise TrainFailed(f"device(s) {', '.join(dead)} died (signal {killed[min(killed)]}); recorded in "
                               f"{Path(cfg.checkpoint_dir) / LOST}; run the same command to resume from the newest "
                               f"checkpoint on the {world - len(dead)} device(s) left")
-        # the first error written is the cause; the others' peers closed on them
-        errs = sorted(Path(err_dir).glob("rank-*.err"), key=lambda p: (p.stat().st_mtime_ns, int(p.stem.split("-")[1])))
+        # the cause: the first error written that is not a peer's connection closing on a failed rank
+        # (a rank's own error is written after its process group is torn down, so its peers' often come first)
+        errs = sorted(Path(err_dir).glob("rank-*.err"),
+                      key=lambda p: (_peer_closed(p.read_text()), p.stat().st_mtime_ns, int(p.stem.split("-")[1])))
         first = errs[0].read_text() if errs else f"rank {failed} exited with status {procs[failed].exitcode}"
         raise TrainFailed(f"rank {errs[0].stem.split('-')[1] if errs else failed}: {first}")
+
+
+PEER_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "remote worker crashing",
+               "remote process exited")
+"""What a collective raises on a rank whose peer failed (gloo, NCCL): never the cause itself."""
+
+
+def _peer_closed(text: str) -> bool:
+    return any(x in text for x in PEER_CLOSED)
 
 
 def _watch(procs: list, grace_s: float = 3.0) -> tuple[int | None, dict[int, int]]:

@@ -144,19 +144,31 @@ def scale_grads(mods: Sequence[nn.Module], scale: float) -> None:
 def allreduce_grads(rank: int, layers: Mapping[int, nn.Module],
                     bucket_groups: Sequence[tuple[tuple[int, ...], list[int], object]]) -> None:
     """SUM-all-reduce each bucket (holder-rank set, its layers, process group) this rank
-    belongs to, as one flat tensor, in the given (same on every rank) order."""
+    belongs to, as one flat tensor, in the given (same on every rank) order. Frozen
+    parameters (requires_grad False) take no part; a trainable parameter that no holder's
+    forward used keeps no gradient (had_grad), as in single-process training, so that the
+    optimizer skips it (no weight decay, no momentum step)."""
     for ranks, bucket_layers, pg in bucket_groups:
         if rank not in ranks:
             continue
-        params = [p for i in bucket_layers for p in layers[i].parameters()]
+        params = [p for i in bucket_layers for p in layers[i].parameters() if p.requires_grad]
+        if not params:
+            continue
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        flat = torch.cat([g.reshape(-1) for g in grads] + [had_grad(params, grads[0])])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
+        used = flat[-len(params):]
         off = 0
-        for p in params:
+        for k, p in enumerate(params):
             n = p.numel()
-            p.grad = flat[off:off + n].view_as(p).clone()
+            p.grad = flat[off:off + n].view_as(p).clone() if used[k] > 0 else None
             off += n
+
+
+def had_grad(params: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """One element per parameter, 1 where it has a gradient on this rank (the dtype and device
+    of `like`): summed in the all-reduce with the gradients, 0 means no holder's forward used it."""
+    return torch.tensor([float(p.grad is not None) for p in params], dtype=like.dtype, device=like.device)
 
 
 def clip_global(held: Mapping[int, object], layers: Sequence[int], owned: Sequence[int],

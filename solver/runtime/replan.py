@@ -45,18 +45,72 @@ def new_layer(template: nn.Module, device: torch.device, make_opt: OptFactory,
     if state is None:
         mod = copy.deepcopy(template).to(device)
     else:
-        mod = copy.deepcopy(template).to_empty(device=device)
+        mod = retie(copy.deepcopy(template).to_empty(device=device), template)
         mod.load_state_dict(state["module"])
+        for (m, name), (tm, _) in zip(constant_buffers(mod), constant_buffers(template)):
+            value = tm._buffers[name]
+            if value.is_meta:
+                raise ValueError(f"non-persistent buffer {name!r} of {type(tm).__name__}: the template holds no value "
+                                 "for it (make templates with replan.meta_template)")
+            m._buffers[name] = value.detach().to(device).clone()
     params = list(mod.parameters())
     opt = make_opt(params) if params else None
     sched = make_sched(opt) if opt is not None and make_sched is not None else None
     if opt is not None and state is not None and state["opt"] is not None:
         opt.load_state_dict(state["opt"])
+        _keep_state_dtypes(opt, state["opt"])
     if sched is not None and state is not None:
         if state.get("sched") is None:
             raise ValueError("layer state has no scheduler state, the job has a scheduler (make_scheduler)")
         sched.load_state_dict(state["sched"])
     return LayerState(mod, opt, sched)
+
+
+def _keep_state_dtypes(opt: torch.optim.Optimizer, saved: dict) -> None:
+    """Give each optimizer state tensor back the dtype it was saved in: torch's
+    Optimizer.load_state_dict casts floating state to its parameter's dtype (NAdam's float32
+    mu_product became float64), and the next steps then round differently from an unmoved
+    optimizer's (1e-11 .. 1e-10 off in float64 after a migration, a resume or a TP split)."""
+    params = [q for g in opt.param_groups for q in g["params"]]
+    index = [i for g in saved["param_groups"] for i in g["params"]]
+    for i, q in zip(index, params):
+        for key, value in saved["state"].get(i, {}).items():
+            now = opt.state[q].get(key)
+            if torch.is_tensor(value) and torch.is_tensor(now) and now.dtype != value.dtype:
+                opt.state[q][key] = now.to(value.dtype)
+
+
+def constant_buffers(module: nn.Module) -> list[tuple[nn.Module, str]]:
+    """(submodule, name) of every non-persistent buffer of `module` (a causal mask, a fixed
+    positional table: not in state_dict, so neither migrations nor checkpoints carry it), in
+    module order."""
+    return [(m, name) for m in module.modules() for name in sorted(m._non_persistent_buffers_set)
+            if m._buffers.get(name) is not None]
+
+
+def retie(module: nn.Module, like: nn.Module) -> nn.Module:
+    """`module` (a copy of `like` moved across devices) with its parameters tied where `like`'s
+    are: Module.to / to_empty between the meta device and another give each submodule its own
+    new parameters, which unties a pair."""
+    first: dict[int, str] = {}
+    for name, q in like.named_parameters(remove_duplicate=False):
+        if id(q) in first:
+            owner, _, leaf = name.rpartition(".")
+            setattr(module.get_submodule(owner) if owner else module, leaf, module.get_parameter(first[id(q)]))
+        first.setdefault(id(q), name)
+    return module
+
+
+def meta_template(block: nn.Module) -> nn.Module:
+    """A copy of `block` on the meta device (shapes only, for building layers elsewhere) that
+    keeps its parameters tied where the block's are (retie: a migrated block with a tied pair
+    had one parameter more than its optimizer state) and the values of its non-persistent
+    buffers, on the CPU: new_layer restores them after loading a state (they are constants of
+    the model, the same in every copy)."""
+    out = retie(copy.deepcopy(block).to("meta"), block)
+    for (m, name), (src, _) in zip(constant_buffers(out), constant_buffers(block)):
+        m._buffers[name] = src._buffers[name].detach().to("cpu").clone()
+    return out
 
 
 def send_obj(obj: object, dst: int, device: torch.device) -> None:

@@ -28,7 +28,8 @@ from ..status import Status
 from .checks import check_slots
 from .layout import buckets, layer_holders, roles
 from .pipeline import Pad, pipeline_step, sync_and_step
-from .replan import LayerState, OptFactory, migrate, new_layer
+from .replan import LayerState, OptFactory, meta_template, migrate, new_layer
+from .spec import SpecError, check_semantics, found, input_shapes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -98,17 +99,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def input_shapes(model: nn.Sequential, example: torch.Tensor) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """Per layer, the per-sample shape and dtype of its input (one-sample forward pass)."""
-    out = []
-    x = example[:1]
-    with torch.no_grad():
-        for mod in model:
-            out.append((tuple(x.shape[1:]), x.dtype))
-            x = mod(x)
-    return out
-
-
 def run(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], data: TensorBatches,
         loss_fn: LossFn, make_opt: OptFactory, world_size: int, micro_batch: int,
         backend: str = "gloo", states: Sequence[SlotState | None] | None = None,
@@ -136,16 +126,25 @@ def make_job(model: nn.Sequential | Sequence[nn.Module], slots: Sequence[Slot], 
              loss_fn: LossFn, make_opt: OptFactory, world_size: int, micro_batch: int,
              backend: str = "gloo", states: Sequence[SlotState | None] | None = None,
              timeout_s: float = 120.0) -> Job:
-    """Check every slot's plan (PlanMismatchError before any process starts) and bundle
-    what a worker needs; run() spawns with it, under torchrun call worker_from_env(job)."""
-    model = model if isinstance(model, nn.Sequential) else nn.Sequential(*model)
+    """Check every slot's plan (PlanMismatchError before any process starts) and the model's
+    semantics (spec.check_semantics: SpecError naming the modules this runtime would train
+    wrong, nn.Dropout included: this path draws its masks per process, runtime.trainer per
+    sample), and bundle what a worker needs, on a copy of the model (the caller's is never
+    touched); run() spawns with it, under torchrun call worker_from_env(job)."""
+    blocks = list(model)
+    check_semantics(blocks)
+    drop = found(blocks, lambda m: isinstance(m, nn.Dropout) and m.p > 0)
+    if drop:
+        raise SpecError("model: solver.runtime.run draws dropout masks per process, so they would depend on the "
+                        f"plan; dynpar train (runtime.trainer) seeds them per sample: {', '.join(drop)}")
+    model = copy.deepcopy(nn.Sequential(*blocks))
     if not slots:
         raise ValueError("no slot to run")
     check_slots([s.plan for s in slots], len(model), world_size, data.batch, states)
     if micro_batch < 1:
         raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
     job = Job(model, list(slots), data, loss_fn, make_opt, micro_batch,
-              input_shapes(model, data.get(0)[0]), backend, timeout_s)
+              input_shapes(list(model), data.get(0)[0])[:-1], backend, timeout_s)
     return job
 
 
@@ -181,7 +180,7 @@ def worker(rank: int, world_size: int, init: str, job: Job, out: str | None) -> 
 
 def _train(rank: int, job: Job, device: torch.device) -> RunResult | None:
     L = len(job.model)
-    templates = [copy.deepcopy(m).to("meta") for m in job.model]
+    templates = [meta_template(m) for m in job.model]
     has_params = [any(True for _ in m.parameters()) for m in job.model]
     first = job.slots[0].plan
     r0 = roles(first).get(rank)

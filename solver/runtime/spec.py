@@ -130,9 +130,13 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
 
 def check_semantics(blocks: Sequence[nn.Module]) -> None:
     """Refuse what the runtime would train wrong: parameters shared by two blocks (tied
-    weights), batch normalisation (statistics per group, not per global batch) and dropout
-    modules other than nn.Dropout (which runtime.seeding replaces by per-sample masks).
-    Randomness drawn by functional calls inside a block (F.dropout) cannot be seen: don't."""
+    weights), batch normalisation (statistics per group, not per global batch), running
+    statistics of any norm (InstanceNorm's track_running_stats: updated per micro-batch and
+    per recomputation), nn.Embedding with max_norm (it rescales the rows each group sees, so
+    the replicas drift apart), and randomness runtime.seeding does not draw per sample:
+    dropout modules other than nn.Dropout, RReLU, nn.MultiheadAttention's and the recurrent
+    modules' own dropout. Randomness drawn by functional calls inside a block (F.dropout)
+    cannot be seen: don't."""
     owner: dict[int, str] = {}
     tied: list[str] = []
     for i, b in enumerate(blocks):
@@ -144,17 +148,47 @@ def check_semantics(blocks: Sequence[nn.Module]) -> None:
     if tied:
         raise SpecError("model: parameters shared across pipeline blocks are not supported "
                         f"(their gradients would not be summed): {'; '.join(tied)}")
-    bn = [f"block {i} {n or type(m).__name__}" for i, b in enumerate(blocks)
-          for n, m in b.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    bn = found(blocks, lambda m: isinstance(m, nn.modules.batchnorm._BatchNorm))
     if bn:
         raise SpecError("model: BatchNorm is not supported (its statistics would be per group, "
                         f"not per global batch); use LayerNorm or GroupNorm: {', '.join(bn)}")
-    drop = [f"block {i} {n or type(m).__name__} ({type(m).__name__})" for i, b in enumerate(blocks)
-            for n, m in b.named_modules()
-            if isinstance(m, nn.modules.dropout._DropoutNd) and type(m) is not nn.Dropout and m.p > 0]
+    stats = found(blocks, lambda m: isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats)
+    if stats:
+        raise SpecError("model: running statistics (track_running_stats) are not supported (they would be updated "
+                        f"per micro-batch, not per global batch): {', '.join(stats)}")
+    renorm = found(blocks, lambda m: isinstance(m, nn.Embedding) and m.max_norm is not None)
+    if renorm:
+        raise SpecError("model: nn.Embedding with max_norm is not supported (each group would rescale only the rows "
+                        f"it sees, and the replicas would drift apart): {', '.join(renorm)}")
+    drop = found(blocks, lambda m: (isinstance(m, nn.modules.dropout._DropoutNd) and type(m) is not nn.Dropout
+                                    and m.p > 0) or (isinstance(m, nn.RReLU) and m.lower != m.upper)
+                 or (isinstance(m, (nn.MultiheadAttention, nn.RNNBase)) and m.dropout > 0))
     if drop:
-        raise SpecError("model: only nn.Dropout is seeded per sample (runtime.seeding); other dropout "
-                        f"modules would draw masks that depend on the plan: {', '.join(drop)}")
+        raise SpecError("model: only nn.Dropout is seeded per sample (runtime.seeding); other random modules "
+                        f"would draw what depends on the plan: {', '.join(drop)}")
+
+
+def found(blocks: Sequence[nn.Module], test: Callable[[nn.Module], bool]) -> list[str]:
+    """'block i path (Type)' of every module of `blocks` that passes `test`."""
+    return [f"block {i} {n or type(m).__name__} ({type(m).__name__})" for i, b in enumerate(blocks)
+            for n, m in b.named_modules() if test(m)]
+
+
+ELEMENTWISE_OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
+                          "ASGD", "Rprop")
+"""torch.optim optimizers whose update of each element reads only that element's gradient and
+state: a tensor-parallel shard's update then equals the whole parameter's. Others (Adafactor's
+row and column statistics, LBFGS) would update a shard differently."""
+
+
+def tp_refusal(make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]) -> str | None:
+    """Why tensor parallelism cannot train with this optimizer (None: it can): the optimizer
+    must be one of ELEMENTWISE_OPTIMIZERS (an instance of that torch.optim class)."""
+    opt = make_optimizer([nn.Parameter(torch.zeros(2, 2))])
+    if any(type(opt) is getattr(torch.optim, n, None) for n in ELEMENTWISE_OPTIMIZERS):
+        return None
+    return (f"optimizer {type(opt).__name__} is not element-wise (TP shards a parameter, and its update must "
+            f"not read other elements; element-wise: {', '.join(ELEMENTWISE_OPTIMIZERS)})")
 
 
 class Batches:

@@ -263,6 +263,12 @@ def problems(blocks: Sequence[nn.Module], first: int, t: int) -> list[str]:
     """Why blocks[k] (layer first + k) cannot be split over t ranks, one line per layer ([] when all can)."""
     out = []
     for k, b in enumerate(blocks):
+        first_name: dict[int, str] = {}
+        for name, q in b.named_parameters(remove_duplicate=False):
+            if id(q) in first_name:
+                out.append(f"layer {first + k}: parameters {first_name[id(q)]} and {name} are one tensor (tied); "
+                           "TP would split them apart")
+            first_name.setdefault(id(q), name)
         for path, m in leaves(b):
             where = f"layer {first + k}" + (f" ({path})" if path else "")
             if isinstance(m, SelfAttention):
@@ -385,7 +391,8 @@ class Split:
 
 def shard_template(template: nn.Module, split: Split) -> nn.Module:
     """The block with each split nn.Linear replaced by its TPLinear and each SelfAttention by
-    its TPSelfAttention (parameters of the shard's shapes, on the template's device, e.g. meta)."""
+    its TPSelfAttention (parameters of the shard's shapes, on the template's device, e.g. meta,
+    frozen where the template's are)."""
     block = copy.deepcopy(template)
     t, r = split.t, split.r
 
@@ -405,6 +412,9 @@ def shard_template(template: nn.Module, split: Split) -> nn.Module:
                                   part(sub.out_proj.bias, lay["out_proj.bias"]), sub.num_heads // t, r, t)
         else:
             new = TPLinear(kind, part(sub.weight, lay["weight"]), part(sub.bias, lay["bias"]), r, t)
+        frozen = {n for n, q in sub.named_parameters() if not q.requires_grad}
+        for n, q in new.named_parameters():    # a frozen parameter's shard stays frozen
+            q.requires_grad_(n not in frozen)
         if not path:
             return new
         parent, _, name = path.rpartition(".")

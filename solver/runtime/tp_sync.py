@@ -93,14 +93,18 @@ def _views(grad: torch.Tensor, piece: Piece, split: Split | None) -> list[torch.
 def allreduce_pieces(rank: int, held: Mapping[int, Any], templates: Sequence[nn.Module],
                      bucket_groups: Sequence[tuple[tuple[int, ...], list[Piece], Any]]) -> None:
     """SUM-all-reduce each bucket this rank belongs to (module docstring); held[i] has
-    `.module` and `.split` (runtime.replan.LayerState)."""
+    `.module` and `.split` (runtime.replan.LayerState). As pipeline.allreduce_grads: frozen
+    parameters take no part, and one that no holder's forward used keeps no gradient."""
     for ranks, pieces, pg in bucket_groups:
         if rank not in ranks:
             continue
-        parts, places = [], []
+        parts, places, owners = [], [], {}
         for pc in pieces:
             st = held[pc.layer]
             p = dict(st.module.named_parameters())[pc.name]
+            if not p.requires_grad:
+                continue
+            owners.setdefault((pc.layer, pc.name), (p, p.grad is not None))
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             split: Split | None = st.split
@@ -118,7 +122,11 @@ def allreduce_pieces(rank: int, held: Mapping[int, Any], templates: Sequence[nn.
                 place(full, p.grad, lay, split.t, split.r)
             parts.append(full.reshape(-1))
             places.append((p, pc, split, lay))
-        flat = torch.cat(parts)
+        if not parts:
+            continue
+        flags = torch.tensor([float(had) for _, had in owners.values()], dtype=parts[0].dtype,
+                             device=parts[0].device)
+        flat = torch.cat(parts + [flags])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=pg)
         off = 0
         for (p, pc, split, lay), part in zip(places, parts):
@@ -134,6 +142,9 @@ def allreduce_pieces(rank: int, held: Mapping[int, Any], templates: Sequence[nn.
             else:
                 whole = res.view(templates[pc.layer].get_parameter(pc.name).shape)
                 p.grad = cut(whole, lay, split.t, split.r).clone()
+        for (p, _), used in zip(owners.values(), flat[-len(owners):]):
+            if not used > 0:       # no holder's forward used it: no gradient, as in single-process training
+                p.grad = None
 
 
 def counted(state: Any, name: str) -> bool:

@@ -97,7 +97,8 @@ class _Clock:
         self._b0: float | None = None
         self._b1 = self._cb0 = self._cb1 = 0.0
         self.handles = [module.register_forward_pre_hook(self._pre), module.register_forward_hook(self._post)]
-        self.handles += [p.register_post_accumulate_grad_hook(self._grad_done) for p in module.parameters()]
+        self.handles += [p.register_post_accumulate_grad_hook(self._grad_done) for p in module.parameters()
+                         if p.requires_grad]
 
     @staticmethod
     def _real(args: tuple) -> bool:

@@ -24,7 +24,6 @@ optional CPU quota and core pin); rank 0 leaves it while it plans.
 """
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import os
@@ -56,8 +55,8 @@ from .feed import RowFeed
 from .layout import StageRole, buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
 from .placement import place, synchronizer
-from .replan import LayerState, migrate, new_layer
-from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory
+from .replan import LayerState, meta_template, migrate, new_layer
+from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory, tp_refusal
 from .speeds import Speeds, contexts, shares_of
 from .tensor_parallel import (
     CollectiveClock,
@@ -136,21 +135,49 @@ recomputation, which the runtime runs with torch.utils.checkpoint: runtime.recom
 `runtime_options` gives those of a model."""
 
 
-def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig | None = None) -> SolveOptions:
+def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig | None = None,
+                    no_tp: str | None = None) -> SolveOptions:
     """The controller's search options for a job on `blocks`: the TP degrees at which every
     block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
-    (`repeat`, whose extra passes would repeat the TP collectives); recomputation anywhere,
-    TP stages included (their leader and peers checkpointed alike: runtime.tp_stage)."""
-    if blocks is None or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
+    (`repeat`, whose extra passes would repeat the TP collectives) or where `no_tp` says why
+    not (spec.tp_refusal: the optimizer); recomputation anywhere, TP stages included (their
+    leader and peers checkpointed alike: runtime.tp_stage)."""
+    if blocks is None or no_tp or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
         return RUNTIME_OPTIONS
     return replace(RUNTIME_OPTIONS, tp_degrees=degrees_for(blocks))
 
 
-def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None) -> list[str]:
+def short_1f1b(g: Group, micro_batch: int) -> bool:
+    """A pipelined 1F1B group with fewer micro-batches than stages, which torch.distributed.
+    pipelining's 1F1B refuses (the cost model prices it: the GPipe makespan, less memory on
+    the last stages)."""
+    return g.schedule == "1f1b" and g.num_stages > 1 and g.share // (g.micro_batch or micro_batch) < g.num_stages
+
+
+def short_1f1b_as_gpipe(plan: Plan, state: SlotState) -> tuple[Plan, list[str]]:
+    """`plan` with each short_1f1b group run as GPipe (the same batch time: with n < k
+    micro-batches both schedules take n + k - 1 forward and backward steps) where the GPipe
+    plan fits the slot's memory, and a note for each; otherwise `plan` unchanged (`unsupported`
+    then names the group)."""
+    u = state.workload.micro_batch
+    short = [gi for gi, g in enumerate(plan.groups) if short_1f1b(g, u)]
+    if not short:
+        return plan, []
+    alt = Plan(tuple(replace(g, schedule="gpipe") if gi in short else g for gi, g in enumerate(plan.groups)))
+    if alt.validate(state):
+        return plan, []
+    return alt, [f"group {gi}: 1F1B with {plan.groups[gi].share // (plan.groups[gi].micro_batch or u)} micro-batches "
+                 f"over {plan.groups[gi].num_stages} stages runs as GPipe (torch's 1F1B needs one micro-batch per "
+                 "stage at least; the same batch time, its memory checked)" for gi in short]
+
+
+def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None,
+                no_tp: str | None = None, micro_batch: int | None = None) -> list[str]:
     """The plan features this runtime cannot execute (schedules other than GPipe and 1F1B,
-    1F1B or a TP stage inside a pipeline on the hand-written engine, a TP stage whose layers
-    cannot be split: runtime.tensor_parallel.problems, or any TP stage when `blocks` is not
-    given), one line each."""
+    1F1B or a TP stage inside a pipeline on the hand-written engine, 1F1B with fewer
+    micro-batches than stages (`micro_batch`: the workload's, when given), a TP stage whose
+    layers cannot be split: runtime.tensor_parallel.problems, any TP stage when `blocks` is not
+    given or where `no_tp` says why not: spec.tp_refusal), one line each."""
     out = []
     for gi, g in enumerate(plan.groups):
         sched = getattr(g, "schedule", "gpipe")
@@ -158,6 +185,10 @@ def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Mod
             out.append(f"group {gi}: schedule {sched!r} (the runtime executes 'gpipe' and '1f1b')")
         elif sched == "1f1b" and engine == "hand" and g.num_stages > 1:
             out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
+        elif micro_batch is not None and short_1f1b(g, micro_batch):
+            out.append(f"group {gi}: 1F1B with {g.share // (g.micro_batch or micro_batch)} micro-batches over "
+                       f"{g.num_stages} stages (torch's 1F1B needs one per stage at least, and this group's GPipe "
+                       "does not fit its memory)")
         for j, ((d, a, b), peers) in enumerate(zip(g.stages(), g.tp_peers or ())):
             if not peers:
                 continue
@@ -165,6 +196,8 @@ def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Mod
                      f"{1 + len(peers)} over devices {[d, *peers]}")
             if blocks is None:
                 out.append(f"{where} (no model given to check that its layers split)")
+            elif no_tp:
+                out.append(f"{where}: {no_tp}")
             elif engine == "hand" and g.num_stages > 1:
                 out.append(f"{where} inside a pipeline needs engine 'torch'")
             else:
@@ -184,17 +217,18 @@ class Controller:
 
     def __init__(self, instance: Instance, cfg: TrainConfig, present: np.ndarray,
                  saved: dict[str, Any] | None, node_of: dict[int, str] | None = None,
-                 blocks: Sequence[torch.nn.Module] | None = None) -> None:
+                 blocks: Sequence[torch.nn.Module] | None = None, no_tp: str | None = None) -> None:
         """blocks: the model's pipeline blocks (templates suffice), for the TP degrees the
-        search may use (runtime_options); None: no TP."""
-        self.inst, self.cfg, self.present = instance, cfg, present
-        if blocks is not None and len(runtime_options(blocks, cfg).tp_degrees) > 1:
+        search may use (runtime_options); None: no TP. no_tp: why the job cannot run TP at
+        all (spec.tp_refusal), or None."""
+        self.inst, self.cfg, self.present, self.no_tp = instance, cfg, present, no_tp
+        if blocks is not None and len(runtime_options(blocks, cfg, no_tp).tp_degrees) > 1:
             # the model's TP stages run the runtime's split: price its collectives, not Megatron's rule
             wl = instance.workload
             self.inst = replace(instance, workload=replace(wl, tp_collectives=collective_counts(blocks)))
         self.blocks = blocks
         self.node_of = dict(node_of or {})  # device index -> node name (runtime.speeds contexts)
-        self.policy = make_policy(cfg.policy, options=runtime_options(blocks, cfg), replan=True,
+        self.policy = make_policy(cfg.policy, options=runtime_options(blocks, cfg, no_tp), replan=True,
                                   iterations_per_slot=cfg.iterations_per_slot)
         self.limits = [b.limit for b in instance.budgets]
         s = saved or {}
@@ -239,13 +273,16 @@ class Controller:
         if d.plan is None:
             raise RuntimeError(f"slot {t}: policy {self.cfg.policy} found no feasible plan on devices "
                                f"{list(state.available_indices)} ({d.message or 'no reason given'})")
-        bad = unsupported(d.plan, self.cfg.engine, self.blocks)
+        plan, as_gpipe = short_1f1b_as_gpipe(d.plan, state)
+        if as_gpipe:
+            d = replace(d, plan=plan)
+        bad = unsupported(d.plan, self.cfg.engine, self.blocks, self.no_tp, state.workload.micro_batch)
         if bad:
             raise RuntimeError(f"slot {t}: the plan needs what the runtime cannot execute: {'; '.join(bad)}")
         k_of = contexts(d.plan, self.node_of)
         used, notes = self.speeds.factors(k_of)
         used, more = self.unmeasured(raw, used, d.plan.devices)
-        notes = [*notes, *more]
+        notes = [*as_gpipe, *notes, *more]
         state = observed_state(raw, self.present, used, self.delta, self.beta, self.tp_latency, self.ar_latency)
         ch = charge_plan(d.plan, state, self.previous, replan=True,
                          iterations_per_slot=self.cfg.iterations_per_slot)
@@ -462,7 +499,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     data = Batches(spec.data, B)
     feed = RowFeed(data, dev)
     shapes = input_shapes(blocks, data.example(), spec.autocast_context(dev))
-    templates = [copy.deepcopy(b).to("meta") for b in blocks]
+    templates = [meta_template(b) for b in blocks]
     has_params = [any(True for _ in b.parameters()) for b in blocks]
     rank_of = {d: r for r, d in enumerate(devices)}
     me = inst.devices[devices[rank]].name
@@ -477,7 +514,8 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
         ckpt.same_job(found, meta, ident)
     step = start = int(meta["step"]) if meta else 0
     node_of = {d: where[r].rsplit(":", 1)[0] for r, d in enumerate(devices)} if where else {}
-    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of, templates) if rank == 0 else None
+    ctl = Controller(inst, cfg, present, meta["controller"] if meta else None, node_of, templates,
+                     tp_refusal(spec.make_optimizer)) if rank == 0 else None
     if cfg.steps > inst.num_slots * cfg.iterations_per_slot:
         raise SpecError(f"--steps: expected <= num_slots * iterations_per_slot = "
                         f"{inst.num_slots * cfg.iterations_per_slot}, got {cfg.steps}")
