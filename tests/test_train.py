@@ -716,13 +716,13 @@ def test_short_1f1b_groups_run_as_gpipe_or_are_named() -> None:
     """The planner prices 1F1B with fewer micro-batches than stages (354 of 32,404 groups of the
     shipped instances' candidate pools); torch's 1F1B refuses it. The controller runs such a
     group as GPipe where that fits its memory (the same batch time), else names it."""
-    from solver.runtime.trainer import short_1f1b_as_gpipe
+    from solver.runtime.trainer import one_f_one_b_as_gpipe
     inst = load_instance(Path(__file__).resolve().parent.parent / "instances" / "default.toml")
     state = inst.state(0)
     u = state.workload.micro_batch
     p = Plan((Group((0, 1, 2), (5, 10, 16), 2 * u, "1f1b"), Group((3,), (16,), state.workload.batch - 2 * u)))
     assert not p.validate(state)
-    q, notes = short_1f1b_as_gpipe(p, state)
+    q, notes = one_f_one_b_as_gpipe(p, state)
     assert q.groups[0].schedule == "gpipe" and q.groups[1] == p.groups[1] and not q.validate(state)
     assert notes == ["group 0: 1F1B with 2 micro-batches over 3 stages runs as GPipe (torch's 1F1B needs one "
                      "micro-batch per stage at least; the same batch time, its memory checked)"]
@@ -730,7 +730,18 @@ def test_short_1f1b_groups_run_as_gpipe_or_are_named() -> None:
     assert unsupported(p, micro_batch=u) == ["group 0: 1F1B with 2 micro-batches over 3 stages (torch's 1F1B needs "
                                              "one per stage at least, and this group's GPipe does not fit its memory)"]
     ok = Plan((Group((0, 1), (5, 16), 2 * u, "1f1b"), Group((3,), (16,), state.workload.batch - 2 * u)))
-    assert short_1f1b_as_gpipe(ok, state) == (ok, [])
+    assert one_f_one_b_as_gpipe(ok, state) == (ok, [])
+    # the hand-written engine runs GPipe only: every pipelined 1F1B group (a baseline's, the previous
+    # slot's) runs as GPipe where that fits, and its search offers no 1F1B and no TP
+    q, notes = one_f_one_b_as_gpipe(ok, state, "hand")
+    assert q.groups[0].schedule == "gpipe" and "the hand-written engine runs GPipe only" in notes[0]
+    from solver.runtime.trainer import runtime_options
+    from solver.solve.schedules import allowed_variants
+    hand = runtime_options(blocks_of(mlp64().model), TrainConfig(MODEL, 1, "ck", engine="hand"))
+    assert not hand.one_f_one_b and hand.tp_degrees == (1,)
+    assert runtime_options(blocks_of(mlp64().model), TrainConfig(MODEL, 1, "ck")).one_f_one_b
+    assert allowed_variants(True, one_f_one_b=False) == (("gpipe", True),)
+    assert allowed_variants(False, one_f_one_b=False) == ()
 
 
 def test_the_failing_ranks_own_error_is_the_one_shown(tmp_path: Path) -> None:

@@ -139,12 +139,16 @@ def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig |
                     no_tp: str | None = None) -> SolveOptions:
     """The controller's search options for a job on `blocks`: the TP degrees at which every
     block can be split (runtime.tensor_parallel.degrees_for), none with emulated slow devices
-    (`repeat`, whose extra passes would repeat the TP collectives) or where `no_tp` says why
-    not (spec.tp_refusal: the optimizer); recomputation anywhere, TP stages included (their
-    leader and peers checkpointed alike: runtime.tp_stage)."""
-    if blocks is None or no_tp or (cfg is not None and any(int(r) > 1 for r in cfg.repeat.values())):
-        return RUNTIME_OPTIONS
-    return replace(RUNTIME_OPTIONS, tp_degrees=degrees_for(blocks))
+    (`repeat`, whose extra passes would repeat the TP collectives), where `no_tp` says why
+    not (spec.tp_refusal: the optimizer) or on the hand-written engine (cfg.engine "hand",
+    which runs TP in one-stage groups only); recomputation anywhere, TP stages included (their
+    leader and peers checkpointed alike: runtime.tp_stage); 1F1B except on the hand-written
+    engine (GPipe only)."""
+    base = replace(RUNTIME_OPTIONS, one_f_one_b=False) if cfg is not None and cfg.engine == "hand" else RUNTIME_OPTIONS
+    if blocks is None or no_tp or (cfg is not None and (cfg.engine == "hand" or
+                                                        any(int(r) > 1 for r in cfg.repeat.values()))):
+        return base
+    return replace(base, tp_degrees=degrees_for(blocks))
 
 
 def short_1f1b(g: Group, micro_batch: int) -> bool:
@@ -154,21 +158,27 @@ def short_1f1b(g: Group, micro_batch: int) -> bool:
     return g.schedule == "1f1b" and g.num_stages > 1 and g.share // (g.micro_batch or micro_batch) < g.num_stages
 
 
-def short_1f1b_as_gpipe(plan: Plan, state: SlotState) -> tuple[Plan, list[str]]:
-    """`plan` with each short_1f1b group run as GPipe (the same batch time: with n < k
-    micro-batches both schedules take n + k - 1 forward and backward steps) where the GPipe
-    plan fits the slot's memory, and a note for each; otherwise `plan` unchanged (`unsupported`
-    then names the group)."""
+def one_f_one_b_as_gpipe(plan: Plan, state: SlotState, engine: str = "torch") -> tuple[Plan, list[str]]:
+    """`plan` with each pipelined 1F1B group the engine cannot run (`short_1f1b` ones on the
+    torch engine, every one on the hand-written GPipe engine: plans of the baselines or the
+    previous slot bring them) run as GPipe where the GPipe plan fits the slot's memory, and a
+    note for each; otherwise `plan` unchanged (`unsupported` then names the group). With n < k
+    micro-batches both schedules take the same n + k - 1 steps; otherwise the charge of the
+    GPipe plan is the prediction."""
     u = state.workload.micro_batch
-    short = [gi for gi, g in enumerate(plan.groups) if short_1f1b(g, u)]
-    if not short:
+    which = [gi for gi, g in enumerate(plan.groups)
+             if short_1f1b(g, u) or (engine == "hand" and g.schedule == "1f1b" and g.num_stages > 1)]
+    if not which:
         return plan, []
-    alt = Plan(tuple(replace(g, schedule="gpipe") if gi in short else g for gi, g in enumerate(plan.groups)))
+    alt = Plan(tuple(replace(g, schedule="gpipe") if gi in which else g for gi, g in enumerate(plan.groups)))
     if alt.validate(state):
         return plan, []
     return alt, [f"group {gi}: 1F1B with {plan.groups[gi].share // (plan.groups[gi].micro_batch or u)} micro-batches "
-                 f"over {plan.groups[gi].num_stages} stages runs as GPipe (torch's 1F1B needs one micro-batch per "
-                 "stage at least; the same batch time, its memory checked)" for gi in short]
+                 f"over {plan.groups[gi].num_stages} stages runs as GPipe ("
+                 + ("the hand-written engine runs GPipe only; its batch time priced as GPipe's"
+                    if not short_1f1b(plan.groups[gi], u) else
+                    "torch's 1F1B needs one micro-batch per stage at least; the same batch time")
+                 + ", its memory checked)" for gi in which]
 
 
 def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None,
@@ -273,7 +283,7 @@ class Controller:
         if d.plan is None:
             raise RuntimeError(f"slot {t}: policy {self.cfg.policy} found no feasible plan on devices "
                                f"{list(state.available_indices)} ({d.message or 'no reason given'})")
-        plan, as_gpipe = short_1f1b_as_gpipe(d.plan, state)
+        plan, as_gpipe = one_f_one_b_as_gpipe(d.plan, state, self.cfg.engine)
         if as_gpipe:
             d = replace(d, plan=plan)
         bad = unsupported(d.plan, self.cfg.engine, self.blocks, self.no_tp, state.workload.micro_batch)

@@ -267,7 +267,9 @@ class SolveOptions:
     schedules: also try 1F1B and activation recomputation per group where a memory cap binds
     (solve.schedules; False: GPipe without recomputation only, except plans the baselines or
     the previous plan bring); recompute: with schedules, activation recomputation may be chosen
-    too (False: 1F1B only, for a runtime that cannot recompute); recompute_tp: with recompute,
+    too (False: 1F1B only, for a runtime that cannot recompute); one_f_one_b: with schedules, 1F1B
+    may be chosen (False: GPipe, with recomputation where allowed, for a runtime without 1F1B:
+    the training runtime's hand-written engine); recompute_tp: with recompute,
     recomputation may be chosen in TP configurations too (False: a search on a state with TP
     units of more than one device chooses none there, for a runtime that recomputes stages
     of one device only); tp_degrees: tensor-parallel
@@ -301,6 +303,7 @@ class SolveOptions:
     tuning: SearchTuning = field(default_factory=SearchTuning)
     schedules: bool = True
     recompute: bool = True
+    one_f_one_b: bool = True
     recompute_tp: bool = True
     tp_degrees: tuple[int, ...] = (1, 2, 4, 8)
     classes: str = "both"

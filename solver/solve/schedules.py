@@ -47,9 +47,10 @@ VARIANTS: tuple[tuple[str, bool], ...] = (("1f1b", False), ("gpipe", True), ("1f
 """The non-default (schedule, recompute) choices, after ("gpipe", False)."""
 
 
-def allowed_variants(recompute: bool) -> tuple[tuple[str, bool], ...]:
-    """VARIANTS, without recomputation unless `recompute` (SolveOptions.recompute)."""
-    return VARIANTS if recompute else tuple(v for v in VARIANTS if not v[1])
+def allowed_variants(recompute: bool, one_f_one_b: bool = True) -> tuple[tuple[str, bool], ...]:
+    """VARIANTS, without recomputation unless `recompute` (SolveOptions.recompute), without 1F1B
+    unless `one_f_one_b` (SolveOptions.one_f_one_b)."""
+    return tuple(v for v in VARIANTS if (recompute or not v[1]) and (one_f_one_b or v[0] != "1f1b"))
 
 _ORDER = {"gpipe": 0, "1f1b": 1}
 

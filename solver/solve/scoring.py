@@ -137,7 +137,8 @@ class Scorer:
         self._room_list = self._param_room.tolist()
         self._rooms: dict[int, tuple[float, list[float]]] = {}
         self.variants = allowed_variants(options.recompute and (options.recompute_tp or state.tp is None
-                                                               or max(state.tp) == 1)) if options.schedules else ()
+                                                               or max(state.tp) == 1),
+                                         options.one_f_one_b) if options.schedules else ()
         """The (schedule, recompute) variants this search may choose besides GPipe (none without
         SolveOptions.schedules: every path that offers one reads them here)."""
         t = self.tuning = options.tuning

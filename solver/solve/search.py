@@ -67,6 +67,9 @@ def _solve_slot(state: SlotState, queues: Sequence[float] | None, V: float, prev
     if opt.caps is not None:
         _check_caps(state, opt)
     if opt.exact:
+        if not opt.one_f_one_b:
+            raise ValueError("one_f_one_b: the exact oracle searches every schedule; expected True with exact=True, "
+                             "got False")
         if opt.time_limit_s is not None:
             raise ValueError(f"time_limit_s: the exact oracle runs to completion; expected None with exact=True, "
                              f"got {opt.time_limit_s!r}")
