@@ -89,6 +89,7 @@ import numpy as np
 
 from ..errors import InstanceError
 from ..model import BUDGET_KINDS, Budget, Device, Instance, Workload
+from ..model.cluster import budget_names_problem
 from ..model.preemption import Preemption
 from ..model.workload import PRECISIONS
 from . import ranges as R
@@ -354,6 +355,9 @@ def _budgets(f: _File, doc: dict, names: list[str]) -> tuple[Budget, ...]:
         if name in seen:
             raise f.error(f"{at}.name", "duplicate budget name", name)
         seen.add(name)
+        problem = budget_names_problem(list(seen))
+        if problem:
+            raise f.error(f"{at}.name", problem, name)
         limit = f.number(b, "limit", f"{at}.limit", rng=R.BUDGET_LIMIT[kind])
         device = None
         if kind == "device_energy":

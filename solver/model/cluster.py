@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Sequence
 
 BUDGET_KINDS = ("money", "energy", "device_energy")
 
@@ -27,6 +28,22 @@ class Device:
     idle_power_w: float
     price_per_s: float
     memory_bandwidth: float = 0.0
+
+
+def budget_names_problem(names: Sequence[str]) -> str | None:
+    """What is wrong with a set of budget names (None: nothing): a name given twice, or one
+    that is another's prefixed by "ok_" (its bound_<name> and the other's bound_ok_<name> are
+    one key of a run's summary)."""
+    seen: set[str] = set()
+    for x in names:
+        if x in seen:
+            return f"budget name {x!r} given twice; expected each budget's name once"
+        seen.add(x)
+    clash = next((x for x in names if x.startswith("ok_") and x[3:] in seen), None)
+    if clash is not None:
+        return (f"budget names {clash[3:]!r} and {clash!r}: a run's summary would write bound_{clash} for both "
+                f"(the bound of {clash!r} and whether {clash[3:]!r}'s holds); rename one")
+    return None
 
 
 @dataclass(frozen=True)

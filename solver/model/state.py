@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .cluster import Budget, Device
+from .cluster import Budget, Device, budget_names_problem
 from .network import Network
 from .preemption import Preemption, PreemptionRisk
 from .workload import Workload
@@ -303,6 +303,11 @@ class Instance:
     tp_collective_latency: float = 0.0
     allreduce_latency: float = 0.0
     preemption: Preemption | None = None
+
+    def __post_init__(self) -> None:
+        problem = budget_names_problem([b.name for b in self.budgets])
+        if problem:
+            raise ValueError(f"budgets: {problem}")
 
     @property
     def notes(self) -> tuple[str, ...]:
