@@ -420,5 +420,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--engine", choices=("torch", "hand"), default="torch",
                    help="torch: multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe (torch)")
     t.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
-                   help="cpu: gloo, one thread per process; cuda: GPU LOCAL_RANK per process, NCCL (not measured here)")
+                   help="cpu: gloo, one thread per process; cuda: GPU LOCAL_RANK per process, NCCL (run on one H200 with one process; several GPUs not yet run)")
     t.set_defaults(func=cmd_train)

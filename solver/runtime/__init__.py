@@ -12,6 +12,7 @@ from .checks import PlanMismatchError, check_plan, check_slots
 from .layout import StageRole, buckets, layer_holders, micro_sizes, roles
 from .pipeline import Pad
 from .profiler import measure_matmul_flops, profile_module
+from .spec import TrainSpec
 from .runtime import (
            RunResult,
            Slot,
@@ -26,5 +27,5 @@ from .runtime import (
 
 __all__ = ["Pad", "PlanMismatchError", "RunResult", "Slot", "StageRole", "TensorBatches", "buckets",
            "check_plan", "check_slots", "layer_holders", "measure_matmul_flops", "micro_sizes",
-           "make_job", "profile_module", "roles", "run", "run_here", "under_torchrun", "worker",
+           "make_job", "profile_module", "roles", "run", "run_here", "TrainSpec", "under_torchrun", "worker",
            "worker_from_env"]
