@@ -981,3 +981,72 @@ def test_controller_plans_only_what_the_runtime_executes(tmp_path: Path) -> None
     ctl = Controller(inst, TrainConfig(MODEL, 1, str(tmp_path / "ck")), np.ones(inst.n, dtype=bool), None)
     plan = ctl.decide(0)
     assert not plan.uses_tp and unsupported(plan) == [] and plan.validate(inst.state(0)) == []
+
+
+# ---------------------------------------------------------------- profile and factory input (session 31)
+
+def raising_factory():
+    raise RuntimeError("boom in factory")
+
+
+class _Pair(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple:
+        return x, x
+
+
+def tuple_blocks():
+    spec = mlp64()
+    return spec.__class__(nn.Sequential(_Pair(), nn.Linear(8, 4).double()), spec.loss, spec.make_optimizer, spec.data)
+
+
+def empty_data():
+    from torch.utils.data import TensorDataset
+    spec = mlp64()
+    return spec.__class__(spec.model, spec.loss, spec.make_optimizer,
+                          TensorDataset(torch.zeros(0, 8, dtype=torch.float64), torch.zeros(0, 4, dtype=torch.float64)))
+
+
+def test_profile_refuses_bad_factories_in_one_line(tmp_path: Path, capsys) -> None:
+    """An outside audit's profile inputs: a factory that raises, a block returning a tuple, an
+    empty dataset, a model failing on its data, a kind with a newline, an output path through a
+    file or at a folder: one line naming what is wrong, exit 2, no table written (they had
+    given tracebacks, exit 1, or a message naming nothing)."""
+    out = tmp_path / "t.csv"
+    base = ["profile", "--kind", "cpu", "--batch", "8", "--micro-batch", "2", "--repeats", "1", "-o", str(out)]
+    cases = [("tests.test_train:raising_factory", "--model: tests.test_train:raising_factory: the factory raised "
+                                                   "RuntimeError: boom in factory"),
+             ("tests.test_train:tuple_blocks", "model: block 0 (_Pair) returns tuple; expected one tensor"),
+             ("tests.test_train:empty_data", "data: the dataset (TensorDataset) is empty")]
+    for model, expected in cases:
+        assert main(base[:1] + [model] + base[1:]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and "Traceback" not in err, err
+    assert not out.exists()
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    assert main(["profile", MODEL, "--kind", "cpu", "-o", str(afile / "x.csv")]) == 2
+    assert f"--out: cannot write {afile / 'x.csv'}: {afile} is a file, not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ex:          # argparse's own exit, status 2
+        main(["profile", MODEL, "--kind", "a\nb", "-o", str(out)])
+    assert ex.value.code == 2
+    assert "--kind: expected a device kind name (printable, no comma)" in capsys.readouterr().err
+    from solver.runtime.spec import forward_checked
+    with pytest.raises(SpecError, match=r"model: block 3 \(Linear\) fails on its input of shape \(2, 6\)"):
+        forward_checked(nn.Linear(7, 2), torch.zeros(2, 6), 3)
+
+
+def test_a_block_changing_its_input_in_place_runs_at_a_stage_boundary() -> None:
+    """nn.ReLU(inplace=True) as a block of its own: a pipeline stage receives its input as a leaf
+    that requires grad, which autograd refuses to change in place (the profile and a 4-stage GPipe
+    run had failed); blocks_of gives such a block a copy of a leaf input, the same values."""
+    model = nn.Sequential(nn.Linear(3, 4).double(), nn.ReLU(inplace=True), nn.Linear(4, 2).double())
+    blocks = blocks_of(model)
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, dtype=torch.float64)
+    ref = model(x).sum()
+    ref.backward()
+    h = blocks[0](x).detach().requires_grad_(True)        # as a stage boundary receives it
+    out = blocks[2](blocks[1](h))
+    out.sum().backward()
+    torch.testing.assert_close(out.sum(), ref, rtol=0, atol=0)
+    assert h.grad is not None

@@ -24,8 +24,9 @@ from ..io.data import default_instance
 from ..io.pipedream import DEFAULT_KIND
 from ..online.policies import POLICY_NAMES
 from .argtypes import parsed, positive_int, v_weight
-from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, plots_skipped, plotting_available, print_slots,
-                     progress, slot_columns, summary_keys, table_text, with_units, write_atomic)
+from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, out_dir, out_file, plots_skipped,
+                     plotting_available, print_slots, progress, slot_columns, summary_keys, table_text, with_units,
+                     writable, write_atomic)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,55 +81,14 @@ def compile_note() -> None:
               "cached afterwards)", file=sys.stderr, flush=True)
 
 
-def _blocking_file(path: Path) -> Path | None:
-    """The first of `path` and its parents that exists but is not a folder, else None."""
-    return next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
-
-
-def _out_dir(folder: Path) -> Path:
-    """`folder`, created with its parents; UsageError naming --out when it cannot be."""
-    blocking = _blocking_file(folder)
-    if blocking is not None:
-        raise UsageError(f"--out: cannot create folder {folder}: {blocking} is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
-    return folder
-
-
-def _writable(folder: Path, names: tuple[str, ...]) -> None:
-    """UsageError naming --out when one of the files `names` this command writes in `folder` is
-    a folder there (checked before any work, so that nothing is half-written)."""
-    taken = [n for n in names if (folder / n).is_dir()]
-    if taken:
-        raise UsageError(f"--out: cannot write {', '.join(str(folder / n) for n in taken)}: a folder of that name "
-                         "is in the way")
-
-
-def _out_file(flag: str, path: Path, what: str) -> Path:
-    """`path`, a file to write, with its folder created; UsageError naming `flag` when it is a
-    folder or its folder cannot be made (`what`: the kind of file, for the message)."""
-    if path.is_dir():
-        raise UsageError(f"{flag}: {path} is a folder; give the path of the {what} file to write")
-    blocking = _blocking_file(path.parent)
-    if blocking is not None:
-        raise UsageError(f"{flag}: cannot write {path}: {blocking} is a file, not a folder")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"{flag}: cannot create folder {path.parent} for {path.name}: {e.strerror or e}") from None
-    return path
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from ..model import plan_from_json
     from ..online import run_online
     if args.pricing == "history" and args.policy != "ours":
         raise UsageError(f"--pricing history: prices the budgets for policy ours, not {args.policy!r}")
     inst = _load(args.instance, args.slots)
-    out = _out_dir(Path(args.out) / inst.name / args.policy)
-    _writable(out, ("slots.csv", "summary.json", "run.png", "devices.png", "controller_state.json"))
+    out = out_dir(Path(args.out) / inst.name / args.policy)
+    writable(out, ("slots.csv", "summary.json", "run.png", "devices.png", "controller_state.json"))
     v_text = "default rule" if args.V is None else f"{args.V:g}"
     print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
@@ -279,7 +239,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise UsageError(f"--slot: must be 0..{inst.num_slots - 1} (instance {inst.name!r} has {inst.num_slots} "
                          f"slots), got {args.slot}")
     if args.plot:
-        _out_file("--plot", Path(args.plot), "PNG")
+        out_file("--plot", Path(args.plot), "PNG")
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
     compile_note()
@@ -330,8 +290,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..online.compare import compare_policies
     policies = _policies(args.policies)
     inst = _load(args.instance, args.slots)
-    out = _out_dir(Path(args.out) / inst.name)
-    _writable(out, ("compare.csv", "compare.png"))
+    out = out_dir(Path(args.out) / inst.name)
+    writable(out, ("compare.csv", "compare.png"))
     table = compare_policies(inst, V=args.V, policies=policies, progress=lambda label: progress(label))
     shown = with_units(table, compare_columns(inst.budgets))
     print(table_text(shown))
@@ -380,7 +340,7 @@ def cmd_import_profile(args: argparse.Namespace) -> int:
                      activation_bytes=args.activation_bytes)
     wl = imp.workload
     default = args.out is None
-    out = _out_file("--out", Path(args.out) if not default else Path.cwd() / f"{wl.name or 'profile'}.csv", "CSV")
+    out = out_file("--out", Path(args.out) if not default else Path.cwd() / f"{wl.name or 'profile'}.csv", "CSV")
     if out.exists() and not args.force:
         raise UsageError(f"--out: {out} exists; pass --force to overwrite it, or choose another --out")
     tmp = out.with_name(f".{out.name}.partial")
@@ -601,9 +561,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, InstanceError) as e:
         print(f"dynpar: error: {e}", file=sys.stderr)
         return 2
-    except DynparError as e:
+    except DynparError as e:        # bad input (the model, a given plan: ValueError kinds) 2, a failed run 1
         print(f"dynpar: error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, ValueError) else 1
     except BrokenPipeError:        # stdout closed early (`dynpar ... | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -168,6 +168,49 @@ def write_atomic(path: Path, text: str) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- output paths
+
+def blocking_file(path: Path) -> Path | None:
+    """The first of `path` and its parents that exists but is not a folder, else None."""
+    return next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
+
+
+def out_dir(folder: Path) -> Path:
+    """`folder`, created with its parents; UsageError naming --out when it cannot be."""
+    blocking = blocking_file(folder)
+    if blocking is not None:
+        raise UsageError(f"--out: cannot create folder {folder}: {blocking} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
+    return folder
+
+
+def writable(folder: Path, names: tuple[str, ...]) -> None:
+    """UsageError naming --out when one of the files `names` this command writes in `folder` is
+    a folder there (checked before any work, so that nothing is half-written)."""
+    taken = [n for n in names if (folder / n).is_dir()]
+    if taken:
+        raise UsageError(f"--out: cannot write {', '.join(str(folder / n) for n in taken)}: a folder of that name "
+                         "is in the way")
+
+
+def out_file(flag: str, path: Path, what: str) -> Path:
+    """`path`, a file to write, with its folder created; UsageError naming `flag` when it is a
+    folder or its folder cannot be made (`what`: the kind of file, for the message)."""
+    if path.is_dir():
+        raise UsageError(f"{flag}: {path} is a folder; give the path of the {what} file to write")
+    blocking = blocking_file(path.parent)
+    if blocking is not None:
+        raise UsageError(f"{flag}: cannot write {path}: {blocking} is a file, not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot create folder {path.parent} for {path.name}: {e.strerror or e}") from None
+    return path
+
+
 # ---------------------------------------------------------------- plots
 
 def plotting_available() -> bool:

@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import DynparError
 from ..online.policies import POLICY_NAMES
 from .argtypes import parsed, positive_int, v_weight
-from .output import UsageError
+from .output import UsageError, out_file
 
 
 def _torch() -> None:
@@ -118,7 +118,8 @@ def _core_fraction(text: str) -> float:
 
 
 def _kind(text: str) -> str:
-    return parsed(text, str.strip, lambda v: v != "" and "," not in v, "a device kind name")
+    return parsed(text, str.strip, lambda v: v != "" and "," not in v and v.isprintable(),
+                  "a device kind name (printable, no comma)")
 
 
 def _check_model(ref: str) -> None:
@@ -277,6 +278,7 @@ def _degrees(text: str | None) -> tuple[int, ...]:
 def cmd_profile(args: argparse.Namespace) -> int:
     _torch()
     import torch
+    args.model = args.model.strip()
     _check_model(args.model)
     args.tp_degrees = _degrees(args.tp_degrees)
     if args.accelerator == "cuda" and (args.tp_degrees or args.cpu_quota is not None):
@@ -290,7 +292,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                          f"{args.micro_batch}")
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected >= 1, got {args.repeats}")
-    out = Path(args.out or f"{args.model.rpartition(':')[2]}.csv")
+    out = out_file("--out", Path(args.out or f"{args.model.rpartition(':')[2]}.csv"), "CSV")
     if out.exists() and not args.force:
         raise ValueError(f"--out: {out} exists (use --force to overwrite)")
     torch.set_num_threads(args.threads)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import csv
 import math
 import numbers
+import os
 import sys
 from dataclasses import dataclass
 from difflib import get_close_matches
@@ -305,13 +306,20 @@ def base_cells(workload: Workload, i: int) -> list[str]:
 
 def write_table_csv(path: Path, comments: Sequence[str], header: Sequence[str], rows: Sequence[Sequence[str]]
                     ) -> Path:
-    """Write a layer table: the `# ...` comment lines, the header, the rows (parent folder created)."""
+    """Write a layer table: the `# ...` comment lines, the header, the rows (parent folder created;
+    whole or not at all: a temporary file beside it, then renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        fh.write("\n".join(comments) + "\n")
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(header)
-        w.writerows(rows)
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        with tmp.open("w", newline="") as fh:
+            fh.write("\n".join(comments) + "\n")
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(header)
+            w.writerows(rows)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

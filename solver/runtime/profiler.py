@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..model import Layer, Workload
+from .spec import forward_checked
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -150,7 +151,7 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
     for i, mod in enumerate(model):
         inp = x.detach().requires_grad_(i > 0 and x.is_floating_point())
         with torch.no_grad():
-            out = mod(inp)
+            out = forward_checked(mod, inp, i)
         fwd_s.append(_time(lambda: mod(inp), repeats, sync, exclude) / n)
         stash = _stash_bytes(mod, inp)
         needs_grad = inp.requires_grad or any(p.requires_grad for p in mod.parameters())

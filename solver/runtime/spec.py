@@ -100,8 +100,14 @@ def factory_of(ref: str) -> Any:
 
 
 def load_factory(ref: str) -> TrainSpec:
-    """Import `MODULE:FACTORY`, call it and return its TrainSpec (SpecError naming the part)."""
-    out = factory_of(ref)()
+    """Import `MODULE:FACTORY`, call it and return its TrainSpec (SpecError naming the part; an
+    error the factory raises is one, naming it)."""
+    fn = factory_of(ref)
+    try:
+        out = fn()
+    except Exception as e:
+        why = " ".join(str(e).split()) or "no message"
+        raise SpecError(f"--model: {ref.strip()}: the factory raised {type(e).__name__}: {why}") from None
     if isinstance(out, TrainSpec):
         return out.check()
     if isinstance(out, tuple) and len(out) == 4:
@@ -112,7 +118,8 @@ def load_factory(ref: str) -> TrainSpec:
 
 def blocks_of(model: nn.Module) -> list[nn.Module]:
     """The pipeline blocks of `model`, deep-copied (the caller's model is never touched),
-    with every nn.Dropout seeded per sample (runtime.seeding)."""
+    with every nn.Dropout seeded per sample (runtime.seeding), and a copy of a leaf input for
+    a block with an in-place module (`_copy_leaf_input`)."""
     if isinstance(model, nn.Sequential):
         blocks = list(model)
     elif callable(getattr(model, "pipeline_blocks", None)):
@@ -125,7 +132,20 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
     check_semantics(blocks)
     out = copy.deepcopy(blocks)  # the caller's model is never touched
     seed_dropout(out)
+    for b in out:
+        if any(getattr(m, "inplace", False) is True for m in b.modules()):
+            b.register_forward_pre_hook(_copy_leaf_input)
     return out
+
+
+def _copy_leaf_input(block: nn.Module, args: tuple) -> tuple | None:
+    """A block with an in-place module gets a copy of an input that is a leaf requiring grad
+    (a pipeline stage's received activation, a profiled block's input: autograd refuses an
+    in-place change of such a leaf; inside one process the input is another block's output and
+    nothing is copied). The same values, so the same training."""
+    if args and isinstance(args[0], torch.Tensor) and args[0].is_leaf and args[0].requires_grad:
+        return (args[0].clone(), *args[1:])
+    return None
 
 
 def check_semantics(blocks: Sequence[nn.Module]) -> None:
@@ -200,7 +220,10 @@ class Batches:
         if not self._get and not (hasattr(data, "__len__") and hasattr(data, "__getitem__")):
             raise SpecError(f"data: expected get(i) or a map-style dataset, got {type(data).__name__}")
         if self._get and getattr(data, "batch", batch) != batch:
-            raise SpecError(f"data: batches of {data.batch} samples, the instance's batch is {batch}")
+            raise SpecError(f"data: batches of {data.batch} samples, expected the batch being trained or profiled, "
+                            f"{batch} (the instance's workload batch, or dynpar profile --batch)")
+        if not self._get and len(data) == 0:
+            raise SpecError(f"data: the dataset ({type(data).__name__}) is empty; expected samples to train on")
 
     def rows(self, i: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows start..stop-1 of global batch i (inputs, targets); a plain TensorDataset of
@@ -230,9 +253,25 @@ def input_shapes(blocks: Sequence[nn.Module], example: torch.Tensor,
     out = []
     x = example[:1]
     with torch.no_grad(), (context or contextlib.nullcontext()):
-        for b in blocks:
+        for i, b in enumerate(blocks):
             out.append((tuple(x.shape[1:]), x.dtype))
             m = copy.deepcopy(b).eval()
-            x = m(x)
+            x = forward_checked(m, x, i)
     out.append((tuple(x.shape[1:]), x.dtype))
     return out
+
+
+def forward_checked(block: nn.Module, x: torch.Tensor, i: int) -> torch.Tensor:
+    """block(x) for block i of the model; SpecError naming the block when its forward fails on
+    the data or returns anything but one tensor (a block's output is the next block's only
+    input)."""
+    try:
+        y = block(x)
+    except Exception as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise SpecError(f"model: block {i} ({type(block).__name__}) fails on its input of shape "
+                        f"{tuple(x.shape)}: {type(e).__name__}: {why}") from None
+    if not isinstance(y, torch.Tensor):
+        raise SpecError(f"model: block {i} ({type(block).__name__}) returns {type(y).__name__}; expected one tensor "
+                        "(each block's output is the next block's only input)")
+    return y
