@@ -356,3 +356,24 @@ def test_bench_budgets_row_at_the_limits_is_no_kinder_than_at_equal_use():
     assert row["ours_worst_over_pct"] <= 1.0 + 1e-9
     assert row["offline_at_limits_s"] <= row["offline_s"] * (1 + 1e-9)
     assert row["online_over_offline_at_limits"] >= row["online_over_offline"] * (1 - 1e-9) >= 1 - 1e-9
+
+
+def test_time_limit_reaches_highs_and_prefix_refs_are_checked(monkeypatch):
+    """time_limit_s was set on the appsi solver's config, which its solve() then overwrote with
+    its own default (no limit): an outside audit's 150-slot MILP ran 35 s under a 0.05 s limit.
+    A prefix reference of 0 dropped that budget's rows without a word."""
+    from solver.online import offline
+    seen = {}
+    real = offline._solver
+
+    def spy():
+        s = real()
+        solve = s.solve
+        s.solve = lambda m, **kw: seen.update(kw) or solve(m, **kw)
+        return s
+    monkeypatch.setattr(offline, "_solver", spy)
+    c = [[(DUMMY, 1.0, (0.5,)), (DUMMY, 0.5, (1.5,))]] * 2
+    assert solve_offline((1.0,), c, time_limit_s=7.5).status == "optimal"
+    assert seen.get("timelimit") == 7.5 or not hasattr(real(), "config")
+    with pytest.raises(ValueError, match=r"prefix: expected one reference limit > 0 per budget \(1\), got \[0.0\]"):
+        solve_offline((1.0,), c, prefix=([0.0], 0.1))

@@ -117,7 +117,9 @@ def _build(cands: list[list[Candidate]], limits: Sequence[float], relax: bool,
     m.budget = pyo.Constraint(range(len(limits)), rule=budget)
     if prefix is not None:
         ref, allow = [float(x) for x in prefix[0]], float(prefix[1])
-        rows = [(t, k) for t in range(H) for k in range(len(limits)) if ref[k] > 0]
+        if len(ref) != len(limits) or not all(r > 0 for r in ref):
+            raise ValueError(f"prefix: expected one reference limit > 0 per budget ({len(limits)}), got {prefix[0]!r}")
+        rows = [(t, k) for t in range(H) for k in range(len(limits))]
 
         def running(mm, t, k):
             return sum((cands[s][p].costs[k] / ref[k] - 1.0) * mm.x[s, p]
@@ -129,13 +131,14 @@ def _build(cands: list[list[Candidate]], limits: Sequence[float], relax: bool,
 def _solve(m, time_limit_s: float | None):
     from pyomo.opt import TerminationCondition as TC
     s = _solver()
+    kw = {}
     if time_limit_s is not None:
-        try:
-            s.config.time_limit = float(time_limit_s)
-        except AttributeError:
+        if hasattr(s, "config"):       # appsi: solve() sets config.time_limit from its own timelimit argument
+            kw["timelimit"] = float(time_limit_s)
+        else:
             s.options["time_limit"] = float(time_limit_s)
     try:
-        res = s.solve(m, load_solutions=False)
+        res = s.solve(m, load_solutions=False, **kw)
     except Exception as e:  # noqa: BLE001 - report solver failures as a status, not a crash
         return Status.ERROR, f"HiGHS failed: {e}"
     tc = res.solver.termination_condition
@@ -144,18 +147,22 @@ def _solve(m, time_limit_s: float | None):
         return Status.OPTIMAL, "optimal"
     if tc in (TC.infeasible, TC.infeasibleOrUnbounded):
         return Status.INFEASIBLE, f"no choice of candidates meets every averaged budget ({tc})"
+    if tc == TC.maxTimeLimit:
+        return Status.ERROR, f"HiGHS stopped at the time limit of {time_limit_s:g} s before proving an optimum"
     return Status.ERROR, f"HiGHS termination condition {tc}"
 
 
 def solve_offline(instance: Instance | Sequence[float], candidates_per_slot: Sequence[Iterable[Any]], *,
-                  limits: Sequence[float] | None = None, time_limit_s: float | None = 60.0,
+                  limits: Sequence[float] | None = None, time_limit_s: float | None = None,
                   lp_bound: bool = True, prefix: tuple[Sequence[float], float] | None = None) -> OfflineResult:
     """The offline MILP over given candidates: one list per slot of Candidate or
     (Plan, batch_time, costs). `limits` overrides the instance's budget limits (e.g. to compare
     at the online controller's realised budget use). prefix = (Cbar, A): also keep the running
     excess sum_{s <= t} (c_k(s) / Cbar_k - 1) <= A after every slot t, for every budget (the
     budget tracker's rule with A = eps H: the reference under the same guarantee as the online
-    run, which cannot borrow from later slots)."""
+    run, which cannot borrow from later slots). time_limit_s: HiGHS's limit per MILP (seconds;
+    None: to optimality, the default: until session 31 a limit never reached HiGHS, so every
+    figure of the docs was solved to optimality; a limit reached is status "error")."""
     import pyomo.environ as pyo
 
     t0 = time.perf_counter()
@@ -277,7 +284,7 @@ def offline_reference(instance: Instance, *, slots: Sequence[int] | None = None,
                       settings_scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0),
                       extra_plans: Sequence[Sequence[Plan]] | None = None, include_baselines: bool = True,
                       limits: Sequence[float] | None = None, options: Any = None,
-                      time_limit_s: float | None = 60.0,
+                      time_limit_s: float | None = None,
                       prefix: tuple[Sequence[float], float] | None = None) -> OfflineResult:
     """Build every slot's candidates (search at several weights, baselines, extra plans such as
     an online run's, see plans_from_frame) and solve the offline MILP (prefix: see solve_offline)."""
@@ -355,7 +362,7 @@ class OnlineBound:
 
 
 def online_lower_bound(traces: Sequence[Sequence[Iterable[Any]]], shared: int, limits: Sequence[float],
-                       tolerance: float, *, prefix: bool = True, time_limit_s: float | None = 300.0) -> OnlineBound:
+                       tolerance: float, *, prefix: bool = True, time_limit_s: float | None = None) -> OnlineBound:
     """A lower bound on what any online rule can guarantee (docs/BUDGETS.md, "What no online rule
     can do").
 
