@@ -113,11 +113,10 @@ def _layer_rows(path: Path, where: str, rows: object) -> tuple[list[str], list[d
     file, the layer and the field for anything else."""
     if not isinstance(rows, dict) or not rows:
         raise InstanceError(f"{path}: {where}: expected {{layer index: {{field: bytes}}}}, got {type(rows).__name__}")
-    try:
-        order = sorted(rows, key=int)
-    except ValueError:
-        bad = next(k for k in rows if not k.strip().lstrip("-").isdigit())
-        raise InstanceError(f"{path}: {where}: layer keys: expected integers 0..{len(rows) - 1}, got {bad!r}") from None
+    bad = [k for k in rows if not _is_int(k)]
+    if bad:
+        raise InstanceError(f"{path}: {where}: layer keys: expected integers 0..{len(rows) - 1}, got {bad[0]!r}")
+    order = sorted(rows, key=int)
     if [int(i) for i in order] != list(range(len(order))):
         raise InstanceError(f"{path}: {where}: layers are not 0..{len(order) - 1}")
     out = []
@@ -167,3 +166,11 @@ def sailor_workload(profile: SailorProfile, batch: int, micro_batch: int, opt_fa
                     optimizer_step=optimizer_step,
                     optimizer_seconds={kind: t[micro_batch][2] for kind, t in profile.times.items()
                                        if micro_batch in t})
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
