@@ -151,11 +151,16 @@ def runtime_options(blocks: Sequence[torch.nn.Module] | None, cfg: TrainConfig |
     return replace(base, tp_degrees=degrees_for(blocks))
 
 
+def pipelined_1f1b(g: Group) -> bool:
+    """A 1F1B group of several stages (a one-stage group runs no schedule)."""
+    return g.schedule == "1f1b" and g.num_stages > 1
+
+
 def short_1f1b(g: Group, micro_batch: int) -> bool:
     """A pipelined 1F1B group with fewer micro-batches than stages, which torch.distributed.
     pipelining's 1F1B refuses (the cost model prices it: the GPipe makespan, less memory on
     the last stages)."""
-    return g.schedule == "1f1b" and g.num_stages > 1 and g.share // (g.micro_batch or micro_batch) < g.num_stages
+    return pipelined_1f1b(g) and g.share // (g.micro_batch or micro_batch) < g.num_stages
 
 
 def one_f_one_b_as_gpipe(plan: Plan, state: SlotState, engine: str = "torch") -> tuple[Plan, list[str]]:
@@ -166,19 +171,20 @@ def one_f_one_b_as_gpipe(plan: Plan, state: SlotState, engine: str = "torch") ->
     micro-batches both schedules take the same n + k - 1 steps; otherwise the charge of the
     GPipe plan is the prediction."""
     u = state.workload.micro_batch
-    which = [gi for gi, g in enumerate(plan.groups)
-             if short_1f1b(g, u) or (engine == "hand" and g.schedule == "1f1b" and g.num_stages > 1)]
+    which = [gi for gi, g in enumerate(plan.groups) if short_1f1b(g, u) or (engine == "hand" and pipelined_1f1b(g))]
     if not which:
         return plan, []
     alt = Plan(tuple(replace(g, schedule="gpipe") if gi in which else g for gi, g in enumerate(plan.groups)))
     if alt.validate(state):
         return plan, []
-    return alt, [f"group {gi}: 1F1B with {plan.groups[gi].share // (plan.groups[gi].micro_batch or u)} micro-batches "
-                 f"over {plan.groups[gi].num_stages} stages runs as GPipe ("
-                 + ("the hand-written engine runs GPipe only; its batch time priced as GPipe's"
-                    if not short_1f1b(plan.groups[gi], u) else
-                    "torch's 1F1B needs one micro-batch per stage at least; the same batch time")
-                 + ", its memory checked)" for gi in which]
+    notes = []
+    for gi in which:
+        g = plan.groups[gi]
+        why = ("torch's 1F1B needs one micro-batch per stage at least; the same batch time" if short_1f1b(g, u)
+               else "the hand-written engine runs GPipe only; its batch time priced as GPipe's")
+        notes.append(f"group {gi}: 1F1B with {g.share // (g.micro_batch or u)} micro-batches over {g.num_stages} "
+                     f"stages runs as GPipe ({why}, its memory checked)")
+    return alt, notes
 
 
 def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Module] | None = None,
@@ -193,7 +199,7 @@ def unsupported(plan: Plan, engine: str = "torch", blocks: Sequence[torch.nn.Mod
         sched = getattr(g, "schedule", "gpipe")
         if sched not in ("gpipe", "1f1b"):
             out.append(f"group {gi}: schedule {sched!r} (the runtime executes 'gpipe' and '1f1b')")
-        elif sched == "1f1b" and engine == "hand" and g.num_stages > 1:
+        elif engine == "hand" and pipelined_1f1b(g):
             out.append(f"group {gi}: schedule '1f1b' needs engine 'torch' (the hand-written path is GPipe)")
         elif micro_batch is not None and short_1f1b(g, micro_batch):
             out.append(f"group {gi}: 1F1B with {g.share // (g.micro_batch or micro_batch)} micro-batches over "

@@ -33,10 +33,10 @@ def fixed_candidates(state: SlotState, Q: np.ndarray, previous_plan: Plan | None
 def score_incumbents(state: SlotState, sc: Scorer, Q: np.ndarray, previous_plan: Plan | None,
                      *, recut_previous: bool) -> None:
     """Score the fixed candidates on `sc` (before any work budget counts): each with its own
-    shares (source = its name) and with exact shares (name + "+lp"), but for a pipelined 1F1B
-    plan under SolveOptions(one_f_one_b=False) (a runtime without 1F1B: its GPipe form only,
-    below); with recut_previous, the
-    previous plan's device groups are also cut afresh for this slot ("previous-recut")."""
+    shares (source = its name) and with exact shares (name + "+lp"), except a plan with a
+    pipelined 1F1B group under SolveOptions(one_f_one_b=False) (a runtime without 1F1B: only
+    its GPipe form, below); with recut_previous, the previous plan's device groups are also
+    cut afresh for this slot ("previous-recut")."""
     for name, p in fixed_candidates(state, Q, previous_plan, sc.cache):
         s = tuple(group_entry(g, sc.u) for g in p.groups)
         if sc.opt.one_f_one_b or not any(g.schedule == "1f1b" and g.num_stages > 1 for g in p.groups):
