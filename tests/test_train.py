@@ -1050,3 +1050,16 @@ def test_a_block_changing_its_input_in_place_runs_at_a_stage_boundary() -> None:
     out.sum().backward()
     torch.testing.assert_close(out.sum(), ref, rtol=0, atol=0)
     assert h.grad is not None
+
+
+def test_train_refuses_a_model_of_another_layer_count_before_starting(tmp_path: Path, capsys) -> None:
+    """A model whose pipeline blocks are not the workload's layers is refused by the command
+    itself, exit 2, before any process starts or any checkpoint folder is made (it had been the
+    workers' error, exit 1); the same for a factory that raises."""
+    inst, ckpt = Path(__file__).resolve().parents[1] / "instances" / "default.toml", tmp_path / "ck"
+    assert train(inst, ckpt) == 2
+    err = capsys.readouterr().err
+    assert "model: 7 pipeline blocks, the instance's workload 'vgg16' has 16 layers" in err, err
+    assert train(inst, ckpt, model="tests.test_train:raising_factory") == 2
+    assert "the factory raised RuntimeError: boom in factory" in capsys.readouterr().err
+    assert not ckpt.exists()

@@ -132,6 +132,16 @@ def _check_model(ref: str) -> None:
         raise UsageError(str(e)) from None
 
 
+def _check_blocks(ref: str, inst: Any) -> None:
+    """UsageError unless the model `ref`'s factory builds lists as many pipeline blocks as the
+    instance's workload has layers (the factory is called once here, before any process starts)."""
+    from ..runtime.spec import SpecError, check_layer_count, listed_blocks, load_factory
+    try:
+        check_layer_count(len(listed_blocks(load_factory(ref).model)), inst.workload.name, inst.workload.num_layers)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+
+
 def _known(flag: str, given: Any, names: list[str], inst_name: str, text: str) -> None:
     """UsageError naming `flag` and its value unless every device in `given` is in `names`."""
     bad = [n for n in dict.fromkeys(given) if n not in names]
@@ -257,6 +267,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"wrote {out / 'slots.csv'}, {out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
         return 0
     from ..runtime.launch import launch
+    _check_blocks(cfg.model, inst)
     ran = launch(inst, cfg, devices)
     print(f"trained {args.steps} iterations on {', '.join(ran)}; wrote {out / 'slots.csv'}, "
           f"{out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")

@@ -116,10 +116,9 @@ def load_factory(ref: str) -> TrainSpec:
                     "(model, loss, make_optimizer, data)")
 
 
-def blocks_of(model: nn.Module) -> list[nn.Module]:
-    """The pipeline blocks of `model`, deep-copied (the caller's model is never touched),
-    with every nn.Dropout seeded per sample (runtime.seeding), and a copy of a leaf input for
-    a block with an in-place module (`_copy_leaf_input`)."""
+def listed_blocks(model: nn.Module) -> list[nn.Module]:
+    """The pipeline blocks `model` lists, not copied: an nn.Sequential's children or
+    `model.pipeline_blocks()` (SpecError when it lists none or is neither)."""
     if isinstance(model, nn.Sequential):
         blocks = list(model)
     elif callable(getattr(model, "pipeline_blocks", None)):
@@ -129,6 +128,21 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
                         f"got {type(model).__name__}")
     if not blocks:
         raise SpecError("model: no pipeline block")
+    return blocks
+
+
+def check_layer_count(num_blocks: int, workload_name: str, num_layers: int) -> None:
+    """SpecError unless the model's pipeline blocks are the workload's layers, one for one."""
+    if num_blocks != num_layers:
+        raise SpecError(f"model: {num_blocks} pipeline blocks, the instance's workload {workload_name!r} has "
+                        f"{num_layers} layers")
+
+
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The pipeline blocks of `model`, deep-copied (the caller's model is never touched),
+    with every nn.Dropout seeded per sample (runtime.seeding), and a copy of a leaf input for
+    a block with an in-place module (`_copy_leaf_input`)."""
+    blocks = listed_blocks(model)
     check_semantics(blocks)
     out = copy.deepcopy(blocks)  # the caller's model is never touched
     seed_dropout(out)

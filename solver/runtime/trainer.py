@@ -56,7 +56,7 @@ from .layout import StageRole, buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
 from .placement import place, synchronizer
 from .replan import LayerState, meta_template, migrate, new_layer
-from .spec import Batches, SpecError, blocks_of, input_shapes, load_factory, tp_refusal
+from .spec import Batches, SpecError, blocks_of, check_layer_count, input_shapes, load_factory, tp_refusal
 from .speeds import Speeds, contexts, shares_of
 from .tensor_parallel import (
     CollectiveClock,
@@ -510,8 +510,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
     spec.make_optimizer([torch.nn.Parameter(torch.zeros(1))])  # lazy imports before any timing
     blocks = blocks_of(spec.model)
     L, B = len(blocks), wl.batch
-    if L != wl.num_layers:
-        raise SpecError(f"model: {L} pipeline blocks, the instance's workload {wl.name!r} has {wl.num_layers} layers")
+    check_layer_count(L, wl.name, wl.num_layers)
     data = Batches(spec.data, B)
     feed = RowFeed(data, dev)
     shapes = input_shapes(blocks, data.example(), spec.autocast_context(dev))
