@@ -107,3 +107,26 @@ def test_plan_json_keeps_old_form_and_round_trips_new_fields():
     bad = Plan((Group((0, 1), (2, 4), 16, "zb-v"),))
     assert "schedule" in names(bad, state)
     assert "(1f1b, recompute)" in new.describe(state)
+
+
+def test_a_1f1b_slot_result_charges_its_costs_at_its_reported_batch_time() -> None:
+    """A slot whose plan has a multi-stage 1F1B group reports the event simulator's batch time
+    (the closed form is an upper bound); its costs are those of that time: money = the held
+    devices' prices x batch time, energy = idle power x batch time + busy joules. An outside
+    audit found them charged at the closed-form bound (money 12% over prices x batch time)."""
+    import dataclasses
+    from solver import solve_slot
+    from solver.cost.costs import idle_rates
+    from solver.io.synthetic import random_instance
+    st = random_instance(0, n=3, L=14, slots=1, batch=128, micro_batch=2).state(0)
+    st = dataclasses.replace(st, devices=tuple(dataclasses.replace(d, memory_bytes=d.memory_bytes * 0.025)
+                                               for d in st.devices))
+    res = solve_slot(st, V=1.0)
+    assert any(g.schedule == "1f1b" and len(g.devices) > 1 for g in res.plan.groups)
+    assert res.batch_time < res.evaluation.batch_time * (1 - 1e-3)       # simulated, below the bound
+    R = idle_rates(st, res.plan.devices)
+    assert res.costs == pytest.approx(np.asarray(res.evaluation.costs) + R * (res.batch_time - res.evaluation.batch_time),
+                                      rel=1e-12)
+    money = [k for k, b in enumerate(st.budgets) if b.kind == "money"]
+    assert money and res.costs[money[0]] == pytest.approx(R[money[0]] * res.batch_time, rel=1e-12)
+    assert res.evaluation.costs_at(res.evaluation.batch_time) == pytest.approx(res.evaluation.costs, rel=1e-15)

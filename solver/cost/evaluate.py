@@ -21,7 +21,9 @@ class Evaluation:
     batch_time: seconds per iteration (max group time + sync + optimizer step); group_times:
     seconds; sync_time: seconds; costs: per budget, in state.budgets order (USD, joules);
     limits: the budgets' limits, in the same order; optimizer_time: seconds of the optimizer
-    step (cost.optimizer; 0 unless the workload models it).
+    step (cost.optimizer; 0 unless the workload models it); rates: per budget, what each second
+    of batch time costs (USD/s, W: the held devices' prices and idle powers), so that
+    `costs_at` can re-price the costs at another batch time.
     """
 
     batch_time: float
@@ -30,6 +32,13 @@ class Evaluation:
     costs: tuple[float, ...]
     limits: tuple[float, ...] = ()
     optimizer_time: float = 0.0
+    rates: tuple[float, ...] = ()
+
+    def costs_at(self, batch_time: float) -> tuple[float, ...]:
+        """The costs per iteration had the iteration taken `batch_time` seconds (the same
+        shares and busy work; only the time-proportional part changes)."""
+        rates = np.asarray(self.rates if self.rates else np.zeros(len(self.costs)), dtype=float)
+        return tuple(float(c) for c in np.asarray(self.costs, dtype=float) + rates * (batch_time - self.batch_time))
 
     def objective(self, queues: Sequence[float], V: float) -> float:
         """Drift-plus-penalty V * T + sum_k Q_k c_k / Cbar_k (queues in budget units)."""
@@ -62,8 +71,9 @@ def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None 
     ts = sync_time(state, structure)
     to = optimizer_step_time(state, structure)
     T = max(times) + ts + to
-    costs = cost_coeffs(state, coeffs).costs(T, plan.shares)
-    return Evaluation(T, times, ts, tuple(float(x) for x in costs), tuple(b.limit for b in state.budgets), to)
+    cc = cost_coeffs(state, coeffs)
+    return Evaluation(T, times, ts, tuple(float(x) for x in cc.costs(T, plan.shares)),
+                      tuple(b.limit for b in state.budgets), to, tuple(float(r) for r in cc.R))
 
 
 def lower_bound_time(state: SlotState) -> float:

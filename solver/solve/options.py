@@ -336,13 +336,15 @@ class SolveOptions:
 
 @dataclass(frozen=True)
 class SlotResult:
-    """Outcome of one slot. batch_time: predicted seconds per iteration (no migration);
-    costs: per budget in state order; objective: V T + sum Q_k c_k (+ W * migration /
+    """Outcome of one slot. batch_time: predicted seconds per iteration (no migration; the
+    event simulator's for a plan with a multi-stage 1F1B group, whose closed form, in
+    `evaluation`, is an upper bound: docs/MODEL.md section 4); costs: per budget in state
+    order, at batch_time; objective: V T + sum Q_k c_k (+ W * migration /
     iterations when re-planning is charged); status: a Status, OPTIMAL from the oracle (for
     the model, or for the frontier cut sets the message names), FEASIBLE from the search,
     INFEASIBLE with plan None and the reason in message; message: what was done, in words;
     solve_time, migration_time: seconds; candidates: structures scored; candidate_pool:
-    (Plan, batch_time, costs) when asked; lower_bound: a value no plan's objective is below
+    (Plan, batch_time, costs) when asked, at the closed form (as the search scores them); lower_bound: a value no plan's objective is below
     (solve.bounds; nan with no plan); gap: the certified gap (objective - lower_bound) /
     objective."""
 

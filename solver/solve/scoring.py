@@ -915,6 +915,6 @@ def slot_result(state: SlotState, sc: Scorer, Q: np.ndarray, V: float, status: S
                 for u in alone.micro_batches]
         single = min((o.objective for o in objs if o is not None), default=math.inf)
     batch_time, how = simulated_note(plan, state, ev.batch_time)
-    return SlotResult(plan, batch_time, ev.costs, best.objective, status, message + how,
+    return SlotResult(plan, batch_time, ev.costs_at(batch_time), best.objective, status, message + how,
                       time.perf_counter() - t0, sc.count, best.migration, ev, pool,
                       slot_lower_bound(state, Q, V, single))
