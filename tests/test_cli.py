@@ -468,3 +468,41 @@ def test_resumable_run_says_where_it_resumes(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("dynpar: error: --resumable: controller state") and "not a saved run" in err
+
+
+def test_resumable_run_refuses_a_changed_state_before_saying_it_resumes(tmp_path, capsys):
+    """An outside audit's state files: a JSON list or null had given a traceback; a state edited
+    by hand (a negative queue, a row's batch time, the next slot: duplicated rows) or missing a
+    part was continued; a state of the same instance with another V was refused only after
+    'the run is complete' had been printed. Now: one line naming the file, exit 2, nothing said
+    of resuming and nothing rewritten."""
+    import json
+    args = ["run", DEFAULT, "--slots", "2", "--out", str(tmp_path), "--no-plots", "--resumable"]
+    assert main(args) == 0
+    capsys.readouterr()
+    folder = tmp_path / "default" / "ours"
+    saved = folder / "controller_state.json"
+    good = json.loads(saved.read_text())
+    results = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != saved.name}
+
+    def edited(change):
+        d = json.loads(json.dumps(good))
+        change(d)
+        return json.dumps(d)
+
+    cases = {"list": "[1, 2, 3]", "null": "null",
+             "queue": edited(lambda d: d["queues"].__setitem__(0, -1.0)),
+             "row": edited(lambda d: d["rows"][0].__setitem__("batch_time", 123.0)),
+             "next slot": edited(lambda d: d.__setitem__("next_slot", 1)),
+             "no extra": edited(lambda d: d.pop("extra"))}
+    for what, text in cases.items():
+        saved.write_text(text)
+        assert main(args) == 2, what
+        out, err = capsys.readouterr()
+        assert err.startswith("dynpar: error: --resumable: controller state") and "Traceback" not in err, (what, err)
+        assert "resuming" not in out and "complete" not in out, (what, out)
+    saved.write_text(json.dumps(good))
+    assert main(args + ["--V", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "belongs to another run" in err and "complete" not in out and "resuming" not in out, (out, err)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != saved.name} == results

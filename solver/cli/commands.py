@@ -111,9 +111,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resumable and saved.is_file():
         from ..online.checkpoint import ControllerState
         try:
-            at = ControllerState.load(saved).next_slot
+            ControllerState.load(saved)
         except ValueError as e:
             raise UsageError(f"--resumable: {e}") from None
+
+    def resumed(at: int) -> None:
         print(f"resuming from {saved} at slot {at} of {inst.num_slots}" if at < inst.num_slots else
               f"{saved}: the run is complete (every slot ran); its results are written again", flush=True)
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
@@ -121,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                      state_path=saved if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
                      budget_tolerance=args.budget_tolerance, pricing=args.pricing,
-                     preemption=args.preemption, availability_aware=not args.ignore_hazards)
+                     preemption=args.preemption, availability_aware=not args.ignore_hazards, on_resume=resumed)
     df = run.rows
     for note in run.notes:
         print(f"note: {note}", flush=True)

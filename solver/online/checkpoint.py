@@ -5,7 +5,9 @@ own state, next slot and every row so far) to a JSON file after each slot (atomi
 later call with the same path continues from it: a run stopped after slot t and resumed gives
 exactly the rows of an unbroken run (solve_time aside). `extra` holds the run's first slot, the V
 in force (online.vrule) and the budget tracker's state (online.tracking). A saved run resumes only
-with the same settings and inputs (`run_config`, `inputs_digest`).
+with the same settings and inputs (`run_config`, `inputs_digest`), and only as it was written: the
+file carries a SHA-256 of its own contents (`content_digest`), so a state changed by hand or
+damaged (a queue, a row, the next slot) is refused rather than continued.
 """
 from __future__ import annotations
 
@@ -22,7 +24,14 @@ import numpy as np
 from ..model.plan import Plan, plan_from_dict, plan_to_dict
 from ..model.state import Instance
 
-STATE_VERSION = 2
+STATE_VERSION = 3
+
+
+def content_digest(payload: dict) -> str:
+    """SHA-256 of `payload` as JSON gives it back (keys sorted): the same for the dict written
+    and the dict read from the file."""
+    canonical = json.dumps(json.loads(json.dumps(payload, allow_nan=True)), sort_keys=True, allow_nan=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass
@@ -38,15 +47,22 @@ class ControllerState:
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"version": STATE_VERSION, "config": self.config, "next_slot": self.next_slot,
-                "queues": list(self.queues),
-                "previous_plan": None if self.previous_plan is None else plan_to_dict(self.previous_plan),
-                "policy_state": self.policy_state, "rows": self.rows, "extra": self.extra}
+        payload = {"version": STATE_VERSION, "config": self.config, "next_slot": self.next_slot,
+                   "queues": list(self.queues),
+                   "previous_plan": None if self.previous_plan is None else plan_to_dict(self.previous_plan),
+                   "policy_state": self.policy_state, "rows": self.rows, "extra": self.extra}
+        return {**payload, "digest": content_digest(payload)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ControllerState":
+    def from_dict(cls, d: Any) -> "ControllerState":
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object, got {type(d).__name__}")
         if d.get("version") != STATE_VERSION:
             raise ValueError(f"controller state version {d.get('version')!r}, expected {STATE_VERSION}")
+        payload = {k: v for k, v in d.items() if k != "digest"}
+        if d.get("digest") != content_digest(payload):
+            raise ValueError("its contents differ from what the run wrote (the SHA-256 in 'digest' does not "
+                             "match: changed by hand or damaged)")
         prev = d.get("previous_plan")
         return cls(d["config"], int(d["next_slot"]), tuple(float(q) for q in d["queues"]),
                    None if prev is None else plan_from_dict(prev), d.get("policy_state", {}), list(d["rows"]),

@@ -124,7 +124,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                progress: Callable[[int, int], None] | None = None,
                on_infeasible: str = "skip", budget_tolerance: float | None = DEFAULT_TOLERANCE,
                check_budgets: bool = True, pricing: str | None = None, preemption: Preemption | None = None,
-               availability_aware: bool = True) -> OnlineRun:
+               availability_aware: bool = True, on_resume: Callable[[int], None] | None = None) -> OnlineRun:
     """Run `policy` over slots start..stop-1 of `instance`; an OnlineRun (online.result) whose
     .rows has one row per slot (see `_row`).
 
@@ -137,7 +137,9 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     over the slots seen so far, the search's weights V * price) or "queue" (the queues, the
     article's drift-plus-penalty); None: "history" for a tracked run, else "queue".
     state_path: JSON file of the controller state; if it exists the run continues from it
-    (`start` is then ignored) and the returned rows hold every row so far.
+    (`start` is then ignored) and the returned rows hold every row so far; on_resume(slot):
+    called once, when the saved state has been read and found to be this run's, with the slot
+    the run continues at (instance.num_slots: it is complete).
     progress(done, total): called after each slot. on_infeasible: "skip" | "raise".
     preemption: what a preemption costs (model.preemption; None: the instance's, if it declares
     one): each slot after one that lost a device of its plan is charged the loss, every policy
@@ -188,6 +190,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             diff = {k: (cs.config.get(k), v) for k, v in config.items() if cs.config.get(k) != v}
             raise ValueError(f"controller state {state_path} belongs to another run: {diff}")
         pol.load_state_dict(cs.policy_state)
+        if on_resume is not None:
+            on_resume(cs.next_slot)
     else:
         if not (0 <= start < instance.num_slots):
             raise ValueError(f"start: expected a slot index in 0..{instance.num_slots - 1}, got {start}")
