@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -506,3 +507,23 @@ def test_resumable_run_refuses_a_changed_state_before_saying_it_resumes(tmp_path
     out, err = capsys.readouterr()
     assert "belongs to another run" in err and "complete" not in out and "resuming" not in out, (out, err)
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != saved.name} == results
+
+
+def test_torch_commands_without_torch_name_themselves_in_one_line(tmp_path):
+    """Without torch (here: a torch package on the path that cannot be imported), `dynpar
+    profile` names itself (it had said "dynpar train needs torch") and `python -m solver.runtime
+    --help` is one line, not a traceback (outside audit of a wheel installed without extras)."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    for argv, needle in ((["-m", "solver", "profile", "m:f", "--kind", "cpu"], "dynpar profile needs torch"),
+                         (["-m", "solver", "train", DEFAULT, "--model", "m:f", "--steps", "1",
+                           "--checkpoint-dir", str(tmp_path / "ck")], "dynpar train needs torch"),
+                         (["-m", "solver.runtime", "--help"], "solver.runtime needs torch")):
+        p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        lines = [line for line in p.stderr.splitlines() if line]
+        assert p.returncode != 0 and len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-c", "import solver.runtime"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)     # imported from Python: an ImportError that says what to install
+    assert p.stderr.strip().splitlines()[-1].startswith("ImportError: solver.runtime needs torch"), p.stderr

@@ -33,11 +33,11 @@ from .argtypes import parsed, positive_int, v_weight
 from .output import UsageError, out_file
 
 
-def _torch() -> None:
+def _torch(command: str) -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise DynparError("dynpar train needs torch: pip install 'dynpar[torch]'") from None
+        raise DynparError(f"dynpar {command} needs torch: pip install 'dynpar[torch]'") from None
 
 
 def _pairs(text: str, flag: str) -> dict[str, int]:
@@ -241,7 +241,7 @@ def _resumes_at(cfg: Any, inst: Any) -> int | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    _torch()
+    _torch("train")
     from ..io.instance import load_instance
     inst = load_instance(args.instance)
     cfg, devices = train_config(args, inst)      # nothing started or written before this
@@ -287,7 +287,7 @@ def _degrees(text: str | None) -> tuple[int, ...]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    _torch()
+    _torch("profile")
     import torch
     args.model = args.model.strip()
     _check_model(args.model)

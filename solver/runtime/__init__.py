@@ -8,6 +8,16 @@ Imports torch; the core (solver/*.py) never imports this package.
 """
 from __future__ import annotations
 
+import sys
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    _NEEDS = "solver.runtime needs torch: pip install 'dynpar[torch]' (or the CPU build: pip install torch)"
+    if sys.argv[:1] == ["-m"]:     # `python -m solver.runtime`, while Python locates the module: one line
+        raise SystemExit(f"python -m solver.runtime: error: {_NEEDS}") from None
+    raise ImportError(_NEEDS) from None
+
 from .checks import PlanMismatchError, check_plan, check_slots
 from .layout import StageRole, buckets, layer_holders, micro_sizes, roles
 from .pipeline import Pad
