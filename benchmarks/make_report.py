@@ -132,8 +132,9 @@ def section_compare(out: Path) -> str:
              "for reference. In the summary, `ours` is the fastest run of our controller (at the comparison's V "
              "or one of the extra V, labelled ours@V=...) that meets the budgets, else the run at the "
              "comparison's V. Over few slots a budget can be overshot by O(V/slots) (guarantee (a)). "
-             "`gain_within_budget_pct` = 100 (1 - T / T_ref), T_ref the fastest baseline that meets every "
-             "budget (positive = faster; empty where the row itself overshoots).\n\n")
+             "`gain_within_budget_pct` = 100 (1 - T / T_ref), T_ref the fastest baseline other than the row itself "
+             "that meets every budget (so the fastest such baseline's row is against the next one; positive = "
+             "faster; empty where the row itself overshoots).\n\n")
     rows = []
     for inst, g in df.groupby("instance", sort=False):
         mine = g[g.policy.str.startswith("ours")]
@@ -282,37 +283,44 @@ def section_speed(out: Path) -> str:
     else:
         axes = [None, None]
     fits = []
-    for ax, var, other in ((axes[0], n, L), (axes[1], L, n)):
-        if var is None:
-            if ax is not None:
-                ax.set_visible(False)
-            continue
-        groups = df.groupby(other) if other is not None else [("all", df)]
-        for key, g in groups:
-            g = g.groupby(var, as_index=False)[tcol].median().sort_values(var)
-            if g[var].nunique() < 2:
+    # one fit per solver: bench_speed times the solver beside an earlier one (column "solver")
+    solvers = list(df.groupby("solver")) if "solver" in df and df["solver"].nunique() > 1 else [("", df)]
+    for sname, sdf in solvers:
+        tag = f"{sname}: " if sname else ""
+        for ax, var, other in ((axes[0], n, L), (axes[1], L, n)):
+            if var is None:
                 continue
-            b = loglog_fit(g[var].to_numpy(float), g[tcol].to_numpy(float))
-            fits.append({"vary": var, "fixed": f"{other}={key}" if other else "", "points": len(g), "exponent": b})
-            if ax is not None:
-                ax.plot(g[var], g[tcol], marker="o",
-                        label=f"{other}={key}: ~{var}^{b:.2f}" if other else f"~{var}^{b:.2f}")
+            groups = sdf.groupby(other) if other is not None else [("all", sdf)]
+            for key, g in groups:
+                g = g.groupby(var, as_index=False)[tcol].median().sort_values(var)
+                if g[var].nunique() < 2:
+                    continue
+                b = loglog_fit(g[var].to_numpy(float), g[tcol].to_numpy(float))
+                fits.append({**({"solver": sname} if sname else {}), "vary": var,
+                             "fixed": f"{other}={key}" if other else "", "points": len(g), "exponent": b})
+                if ax is not None:
+                    ax.plot(g[var], g[tcol], marker="o",
+                            label=f"{tag}{other}={key}: ~{var}^{b:.2f}" if other else f"{tag}~{var}^{b:.2f}")
+        both = [c for c in (n, L) if c is not None]
+        if len(both) == 2:
+            ok = (sdf[n] > 0) & (sdf[L] > 0) & (sdf[tcol] > 0)
+            X = np.column_stack([np.ones(ok.sum()), np.log(sdf.loc[ok, n]), np.log(sdf.loc[ok, L])])
+            if np.linalg.matrix_rank(X) == 3:
+                coef = np.linalg.lstsq(X, np.log(sdf.loc[ok, tcol]), rcond=None)[0]
+                fits.append({**({"solver": sname} if sname else {}), "vary": f"{n} and {L} jointly", "fixed": "",
+                             "points": int(ok.sum()), "exponent": f"{n}^{coef[1]:.2f} * {L}^{coef[2]:.2f}"})
+    for ax, var in ((axes[0], n), (axes[1], L)):
         if ax is None:
+            continue
+        if var is None:
+            ax.set_visible(False)
             continue
         unit = "devices" if var == n else "layers"
         ax.set(xscale="log", yscale="log", xlabel=f"{var} ({unit})", ylabel=f"{tcol} (s)", title=f"solve time vs {var}")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    both = [c for c in (n, L) if c is not None]
-    if len(both) == 2:
-        ok = (df[n] > 0) & (df[L] > 0) & (df[tcol] > 0)
-        X = np.column_stack([np.ones(ok.sum()), np.log(df.loc[ok, n]), np.log(df.loc[ok, L])])
-        if np.linalg.matrix_rank(X) == 3:
-            coef = np.linalg.lstsq(X, np.log(df.loc[ok, tcol]), rcond=None)[0]
-            fits.append({"vary": f"{n} and {L} jointly", "fixed": "", "points": int(ok.sum()),
-                         "exponent": f"{n}^{coef[1]:.2f} * {L}^{coef[2]:.2f}"})
-    text += (f"From `{name}`: growth exponents b of time ~ a x^b, least squares on log-log (per fixed value "
-             "of the other size, and jointly).\n\n" + (save(fig, out, "solve_time.png") if draw else NO_PLOTS) + "\n")
+    text += (f"From `{name}`: growth exponents b of time ~ a x^b, least squares on log-log (per solver where "
+             "the file times several, per fixed value of the other size, and jointly).\n\n" + (save(fig, out, "solve_time.png") if draw else NO_PLOTS) + "\n")
     return text + md_table(pd.DataFrame(fits)) + "\n" + md_table(df, 40)
 
 

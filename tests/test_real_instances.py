@@ -136,3 +136,19 @@ def test_report_tolerates_missing_and_partial_csvs(tmp_path):
     text = (tmp_path / "REPORT.md").read_text()
     assert "solve_time.png" in text and (tmp_path / "solve_time.png").is_file()
     assert loglog_fit(np.array([4.0, 8, 16, 32]), np.array([0.01, 0.04, 0.16, 0.64])) == pytest.approx(2.0)
+
+
+def test_report_fits_each_solver_of_a_side_by_side_speed_file_apart(tmp_path):
+    """bench_speed writes the solver and an earlier one side by side (column `solver`); the
+    report's growth exponents are fitted per solver (an outside audit found them fitted over
+    both pooled: n^1.70 where the new solver alone grows as n^1.25)."""
+    from benchmarks.make_report import section_speed
+    n = np.array([4, 8, 16, 32] * 2)
+    rows = pd.DataFrame({"n": n, "L": 10, "solver": ["old"] * 4 + ["new"] * 4,
+                         "seconds": np.r_[1e-3 * n[:4] ** 2.0, 1e-3 * n[4:] ** 1.0]})
+    rows.to_csv(tmp_path / "speed.csv", index=False)
+    text = section_speed(tmp_path)
+    fits = [line for line in text.splitlines() if line.startswith("|") and "L=10" in line]
+    assert len(fits) == 2, text
+    exps = {cells[0]: float(cells[-1]) for cells in ([c.strip() for c in f.strip("|").split("|")] for f in fits)}
+    assert exps["old"] == pytest.approx(2.0) and exps["new"] == pytest.approx(1.0), fits
