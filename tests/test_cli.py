@@ -527,3 +527,14 @@ def test_torch_commands_without_torch_name_themselves_in_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-c", "import solver.runtime"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=120)     # imported from Python: an ImportError that says what to install
     assert p.stderr.strip().splitlines()[-1].startswith("ImportError: solver.runtime needs torch"), p.stderr
+
+
+def test_tp_degrees_on_an_instance_without_servers_is_noted(tmp_path, capsys):
+    """--tp-degrees given for an instance with no [[servers]] was ignored unsaid (TP is searched
+    within servers only); it is now a note. The default degrees say nothing."""
+    for cmd in (["solve", DEFAULT, "--slot", "0"], ["run", DEFAULT, "--slots", "1", "--no-plots", "--out", str(tmp_path)]):
+        assert main(cmd + ["--tp-degrees", "3"]) == 0
+        err = capsys.readouterr().err
+        assert "note: --tp-degrees 3: instance 'default' declares no [[servers]]" in err, err
+        assert main(cmd) == 0
+        assert "--tp-degrees" not in capsys.readouterr().err

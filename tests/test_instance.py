@@ -288,6 +288,21 @@ def test_packaged_model_name_from_any_folder(tmp_path):
     assert "vgg17" in str(info.value) and "packaged: " in str(info.value) and "vgg16" in str(info.value)
 
 
+
+def test_a_table_beside_the_instance_hiding_a_packaged_one_is_noted(tmp_path):
+    """A vgg16.csv beside the instance is read before the packaged table of that name (the
+    documented order); `dynpar import-profile` writes <name>.csv to the current folder, so this
+    can happen unawares: the instance's notes say which file was read (an outside audit)."""
+    import shutil
+    from solver.io.workloads import MODELS_DIR
+    path = write_case(tmp_path, sub('model = "mlp"', 'model = "vgg16"'))
+    assert not any("beside the instance" in n for n in load_instance(path).notes)
+    shutil.copy(MODELS_DIR / "vgg16.csv", tmp_path / "vgg16.csv")
+    notes = load_instance(path).notes
+    assert any(f"workload.model 'vgg16': read from {tmp_path / 'vgg16.csv'}, beside the instance" in n
+               for n in notes), notes
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(InstanceError, match="not found") as info:
         solver.load_instance(tmp_path / "absent.toml")

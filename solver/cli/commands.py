@@ -31,6 +31,8 @@ from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, out_dir, ou
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..model.state import Instance
+
 DEFAULT_INSTANCE = default_instance()
 """The packaged default instance (solver/data/instances; the checkout's instances/ links to it)."""
 
@@ -119,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"resuming from {saved} at slot {at} of {inst.num_slots}" if at < inst.num_slots else
               f"{saved}: the run is complete (every slot ran); its results are written again", flush=True)
     run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
-                     options=SolveOptions(tp_degrees=args.tp_degrees, classes=args.classes),
+                     options=SolveOptions(tp_degrees=_tp_degrees(args, inst), classes=args.classes),
                      state_path=saved if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
                      budget_tolerance=args.budget_tolerance, pricing=args.pricing,
@@ -245,7 +247,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     state = inst.state(args.slot)
     queues = _queues(args.queues, inst)
     compile_note()
-    res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact, tp_degrees=args.tp_degrees,
+    res = solve_slot(state, queues=queues, V=args.V, options=SolveOptions(exact=args.exact, tp_degrees=_tp_degrees(args, inst),
                                                                          classes=args.classes))
     plot = _solve_plot(args, inst, state, res)
     if plot and args.json:
@@ -404,6 +406,19 @@ CLASSES_HELP = ("both (default): a slot of 16 or more devices in at most 4 class
                 "devices is also searched over uniform dp x pp x tp shapes per class (solver.solve.classes), the "
                 "better plan kept; auto: that search alone there (3.5-8.4x faster in median, sometimes worse plans); off: "
                 "device by device only")
+def _tp_degrees(args: argparse.Namespace, inst: "Instance") -> tuple[int, ...]:
+    """The --tp-degrees given (SolveOptions' default when not), with a note when they were given
+    for an instance that declares no servers: TP is searched within servers only."""
+    from ..solve import SolveOptions
+    if args.tp_degrees is None:
+        return SolveOptions().tp_degrees
+    if inst.network is None and max(args.tp_degrees) > 1:
+        print(f"note: --tp-degrees {','.join(map(str, args.tp_degrees))}: instance {inst.name!r} declares no "
+              f"[[servers]], and tensor parallelism is searched only within a server: no stage is "
+              f"tensor-parallel", file=sys.stderr)
+    return args.tp_degrees
+
+
 TP_HELP = ("tensor-parallel degrees a stage may have, comma-separated (default 1,2,4,8; used where the "
            "instance declares servers; 1: no tensor parallelism)")
 
@@ -498,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the controller state to controller_state.json after each slot; resume from it "
                         "when present")
     r.add_argument("--no-plots", action="store_true", help="write no PNG plots")
-    r.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
+    r.add_argument("--tp-degrees", type=_degrees, default=None, metavar="T,...", help=TP_HELP)
     r.add_argument("--classes", choices=("both", "auto", "off"), default="both", help=CLASSES_HELP)
     r.set_defaults(func=cmd_run)
 
@@ -509,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order, each a "
                                                 "backlog >= 0 in budgets (default all 0)")
     s.add_argument("--exact", action="store_true", help="exhaustive oracle (n <= 6 available devices)")
-    s.add_argument("--tp-degrees", type=_degrees, default="1,2,4,8", metavar="T,...", help=TP_HELP)
+    s.add_argument("--tp-degrees", type=_degrees, default=None, metavar="T,...", help=TP_HELP)
     s.add_argument("--classes", choices=("both", "auto", "off"), default="both", help=CLASSES_HELP)
     s.add_argument("--json", action="store_true", help="print the plan and its figures as JSON")
     s.add_argument("--plot", nargs="?", const="", default=None, metavar="PATH",

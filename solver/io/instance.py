@@ -7,7 +7,7 @@ Format (units in the key names; paths are relative to the instance file):
     description = "..."            # optional free text
 
     [workload]
-    model = "vgg16"                # models/<model>.csv, or a CSV path relative to this file
+    model = "vgg16"                # a CSV path relative to this file (.csv may be left out), else models/<model>.csv
     batch = 192                    # global batch B, >= 1
     micro_batch = 8                # u >= 1; B must be a multiple of u
     optimizer_factor = 4.0         # optional (default 4): bytes held per parameter byte
@@ -197,11 +197,19 @@ def _read_toml(path: Path) -> dict:
         raise InstanceError(f"{path}: TOML syntax error: {e}") from None
 
 
-def _resolve_model(f: _File, model: str) -> Path:
+def _resolve_model(f: _File, model: str) -> tuple[Path, tuple[str, ...]]:
+    """The layer table workload.model names: a file of that name (or with .csv) beside the
+    instance first, then the packaged table; with a note when a file beside the instance hides
+    a packaged table of the same name."""
     base = f.path.parent
-    for cand in (base / model, base / f"{model}.csv", MODELS_DIR / f"{model}.csv", MODELS_DIR / model):
+    packaged = [p for p in (MODELS_DIR / f"{model}.csv", MODELS_DIR / model) if p.is_file()]
+    for cand in (base / model, base / f"{model}.csv"):
         if cand.is_file():
-            return cand
+            hidden = [p for p in packaged if p.resolve() != cand.resolve()]
+            return cand, ((f"workload.model {model!r}: read from {cand}, beside the instance, not the packaged "
+                           f"table of that name",) if hidden else ())
+    if packaged:
+        return packaged[0], ()
     raise f.error("workload.model", f"unknown model: no file {base / model} or {base / (model + '.csv')}, and no "
                   f"packaged layer table of that name (packaged: {', '.join(packaged_models())})", model)
 
@@ -226,7 +234,10 @@ def _workload_bytes(f: _File, doc: dict) -> Workload:
         raise f.error("workload.batch", f"batch {batch} is not a multiple of micro_batch {micro}", batch)
     opt = f.number(w, "optimizer_factor", "workload.optimizer_factor", 4.0, rng=R.OPTIMIZER_FACTOR)
     input_bytes = f.number(w, "input_bytes", "workload.input_bytes", rng=R.INPUT_BYTES) if "input_bytes" in w else None
-    wl = read_workload_csv(_resolve_model(f, model), batch, micro, opt, input_bytes)
+    table, notes = _resolve_model(f, model)
+    wl = read_workload_csv(table, batch, micro, opt, input_bytes)
+    if notes:
+        wl = replace(wl, notes=wl.notes + notes)
     precision = f.string(w, "precision", "workload.precision", wl.precision)
     if precision not in PRECISIONS:
         raise f.error("workload.precision", f"expected one of {', '.join(sorted(PRECISIONS))}", precision)
