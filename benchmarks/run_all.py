@@ -3,8 +3,9 @@
     python -m benchmarks.run_all [--quick] [--out results/bench]      (also: dynpar bench)
 
 1. each of benchmarks/bench_{quality,speed,online,shares,torch,budgets}.py runs in its own process as
-   `python -m benchmarks.<module> [--quick] --out OUT`, with a time limit; a missing module or
-   a failure is recorded, never fatal;
+   `python -m benchmarks.<module> [--quick] --out OUT`, with a time limit (TIME_LIMIT_S, times
+   --time-limit-factor: a slower or busier machine may need more; 0: none); a missing module,
+   a failure or a time-out is recorded, never fatal;
 2. solver.online.compare.compare_policies(instance, V) on every instance in instances/ (in --quick:
    the first QUICK_SLOTS slots, and not the 64/256-device ones), plus "ours" at the V of V_EXTRA
    (the V trade-off) -> OUT/compare/<name>.csv and OUT/compare_all.csv;
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver.cli.argtypes import DocHelp, guarded, positive_int, v_weight  # noqa: E402  (after the checkout is on the path)
+from solver.cli.argtypes import DocHelp, guarded, positive_int, time_factor, v_weight  # noqa: E402  (after the checkout is on the path)
 
 MODULES = ("bench_quality", "bench_speed", "bench_online", "bench_shares", "bench_torch", "bench_budgets")
 INSTANCES = ROOT / "instances"
@@ -45,13 +46,14 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def run_module(mod: str, quick: bool, out: Path) -> dict:
-    """Run benchmarks/<mod>.py in a subprocess; returns a status row."""
+def run_module(mod: str, quick: bool, out: Path, factor: float = 1.0) -> dict:
+    """Run benchmarks/<mod>.py in a subprocess, for at most its time limit times `factor`
+    seconds (0: no limit); returns a status row."""
     if not (ROOT / "benchmarks" / f"{mod}.py").is_file():
         return {"module": mod, "status": "missing", "seconds": 0.0, "note": "no such file"}
     args = (["--quick"] if quick else []) + ["--out", str(out)]
     log(f"{mod} {' '.join(args)}")
-    limit = MODULE_TIME_LIMIT_S.get(mod, TIME_LIMIT_S)[quick]
+    limit = MODULE_TIME_LIMIT_S.get(mod, TIME_LIMIT_S)[quick] * factor or None
     t0 = time.perf_counter()
     logfile = out / "logs" / f"{mod}.log"
     try:
@@ -60,7 +62,7 @@ def run_module(mod: str, quick: bool, out: Path) -> dict:
                                   cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=limit)
         status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
     except subprocess.TimeoutExpired:
-        status = f"timed out after {limit} s"
+        status = f"timed out after {limit:g} s (--time-limit-factor gives it longer)"
     dt = time.perf_counter() - t0
     tail = logfile.read_text().strip().splitlines()[-1:] if logfile.exists() else []
     note = "" if status == "ok" else (tail[0][:200] if tail else "")
@@ -135,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=positive_int, default=2, help="processes for the policy comparison (default 2)")
     ap.add_argument("--instances", default="", help="comma-separated instance names for the comparison (default all)")
     ap.add_argument("--slots", type=positive_int, default=None, help="compare on the first SLOTS slots only")
+    ap.add_argument("--time-limit-factor", type=time_factor, default=1.0,
+                    help="multiplies each benchmark module's time limit (quick: 240 s, bench_budgets 900 s; "
+                         "full: 1 h, bench_budgets 4 h); 0: no limit")
     args = ap.parse_args(argv)
     wanted = set(filter(None, args.only.split(",")))
     unknown = sorted(wanted - {*MODULES, "compare"})
@@ -151,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         ap.error(f"--out: cannot create folder {out}: {e.strerror or e}")
     t0 = time.perf_counter()
-    rows = [run_module(m, args.quick, out) for m in MODULES if not wanted or m in wanted]
+    rows = [run_module(m, args.quick, out, args.time_limit_factor) for m in MODULES if not wanted or m in wanted]
     if not wanted or "compare" in wanted:
         rows.append(run_compare(args.quick, out, args.V, args.workers, names, args.slots))
     total = time.perf_counter() - t0

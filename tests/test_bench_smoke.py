@@ -22,6 +22,19 @@ def test_bench_smoke(tmp_path):
     assert "default" in report and "ours" in report
 
 
+def test_bench_time_limit_factor(tmp_path, capsys):
+    """--time-limit-factor scales each module's time limit (an outside audit's `dynpar bench
+    --quick` failed on a busy machine at the fixed 240 s): a module over it is recorded as timed
+    out, naming the option, and the suite says so in its exit status; a negative factor is
+    argparse's one line."""
+    assert main(["--only", "bench_shares", "--quick", "--out", str(tmp_path), "--time-limit-factor", "1e-6"]) == 1
+    status = pd.read_csv(tmp_path / "bench_status.csv")
+    assert status.status.iloc[0].startswith("timed out after 0.00024 s (--time-limit-factor gives it longer)")
+    with pytest.raises(SystemExit) as ex:
+        main(["--only", "bench_shares", "--out", str(tmp_path), "--time-limit-factor", "-1"])
+    assert ex.value.code == 2 and "expected a finite number >= 0 (0: no limit)" in capsys.readouterr().err
+
+
 def test_bench_budget_smoke(tmp_path):
     """bench_budget on two small slots: each gap is the default plan's against the better of the
     two searches (so never negative), and big_worse says whether the larger budget lost."""

@@ -32,6 +32,11 @@ def v_weight(text: str) -> float:
     return parsed(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 
+def time_factor(text: str) -> float:
+    """--time-limit-factor: a finite number > 0, or 0 for no limit."""
+    return parsed(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0 (0: no limit)")
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     return parsed(text, int, lambda v: v >= 1, "an integer >= 1")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..io.data import default_instance
 from ..io.pipedream import DEFAULT_KIND
 from ..online.policies import POLICY_NAMES
-from .argtypes import parsed, positive_int, v_weight
+from .argtypes import parsed, positive_int, time_factor, v_weight
 from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, out_dir, out_file, plots_skipped,
                      plotting_available, print_slots, progress, slot_columns, summary_keys, table_text, with_units,
                      writable, write_atomic)
@@ -332,7 +332,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          "the root of a checkout of the repository (it has benchmarks/run_all.py)")
     sys.path.insert(0, str(root))
     from benchmarks.run_all import main as bench_main
-    argv = (["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
+    argv = ((["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
+            + ["--time-limit-factor", repr(args.time_limit_factor)])
     return bench_main(argv)
 
 
@@ -545,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "online vs offline, scaling")
     b.add_argument("--quick", action="store_true", help="small subset (minutes)")
     b.add_argument("--out", default="", help="output folder (default results/bench)")
+    b.add_argument("--time-limit-factor", type=time_factor, default=1.0, metavar="F",
+                   help="multiplies each benchmark module's time limit (quick: 240 s, bench_budgets 900 s); "
+                        "0: no limit (default 1)")
     b.set_defaults(func=cmd_bench)
 
     i = sub.add_parser("import-profile", help="PipeDream, DAPPLE, Sailor or Metis profile -> layer table CSV")
