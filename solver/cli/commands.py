@@ -407,6 +407,8 @@ CLASSES_HELP = ("both (default): a slot of 16 or more devices in at most 4 class
                 "devices is also searched over uniform dp x pp x tp shapes per class (solver.solve.classes), the "
                 "better plan kept; auto: that search alone there (3.5-8.4x faster in median, sometimes worse plans); off: "
                 "device by device only")
+
+
 def _tp_degrees(args: argparse.Namespace, inst: "Instance") -> tuple[int, ...]:
     """The --tp-degrees given (SolveOptions' default when not), with a note when they were given
     for an instance that declares no servers: TP is searched within servers only."""

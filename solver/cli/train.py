@@ -133,7 +133,7 @@ def _check_model(ref: str) -> None:
 
 
 def _check_blocks(ref: str, inst: Any) -> None:
-    """UsageError unless the model `ref`'s factory builds lists as many pipeline blocks as the
+    """UsageError unless the model that `ref`'s factory builds has as many pipeline blocks as the
     instance's workload has layers (the factory is called once here, before any process starts)."""
     from ..runtime.spec import SpecError, check_layer_count, listed_blocks, load_factory
     try:
