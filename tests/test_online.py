@@ -245,3 +245,19 @@ def test_even_split(m, n_units, u):
         assert sh is None
     else:
         assert sum(sh) == B and all(x % u == 0 and x >= u for x in sh) and max(sh) - min(sh) <= u
+
+
+def test_online_runs_compare_by_value():
+    """`OnlineRun == copy` had raised pandas' "truth value of a DataFrame is ambiguous" (an outside
+    audit): runs are equal when every field is (a deep copy, a pickled copy), unequal when a row
+    differs, and not hashable."""
+    import copy
+    import pickle
+    inst = random_instance(3, n=3, L=5, slots=2)
+    run = run_online(inst, V=1.0)
+    assert run == copy.deepcopy(run) and run == pickle.loads(pickle.dumps(run))
+    other = copy.deepcopy(run)
+    other.rows.loc[0, "batch_time"] += 1e-9
+    assert run != other and run != "run"
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(run)

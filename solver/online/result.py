@@ -13,7 +13,8 @@ its one-line explanation (and any in-run note of the budget tracker), and `.mess
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
@@ -21,10 +22,12 @@ from ..status import Status
 from .vrule import VChoice
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OnlineRun:
     """rows: one row per slot; summary: summarise()'s dict plus status, message, notes and the V
-    in force; V: the VChoice (None when no slot ran); notes: one line each."""
+    in force; V: the VChoice (None when no slot ran); notes: one line each. Two runs are equal
+    when every field is (the rows by DataFrame.equals, the rest as JSON, where NaN equals NaN);
+    a run is not hashable."""
 
     rows: pd.DataFrame
     summary: dict
@@ -33,9 +36,23 @@ class OnlineRun:
     V: VChoice | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    __hash__ = None     # type: ignore[assignment]  # its rows are a DataFrame
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, OnlineRun):
+            return NotImplemented
+        return self.rows.equals(other.rows) and _as_json(self) == _as_json(other)
+
     @property
     def success(self) -> bool:
         return self.status.success
+
+
+def _as_json(run: OnlineRun) -> str:
+    """Every field of `run` but its rows, as JSON (NaN written as NaN, so equal to NaN)."""
+    fields = {"summary": run.summary, "status": run.status.value, "message": run.message,
+              "V": None if run.V is None else asdict(run.V), "notes": list(run.notes)}
+    return json.dumps(fields, sort_keys=True, default=repr, allow_nan=True)
 
 
 def run_status(rows: pd.DataFrame) -> tuple[Status, str]:
