@@ -124,7 +124,8 @@ def _kind(text: str) -> str:
 
 def _check_model(ref: str) -> None:
     """--model MODULE:FACTORY: MODULE imports here and FACTORY is a callable of it (UsageError
-    otherwise). The factory is not called: the workers build the model."""
+    otherwise). The factory is not called here (`_check_blocks` calls it, once every other option
+    has been checked)."""
     from ..runtime.spec import SpecError, factory_of
     try:
         factory_of(ref)
