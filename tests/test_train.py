@@ -159,7 +159,8 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
 
 def test_torchrun_two_nodes_bind_by_node_and_local_rank(tmp_path: Path) -> None:
     """Two torchrun agents (nodes n0, n1) on loopback, c10d rendezvous: each process runs the
-    device the map gives its node and LOCAL_RANK, whatever global rank it joined as."""
+    device the map gives its node and LOCAL_RANK, whatever global rank it joined as; one node
+    is named by $DYNPAR_NODE, the other by --node-name."""
     inst = write_instance(tmp_path)
     dmap = {"n0:0": "p2", "n0:1": "p0", "n1:0": "p3", "n1:1": "p1"}
     with socket.socket() as s:
@@ -170,8 +171,11 @@ def test_torchrun_two_nodes_bind_by_node_and_local_rank(tmp_path: Path) -> None:
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=t",
                 f"--rdzv-conf=is_host={int(i == 0)},read_timeout=180", "-m", "solver", "train",
                 str(inst), "--model", MODEL, "--steps", "8", "--checkpoint-dir", str(tmp_path / "ck"),
-                "--iterations-per-slot", "4", "--device-map", ",".join(f"{k}={v}" for k, v in dmap.items())]
-    procs = [subprocess.Popen(cmd(i), env={**os.environ, "DYNPAR_NODE": f"n{i}"}, stdout=subprocess.PIPE,
+                "--iterations-per-slot", "4", "--device-map", ",".join(f"{k}={v}" for k, v in dmap.items()),
+                *(["--node-name", "n1"] if i == 1 else [])]
+    # node n0 is named by $DYNPAR_NODE, n1 by --node-name (which torchrun's own parser lets through)
+    env = {k: v for k, v in os.environ.items() if k != "DYNPAR_NODE"}
+    procs = [subprocess.Popen(cmd(i), env={**env, "DYNPAR_NODE": "n0"} if i == 0 else env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(2)]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -364,6 +368,20 @@ def test_clip_and_features_refused_when_wrong() -> None:
     with pytest.raises(SpecError, match="ReduceLROnPlateau"):
         TrainSpec(s.model, s.loss, s.make_optimizer, s.data,
                   make_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau).check()
+
+
+def test_profile_finds_a_model_module_in_the_current_folder(tmp_path: Path) -> None:
+    """The `dynpar` script (whose own folder, not the current one, is first on sys.path) imports
+    MODULE of --model from the current folder, as `python -m solver` does."""
+    script = Path(sys.executable).with_name("dynpar")
+    if not script.is_file():
+        pytest.skip(f"no dynpar script beside {sys.executable}")
+    (tmp_path / "mymodels.py").write_text("from solver.runtime.examples import mlp64 as f\n")
+    out = subprocess.run([str(script), "profile", "mymodels:f", "--kind", "cpu", "--repeats", "1", "-o", "m.csv"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    from solver.runtime.examples import mlp64
+    assert read_workload_csv(tmp_path / "m.csv", 32, 4).num_layers == len(mlp64().model)
 
 
 def test_profile_counts_composite_blocks(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@
 
     dynpar train INSTANCE --model MODULE:FACTORY --steps N --checkpoint-dir DIR
                  [--iterations-per-slot 10] [--checkpoint-every K] [--V 1] [--policy ours]
-                 [--devices a,b] [--device-map NODE:LOCAL_RANK=DEVICE,...] [--node NAME]
+                 [--devices a,b] [--device-map NODE:LOCAL_RANK=DEVICE,...] [--node-name NAME]
                  [--repeat DEVICE=R,...] [--cpu-quota DEVICE=FRACTION,...] [--cpu-pin DEVICE=CORE,...]
                  [--kill-at DEVICE:STEP] [--contention K=RHO,...]
                  [--out DIR] [--engine torch|hand] [--accelerator cpu|cuda]
@@ -124,9 +124,13 @@ def _kind(text: str) -> str:
 
 def _check_model(ref: str) -> None:
     """--model MODULE:FACTORY: MODULE imports here and FACTORY is a callable of it (UsageError
-    otherwise). The factory is not called here (`_check_blocks` calls it, once every other option
-    has been checked)."""
+    otherwise). MODULE is looked for in the current folder first, as `python -m` would (the
+    `dynpar` script alone would look in its own folder; spawned workers inherit the path). The
+    factory is not called here (`_check_blocks` calls it, once every other option has been
+    checked)."""
     from ..runtime.spec import SpecError, factory_of
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         factory_of(ref)
     except SpecError as e:
@@ -418,7 +422,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help=f"a `dynpar run` policy: {' | '.join(POLICY_NAMES)} (ours)")
     t.add_argument("--devices", default="", help="comma-separated device names to run (default: all)")
     t.add_argument("--device-map", default="", help="under torchrun: NODE:LOCAL_RANK=DEVICE,... (runtime.binding)")
-    t.add_argument("--node", default=None, help="this node's name in --device-map (default $DYNPAR_NODE or host name)")
+    t.add_argument("--node-name", "--node", dest="node", default=None,
+                   help="this node's name in --device-map (default $DYNPAR_NODE or host name; under torchrun "
+                        "only --node-name: torchrun takes --node for an abbreviation of its --node-rank)")
     t.add_argument("--repeat", default="", help="DEVICE=R,...: emulate a slower device by doing its compute R times")
     t.add_argument("--cpu-quota", default="",
                    help="DEVICE=FRACTION,...: the device's process in a cgroup of its own, raised weight; FRACTION "

@@ -2,7 +2,7 @@
 
 Device map (flag --device-map): comma-separated `KEY=DEVICE` entries, KEY = `NODE:LOCAL_RANK`
 (or `LOCAL_RANK` alone, for any node), DEVICE = a device name of the instance. NODE is the
---node flag, else $DYNPAR_NODE, else the host name. Under torchrun the global RANK follows
+--node-name flag, else $DYNPAR_NODE, else the host name. Under torchrun the global RANK follows
 rendezvous join order and so says nothing about the device; LOCAL_RANK and the node do.
 Without a map, a single-node job binds LOCAL_RANK k to the instance's k-th device; a job of
 several nodes needs the map.
