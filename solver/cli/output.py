@@ -80,6 +80,7 @@ def summary_keys(budgets: Sequence[Budget]) -> dict[str, str]:
         keys[f"limit_{b.name}"] = f"limit_{b.name}_{u}"
         keys[f"avg_cheapest_{b.name}"] = f"avg_cheapest_{b.name}_{u}"
         keys[f"preflight_cheapest_{b.name}"] = f"preflight_cheapest_{b.name}_{u}"
+        keys[f"tracked_limit_{b.name}"] = f"tracked_limit_{b.name}_{u}"
         keys[f"overshoot_{b.name}"] = f"overshoot_{b.name}_frac"
         keys[f"bound_{b.name}"] = f"bound_{b.name}_frac"
     return keys

@@ -51,7 +51,7 @@ from .pricing import BRACKET, FASTEST_TUNING, RESHARE, TIE, History, Price, lp_w
 from .queues import initial_queues, update_queues
 from .result import OnlineRun, run_status
 from .summary import summarise
-from .tracking import DEFAULT_TOLERANCE, Preflight, Tracker, cheapest_plan, preflight, track
+from .tracking import DEFAULT_TOLERANCE, Preflight, Tracker, cheapest_plan, own_cheapest_plans, preflight, track
 from .vrule import VChoice, choose_V, given_V
 
 
@@ -211,7 +211,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     tracker: Tracker | None = None
     if tracked:
         tracker = (Tracker.from_dict(cs.extra["tracker"]) if cs.extra.get("tracker") else
-                   Tracker(tol, horizon, tuple(limits), pre.attainable if pre else (True,) * len(limits)))
+                   Tracker(tol, horizon, pre.targets, pre.tracked) if pre else
+                   Tracker(tol, horizon, tuple(limits), (True,) * len(limits)))
     history = History.from_dict(cs.extra["history"]) if cs.extra.get("history") else History()
     excess = list(cs.extra.get("excess") or [0.0] * len(limits))   # sum of c / Cbar - 1 so far
 
@@ -310,7 +311,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                            others=slot_plans,
                            resolve_capped=(lambda q, caps, w: pol.solve(state, q, Vt, prev, keep_candidates=True,
                                                                         cache=cache, caps=caps, cap_weight=w))
-                           if priced else None)
+                           if priced else None,
+                           alone=(lambda: own_cheapest_plans(state, opts)) if len(limits) >= 2 else None)
                 if tr.how != "plan":
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
                                  d.solve_time + tr.extra_solve_time)
@@ -533,6 +535,7 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
         for k, b in enumerate(instance.budgets):
             s[f"preflight_cheapest_{b.name}"] = pre.cheapest_avg[k]
             s[f"attainable_{b.name}"] = pre.attainable[k]
+            s[f"tracked_limit_{b.name}"] = pre.targets[k]
     return OnlineRun(rows, s, status, message, vc if ruled else None, notes)
 
 

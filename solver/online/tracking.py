@@ -21,18 +21,24 @@ a weight's search returns a point of the hull of the slot's frontier, and the pl
 needs may lie between two), and finally offers the slack plan x0 (the cheapest plan, the search at V = 0
 with every queue 1, charged with migration like any plan). Among the candidates it takes the
 admissible one with the least slot objective V T + sum_k Q_k c_k / Cbar_k at the real queues.
-When no candidate is admissible (the premise below fails in this slot), the investment test
-follows: a candidate (the cheapest plan from the previous one, V = 0 with migration weighed,
-among them) is taken when, kept for the rest of the run at its own cost per iteration, it ends
-every budget within the allowance (y_k + R ybar_k <= a_k with ybar_k <= 0, R the slots left):
-a move whose migration is paid once and repaid later, which the per-slot test cannot see.
+When no candidate is admissible (the premise below fails in this slot), each budget's own
+cheapest plan of the slot joins them (`alone`; with two or more budgets the plan that keeps
+them all may trade one for another), then the investment test follows: the candidate of least
+objective (the cheapest plan from the previous one, V = 0 with migration weighed, among them)
+that a mix of the candidates' own uses per iteration (no migration), taken over half the slots
+left R' = ceil(R / 2), repays: y_k + R' sum_j pi_j ybar_jk <= a_k for every attainable budget
+(online.mixes; one plan kept is the mix of that plan alone). It catches a move whose migration
+is paid once and repaid later, and a plan that overspends one budget where the slot's other
+plans, taken in turn, overspend another: neither can the per-slot test see. The half is a
+margin: the coming slots may not offer these plans, and a run takes one plan per slot.
 When none passes either, the budgets the slack plan keeps within their allowance are kept: among
-the candidates within the allowance of each such budget (the slack plan is one), the least slot
+the candidates within the allowance of each such budget (the slack plan is one), those of least
+total excess over the other attainable budgets' allowances, and of those the least slot
 objective (row: `no admissible plan: within the allowance of the budgets the slack plan keeps
-(...)`); a budget the slack plan itself breaks is left to its queue from this slot on (the
-controller's note names it). Only without a slack plan, or where it breaks every attainable
-budget, does the tracker keep the drift-plus-penalty plan, and it says so in the row (the
-queues go on pushing the costs down, and guarantee (a) still bounds the overshoot).
+(...)`): a budget the slack plan itself breaks is kept as close to its allowance as the others
+allow (the controller's note names it). Only without a slack plan, or where it breaks every
+attainable budget, does the tracker keep the drift-plus-penalty plan, and it says so in the row
+(the queues go on pushing the costs down, and guarantee (a) still bounds the overshoot).
 
 Guarantee (c). If in every slot the slack plan x0 is admissible, as it is whenever
 c_k(x0) <= Cbar_k for every budget (charged, migration included), then E_k <= eps * H after
@@ -41,8 +47,8 @@ over the executed slots is at most eps * H / H_exec (= eps when no slot is skipp
 Proof by induction: E_k <= eps * H makes a_k >= 0 >= y_k(x0), so x0 is admissible, and the
 tracker only accepts admissible plans. Per budget: if x0 keeps budget k within its allowance in
 every slot (c_k(x0) <= Cbar_k is enough), E_k <= eps * H after every slot even where x0 breaks
-another budget, unless the investment test takes a plan there (one that repays within the run
-if kept): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the queues
+another budget, unless the investment test takes a plan there (one that a mix of the slot's
+plans would repay): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the queues
 follow the same law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
 
 Unattainable budgets (the documented rule). The pre-flight check (`preflight`) compares each
@@ -51,9 +57,14 @@ the search weighting that budget alone); when even that is over the limit by mor
 tolerance, one line says so with the figure. Such a budget cannot be met, so it yields to the
 others: admissibility is judged on the attainable budgets only, and the unattainable budget is
 left to its queue, which keeps growing, so its weight in the slot objective comes to dominate
-and the controller spends as little on it as the other budgets and the batch time allow. As slots
-arrive, a slot whose slack plan itself is not admissible is noted once per budget (the
-guarantee's premise fails there).
+and the controller spends as little on it as the other budgets and the batch time allow.
+Budgets that each can be met alone are then checked together (`_together`, an LP over mixes of
+the slots' cheapest plans): budgets that cannot be met together are named in one line with the
+best mix's level, marked unattainable, and tracked to that level (each over its limit by the
+same fraction); budgets that a mix meets but no one kind of cheapest plan does are named as met
+only by alternating plans (outside guarantee (c)'s premise). As slots arrive, a slot whose
+slack plan itself is not admissible is noted once per budget (the guarantee's premise fails
+there).
 """
 from __future__ import annotations
 
@@ -67,6 +78,7 @@ from ..model.plan import Plan
 from ..model.state import Instance, SlotState
 from ..solve import SolveOptions, solve_slot
 from .charge import Charge
+from .mixes import least_excess
 
 DEFAULT_TOLERANCE = 0.01
 LAMBDA_STEPS = (1.0, 4.0, 16.0, 64.0)
@@ -94,14 +106,24 @@ def cheapest_plan(state: SlotState, options: SolveOptions | None = None,
     return res.plan
 
 
+def own_cheapest_plans(state: SlotState, options: SolveOptions | None = None) -> list[Plan | None]:
+    """Per budget k, the slot's cheapest plan for k alone (`cheapest_plan` weighting k only)."""
+    K = len(state.budgets)
+    return [cheapest_plan(state, options, [1.0 if j == k else 0.0 for j in range(K)]) for k in range(K)]
+
+
 @dataclass(frozen=True)
 class Preflight:
     """Budgets against the cheapest plans, before the run.
 
     plans[i]: the slack plan of slots[i] (None: no plan); costs[i]: its costs per budget per
     iteration (no migration; nan without a plan); cheapest_avg: per budget, the least average
-    cost the check found (USD or J per iteration); attainable: cheapest_avg <= (1 + tol) limit;
-    lines: one line per unattainable budget."""
+    cost the check found (USD or J per iteration); attainable: cheapest_avg <= (1 + tol) limit,
+    and not among budgets that cannot be met together; lines: one line per unattainable budget
+    or group of budgets; targets: per budget, the limit the tracker keeps it to (USD or J per
+    iteration): its own, or for budgets that cannot be met together the limit times 1 + the
+    best mix's least common excess; tracked: the budgets the tracker keeps (attainable, or
+    attainable alone but not together)."""
 
     slots: tuple[int, ...]
     plans: tuple[Plan | None, ...]
@@ -109,6 +131,8 @@ class Preflight:
     cheapest_avg: tuple[float, ...]
     attainable: tuple[bool, ...]
     lines: tuple[str, ...]
+    targets: tuple[float, ...] = ()
+    tracked: tuple[bool, ...] = ()
 
     def plan(self, t: int) -> Plan | None:
         return self.plans[self.slots.index(t)] if t in self.slots else None
@@ -125,32 +149,80 @@ def _avg_costs(instance: Instance, slots: Sequence[int], plans: Sequence[Plan | 
 def preflight(instance: Instance, slots: Sequence[int], tolerance: float,
               options: SolveOptions | None = None) -> Preflight:
     """Compare each budget with the cheapest achievable average over `slots` (module
-    docstring). For K >= 2, a budget that the slack plans overshoot on average is re-checked
-    with the search weighting that budget alone (V = 0)."""
+    docstring). For K >= 2, when the slack plans overshoot some budget on average, every slot's
+    own cheapest plan of each budget is found too (V = 0, that budget alone weighted): a budget
+    is re-checked against them, and the budgets that are attainable one by one are checked
+    together (`_together`)."""
     slots = tuple(int(t) for t in slots)
     K = len(instance.budgets)
+    limits = np.asarray([b.limit for b in instance.budgets], dtype=float)
     plans = tuple(cheapest_plan(instance.state(t), options) for t in slots)
     costs = _avg_costs(instance, slots, plans)
     ran = ~np.isnan(costs[:, 0]) if K else np.ones(len(slots), bool)
     best = np.nanmean(costs[ran], axis=0) if ran.any() and K else np.full(K, math.nan)
-    lines: list[str] = []
-    attainable: list[bool] = []
-    for k, b in enumerate(instance.budgets):
-        if K >= 2 and ran.any() and best[k] > b.limit * (1 + tolerance):
-            w = [1.0 if j == k else 0.0 for j in range(K)]
-            alone = [cheapest_plan(instance.state(t), options, w) if p is not None else None
-                     for t, p in zip(slots, plans)]
-            ck = _avg_costs(instance, slots, alone)[:, k]
-            best[k] = min(best[k], float(np.nanmean(np.fmin(ck, costs[:, k])[ran])))
-        ok = bool(not ran.any() or best[k] <= b.limit * (1 + tolerance))
-        attainable.append(ok)
-        if not ok:
-            lines.append(f"budget {b.name} cannot be met on average: the cheapest achievable average is "
-                         f"{best[k]:.6g} per iteration, {_pct(best[k] / b.limit - 1)} over its limit "
-                         f"{b.limit:.6g}; the other budgets are kept first and {b.name} as low as the "
-                         f"controller can")
+    own: list[np.ndarray] = []    # own[k]: per slot, the costs of budget k's own cheapest plan
+    if K >= 2 and ran.any() and np.any(best > limits * (1 + tolerance)):
+        alone = [own_cheapest_plans(instance.state(t), options) if p is not None else [None] * K
+                 for t, p in zip(slots, plans)]
+        own = [_avg_costs(instance, slots, [a[k] for a in alone]) for k in range(K)]
+        best = np.minimum(best, [float(np.nanmean(np.fmin(own[k][:, k], costs[:, k])[ran])) for k in range(K)])
+    attainable = [bool(not ran.any() or best[k] <= b.limit * (1 + tolerance)) for k, b in enumerate(instance.budgets)]
+    lines = [f"budget {b.name} cannot be met on average: the cheapest achievable average is "
+             f"{best[k]:.6g} per iteration, {_pct(best[k] / b.limit - 1)} over its limit "
+             f"{b.limit:.6g}; the other budgets are kept first and {b.name} as low as the "
+             f"controller can" for k, b in enumerate(instance.budgets) if not attainable[k]]
+    tracked, targets = list(attainable), limits.copy()
+    if own and sum(attainable) >= 2:
+        line, attainable, relax = _together(instance, [np.vstack([costs[i], *(o[i] for o in own)])
+                                                       for i in np.flatnonzero(ran)], attainable, tolerance)
+        lines += [line] if line else []
+        targets = limits * (1.0 + relax)
     return Preflight(slots, plans, tuple(tuple(float(x) for x in r) for r in costs), tuple(float(x) for x in best),
-                     tuple(attainable), tuple(lines))
+                     tuple(attainable), tuple(lines), tuple(float(x) for x in targets), tuple(tracked))
+
+
+def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Sequence[bool],
+              tolerance: float) -> tuple[str, list[bool], np.ndarray]:
+    """The budgets attainable one by one, checked together over the slots' cheapest plans
+    (`per_slot[i]`: the costs of the slack plan and of each budget's own cheapest plan in one
+    slot; rows with no plan are dropped). When no mix of them over the slots (online.mixes)
+    keeps those budgets within (1 + tolerance) of their limits together, the budgets that bind
+    the mix are unattainable together: a line names them with the mix's level (1 + tolerance +
+    s*) times their limits, and the tracker aims them at it (targets (1 + s* / (1 + tolerance))
+    times the limits, so that its tolerance on top gives the mix's level; each budget over by
+    the same fraction). When a mix keeps them but no one kind of plan does in
+    every slot (the slack plans, or one budget's own cheapest plans), a line says that they are
+    met together only by alternating plans, which guarantee (c) does not cover. Returns (the
+    line or "", the attainable flags, per budget the fraction its target is above its limit)."""
+    names = [b.name for b in instance.budgets]
+    limits = np.asarray([b.limit for b in instance.budgets], dtype=float)
+    uses = [u[~np.isnan(u).any(axis=1)] / limits for u in per_slot]
+    uses = [u for u in uses if len(u)]
+    att = np.asarray(attainable, dtype=bool)
+    relax = np.zeros(len(limits))
+    if not uses:
+        return "", list(attainable), relax
+    ex = least_excess(uses, np.full(len(limits), 1.0 + tolerance), att)
+    if not ex.ok:
+        raise RuntimeError(f"budget pre-flight: the LP of the budgets together ended with HiGHS status {ex.status}")
+    if ex.s > 1e-9:
+        bind = [k for k in np.flatnonzero(att) if ex.binding[k]] or list(np.flatnonzero(att))
+        who = " and ".join(names[k] for k in bind)
+        flags = [a and k not in bind for k, a in enumerate(attainable)]
+        relax[bind] = ex.s / (1.0 + tolerance)    # the tracker's tolerance on top lands on the mix's level
+        return (f"budgets {who} cannot be met together on average (each can alone): the best mix of the "
+                f"slots' cheapest plans is {_pct(tolerance + ex.s)} over each limit; the tracker aims each at "
+                f"that level (alternating plans, which guarantee (c) does not cover), and the other budgets "
+                f"are kept first"), flags, relax
+    kinds = np.stack([np.stack([u[j] for u in per_slot]) for j in range(len(per_slot[0]))])  # (kind, slot, K)
+    one_kind = [bool(np.all(np.nanmean(kinds[j], axis=0)[att] <= (limits * (1 + tolerance))[att]))
+                for j in range(len(kinds))]
+    if any(one_kind):
+        return "", list(attainable), relax
+    who = " and ".join(names[k] for k in np.flatnonzero(att))
+    return (f"budgets {who} can be met together only by alternating plans across slots (no one kind of cheapest "
+            f"plan meets them all: guarantee (c) does not cover them); the tracker trades them slot by slot"), \
+        list(attainable), relax
 
 
 @dataclass
@@ -196,14 +268,20 @@ class Tracker:
         att = np.asarray(self.attainable, dtype=bool)
         return float(over[att].sum()), float(over[~att].sum())
 
-    def repaid(self, ch: Charge, remaining: int) -> bool:
-        """The investment test: kept for the `remaining` slots after this one at its own cost per
-        iteration (no migration), the plan ends every attainable budget within its allowance,
-        y_k + remaining * ybar_k <= a_k with ybar_k <= 0."""
-        y, ybar, a = self.use(ch.costs), self.use(ch.evaluation.costs), self.allowance()
+    def repaid(self, ch: Charge, remaining: int, uses: np.ndarray) -> bool:
+        """The investment test: some mix of the plans whose uses per iteration (no migration) are
+        the rows of `uses` (each y = c / Cbar - 1), taken over the `remaining` slots after this
+        one, ends every attainable budget within its allowance after this plan:
+        y_k + remaining * sum_j pi_j uses_jk <= a_k (online.mixes; one plan kept is the mix of
+        that plan alone)."""
         att = np.asarray(self.attainable, dtype=bool)
-        ok = (ybar <= 1e-12) & (y + remaining * ybar <= a + 1e-12)
-        return bool(remaining > 0 and np.all(ok[att]))
+        if remaining <= 0 or not len(uses):
+            return False
+        need = (self.allowance() - self.use(ch.costs)) / remaining
+        if np.any((np.min(uses, axis=0) > need + 1e-12)[att]):   # not even the best of each budget
+            return False
+        ex = least_excess([uses], need, att)
+        return ex.ok and ex.s <= 1e-12
 
     def record(self, costs: Sequence[float]) -> None:
         self.excess = [float(e + y) for e, y in zip(self.excess, self.use(costs))]
@@ -247,7 +325,8 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
           slack: Plan | None, remaining: int = 0,
           cheapest_now: Callable[[], Any] | None = None,
           valid: Callable[[Plan], bool] | None = None, others: Sequence[Plan] = (),
-          resolve_capped: Callable[[tuple[float, ...], tuple[float, ...], float], Any] | None = None) -> Tracked:
+          resolve_capped: Callable[[tuple[float, ...], tuple[float, ...], float], Any] | None = None,
+          alone: Callable[[], Sequence[Plan | None]] | None = None) -> Tracked:
     """Keep `plan` when admissible, else search with tracking weights and the slack plan
     (module docstring). resolve(queues) -> SlotResult at V; charge(plan) -> Charge;
     remaining: slots of the run after this one; cheapest_now() -> SlotResult: the least charged
@@ -260,7 +339,8 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     found and the tracking weights' searches do not (geo, slot 1: 0.714 s within the allowance,
     where the tracking weights' best was 1.187 s); resolve_capped(queues, caps, cap_weight) ->
     SlotResult: the search at `queues` with SolveOptions.caps (budgets' worth per iteration, the
-    allowance) and cap_weight, its plan and (with `valid`) its pool candidates too ("capped search")."""
+    allowance) and cap_weight, its plan and (with `valid`) its pool candidates too ("capped search");
+    alone() -> each budget's own cheapest plan of the slot, candidates where no other is admissible."""
     import time
     Q = np.asarray(queues, dtype=float)
     if tracker.violations(ch.costs)[0] == 0.0:
@@ -331,17 +411,33 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
     offer(others, "slot's plans")
 
     ok = [x for x in cands if tracker.violations(x[1].costs)[0] == 0.0]
+    if not ok and alone is not None:
+        # each budget's own cheapest plan: where no plan keeps every allowance, the plans that
+        # trade one budget for another are what a mix over the coming slots is made of
+        for p in alone():
+            if p is not None and p not in seen:
+                seen.add(p)
+                cands.append((p, charge(p), "a budget's own cheapest plan"))
+        ok = [x for x in cands if tracker.violations(x[1].costs)[0] == 0.0]
     if not ok and cheapest_now is not None:
         res = cheapest_now()
-        if res.plan is not None:
+        if res.plan is not None and res.plan not in seen:
             cands.append((res.plan, charge(res.plan), "cheapest from the previous plan"))
-        ok = [(p, c, f"investment: {how}") for p, c, how in cands if tracker.repaid(c, remaining)]
+        uses = np.unique(np.asarray([tracker.use(c.evaluation.costs) for _, c, _ in cands]), axis=0)
+        for p, c, how in sorted(cands, key=lambda x: x[1].objective(queues, V)):
+            if tracker.repaid(c, (remaining + 1) // 2, uses):   # the least objective that a mix repays
+                ok = [(p, c, f"investment: {how}")]
+                break
     if not ok and slack is not None:
         # the budgets the slack plan keeps within their allowance are kept (guarantee (c) per budget)
         keep = (tracker.over(charge(slack).costs) == 0.0) & np.asarray(tracker.attainable, dtype=bool)
         if keep.any():
-            ok = [(p, c, f"no admissible plan: within the allowance of the budgets the slack plan keeps ({how})")
-                  for p, c, how in cands if not tracker.over(c.costs)[keep].any()]
+            kept = [(p, c, f"no admissible plan: within the allowance of the budgets the slack plan keeps ({how})")
+                    for p, c, how in cands if not tracker.over(c.costs)[keep].any()]
+            # of those, the least excess over the other attainable budgets' allowances, then the
+            # least objective: a budget the slack plan breaks is still kept as close as they allow
+            least = min((tracker.violations(c.costs)[0] for _, c, _ in kept), default=0.0)
+            ok = [x for x in kept if tracker.violations(x[1].costs)[0] <= least + 1e-12]
     if not ok:   # nothing keeps the attainable budgets: the drift-plus-penalty plan, said so
         return Tracked(plan, ch, "no admissible plan: drift-plus-penalty plan kept", time.perf_counter() - t0)
     best = min(ok, key=lambda x: x[1].objective(queues, V))
