@@ -295,6 +295,8 @@ def test_plan_and_run_output_say_which_kinds_are_flop_estimates(capsys, tmp_path
     assert main(["run", str(path), "--slots", "1", "--out", str(tmp_path), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "note: kind K80" in out and "note: kind P100-PCIe-16GB" in out
+    for n in inst.notes:    # an instance note is printed once, not again under the plan
+        assert out.count(f"note: {n}") == 1, n
 
 
 def test_solve_json_lists_the_plans_notes(tmp_path, capsys):

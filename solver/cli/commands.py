@@ -137,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if len(planned):
         t = int(planned["slot"].iloc[0])
         print(f"\nplan of slot {t} (device[first layer:end layer] per stage, in pipeline order):")
-        print(plan_from_json(planned["plan_json"].iloc[0]).describe(inst.state(t)))
+        text = plan_from_json(planned["plan_json"].iloc[0]).describe(inst.state(t))
+        print("\n".join(x for x in text.splitlines() if not (x.startswith("note: ") and x[6:] in inst.notes)))
     units = slot_columns(inst.budgets)
     table = with_units(df, units)
     summary = run.summary
@@ -521,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("solve", help="one slot's plan, shown readably (or as JSON)")
-    s.add_argument("instance")
+    s.add_argument("instance", help="instance TOML (`dynpar run` with no argument names the packaged default)")
     s.add_argument("--slot", type=int, required=True, help="0-based slot index")
     s.add_argument("--V", type=v_weight, default=1.0, help=V_HELP + " (default 1)")
     s.add_argument("--queues", default="", help="comma-separated virtual queue values in budget order, each a "
@@ -540,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--V", type=v_weight, default=1.0, help=V_HELP + " (default 1)")
     c.add_argument("--policies", default=None, help="comma-separated subset of the policies (default all)")
     c.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/ (default results)")
-    c.add_argument("--slots", type=int, help="only the first SLOTS slots (default all)")
+    c.add_argument("--slots", type=int, help="only the first SLOTS slots, 1..the instance's slot count (default all)")
     c.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     c.set_defaults(func=cmd_compare)
 

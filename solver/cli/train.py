@@ -416,7 +416,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="iterations between controller decisions (default: the instance's [train] "
                         "iterations_per_slot, else 10)")
     t.add_argument("--checkpoint-every", type=_count, default=0,
-                   help="iterations between checkpoints, >= 0 (0: after re-plans only)")
+                   help="iterations between checkpoints, >= 0 (0, the default: after re-plans only)")
     t.add_argument("--V", type=v_weight, default=1.0, help="drift-plus-penalty weight, a finite number >= 0 (1)")
     t.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
                    help=f"a `dynpar run` policy: {' | '.join(POLICY_NAMES)} (ours)")
@@ -438,7 +438,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
     t.add_argument("--timeout", type=_seconds, default=60.0, help="collective timeout, seconds in [0.001, 1e9] (60)")
     t.add_argument("--engine", choices=("torch", "hand"), default="torch",
-                   help="torch: multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe (torch)")
+                   help="torch (default): multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe")
     t.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
-                   help="cpu: gloo, one thread per process; cuda: GPU LOCAL_RANK per process, NCCL (run on one H200 with one process; several GPUs not yet run)")
+                   help="cpu (default): gloo, one thread per process; cuda: GPU LOCAL_RANK per process, NCCL (run on one H200 with one process; several GPUs not yet run)")
     t.set_defaults(func=cmd_train)
