@@ -691,8 +691,8 @@ class Scorer:
         1F1B pipeline stashes u min(k - j, n) samples, so late stages may hold more layers
         than GPipe's cuts give them), over the group's orders (relief_orders, the reversed speed
         and memory orders: the least-stashing last stage on the fastest or richest device; above
-        SearchTuning.small_devices devices, every variant in the first order that has cuts and
-        only the variant that wins there in the later orders), and
+        SearchTuning.small_devices devices, every variant in the group's first order, its speed
+        order and the reverse of that, and only the variant that wins there in the other orders), and
         in slots of up to SearchTuning.small_devices devices the variant's frontier cut sets of
         the VARIANT_FRONTIERS best of those;
         the entry holding that share in the least time (alpha share + beta), else the largest
@@ -714,18 +714,26 @@ class Scorer:
 
             variants = self.variants if only is None else (only,)
             lazy = self.n_avail > self.tuning.small_devices and len(variants) > 1
-            for o in dict.fromkeys(orders):
+            order_list = list(dict.fromkeys(orders))
+            if lazy:   # every variant in the anchors: the first order, the speed order and its reverse
+                fast = speed_order(self.state, d)
+                anchors = list(dict.fromkeys([order_list[0], fast, tuple(reversed(fast))]))
+                order_list = anchors + [o for o in order_list if o not in anchors]
+            for i, o in enumerate(order_list):
                 for v in variants:
                     c = self.cuts(o, w, mb, v)
                     if c is not None:
                         add(o, c, v)
                 if self.exhausted():
                     break
-                if lazy and options:
+                if lazy and options and i >= len(anchors) - 1:
                     # beyond small slots, the other orders only under the variant that won in
-                    # the first (bench_budget seeds 96000+: the variants of every order were
+                    # the anchors (bench_budget seeds 96000+: the variants of every order were
                     # over half the work of deep slots at n = 8-16, which then scored 25
-                    # structures in their budget)
+                    # structures in their budget). A 1F1B stage stashes more the earlier it
+                    # runs, so which variant wins turns on which end the slow devices are at:
+                    # on bench_fidelity's Metis-style cluster plain 1F1B wins only with the
+                    # V100s first (8.892 s; 10.420 s when the first order alone decided)
                     variants = (min(options, key=lambda x: x[:3])[3][2:4],)
                     lazy = False
             if self.n_avail <= self.tuning.small_devices:
