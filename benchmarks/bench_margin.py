@@ -10,8 +10,10 @@ cost in budgets' worth; online.pricing.History). This bench records it once per 
 points alone, with no search: per slot the target (1 - E_k / R less the margin, at most half
 the way down to the history's cheapest use, as online.controller._target), the price LP, the
 least objective at the price (ties by the LP's weight), and the budget tracker's rule (the
-least objective among the points that keep E_k <= eps H; none: the priced point is kept, as
-the tracker keeps the drift-plus-penalty plan; its investment test is left out). So each
+least objective among the points that keep E_k <= eps H; none: among the points within the
+allowance of the budgets the least-total-use point keeps, the least excess over the others,
+then the least objective; none either: the priced point is kept, as the tracker keeps the
+drift-plus-penalty plan; its investment test is left out). So each
 margin rule costs a few LPs per slot, and many traces can be compared: every shipped instance
 given and --random fresh i.i.d. random traces (seeds RANDOM_SEED0 + i, 5 devices, 8 layers,
 30 slots, budgets calibrated at 0.3 or 0.5), each in its own order, reversed and in --orders
@@ -172,9 +174,12 @@ def replay(F: Sequence[np.ndarray], rule: Rule, eps: float = TOL, known: Sequenc
             binding += 1
             within = P[:, 1:] - 1.0 <= eps * H - E + 1e-12
             ok = np.flatnonzero(np.all(within, axis=1))
-            if not len(ok):   # none: the budgets the slack point (least total use) keeps are kept, as the tracker does
-                keep = within[np.argmin(P[:, 1:].sum(axis=1))]
+            if not len(ok):   # none: the budgets the slack point (least total use) keeps are kept, as the tracker does,
+                keep = within[np.argmin(P[:, 1:].sum(axis=1))]   # and of those points the least excess over the others
                 ok = np.flatnonzero(np.all(within[:, keep], axis=1)) if keep.any() else ok
+                if keep.any() and len(ok):
+                    over = np.maximum(P[ok, 1:] - 1.0 - (eps * H - E), 0.0).sum(axis=1)
+                    ok = ok[over <= over.min() + 1e-12]
             if len(ok):   # still none: the priced point is kept, as the tracker keeps the drift-plus-penalty plan
                 i = ok[np.argmin(obj[ok])]
         T.append(P[i, 0])
