@@ -6,20 +6,12 @@ import numpy as np
 import pytest
 
 from solver.cost.pipeline import group_coeffs, stage_times
-from solver.model import Budget, Device, Layer, SlotState, Workload
+from solver.model import Layer
+from tests.test_mut_sync import links_state  # noqa: E402
 
 
 def _state(bw, lat, u=2):
-    n = len(bw)
-    devices = tuple(Device(f"d{i}", "X", 1e12, 16e9, 300.0, 100.0, 1e-3) for i in range(n))
-    layers = tuple(Layer(f"l{i}", 1e9, 2e9, 1e6 * (i + 1), 1e6, 1e6) for i in range(3))
-    wl = Workload("w", layers, 8, u, 4.0, 1e5)
-    bw = np.array(bw, dtype=float)
-    lat = np.array(lat, dtype=float)
-    np.fill_diagonal(bw, np.inf)
-    np.fill_diagonal(lat, 0.0)
-    return SlotState(0, devices, wl, (Budget("money", "money", 1.0),), np.ones(n, bool),
-                     np.full(n, 1e12), np.ones(n), np.full(n, 1e-3), bw, lat)
+    return links_state(tuple(Layer(f"l{i}", 1e9, 2e9, 1e6 * (i + 1), 1e6, 1e6) for i in range(3)), bw, lat, u)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

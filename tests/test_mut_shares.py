@@ -2,24 +2,13 @@
 micro-batch each already makes up the whole batch (sum u_g = B) have exactly one allocation."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 from solver.subproblems.shares import mixed_shares, solve_shares
-
-
-def _brute(a, c, cap, B, us, W, q):
-    """Least W max_g(a_g b_g + c_g) + q.b over every b_g = u_g n_g, 1 <= n_g, b_g <= cap_g, sum B."""
-    best = None
-    for ns in itertools.product(*[range(1, min(cp, B) // u + 1) for cp, u in zip(cap, us)]):
-        b = np.array(ns) * np.array(us)
-        if b.sum() == B:
-            v = W * float(np.max(a * b + c)) + float(q @ b)
-            best = v if best is None else min(best, v)
-    return best
+from tests.test_micro_batch import brute_shares as _brute  # noqa: E402
 
 
 @pytest.mark.parametrize("us", [(1, 1, 2), (2, 2, 4), (1, 2, 3), (4, 4, 8)])

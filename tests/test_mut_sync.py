@@ -11,10 +11,16 @@ from solver.model import Budget, Device, Layer, SlotState, Workload
 
 def _state(param_bytes, bw, lat):
     """A slot of len(bw) identical devices and one layer per entry of param_bytes."""
+    return links_state(tuple(Layer(f"l{i}", 1e9, 2e9, 1e6, 1e6, float(p)) for i, p in enumerate(param_bytes)),
+                       bw, lat, 1)
+
+
+def links_state(layers, bw, lat, u):
+    """A slot of len(bw) identical devices with links bw (bytes/s) and lat (s), batch 8 in
+    micro-batches of u, one money budget."""
     n = len(bw)
     devices = tuple(Device(f"d{i}", "X", 1e12, 16e9, 300.0, 100.0, 1e-3) for i in range(n))
-    layers = tuple(Layer(f"l{i}", 1e9, 2e9, 1e6, 1e6, float(p)) for i, p in enumerate(param_bytes))
-    wl = Workload("w", layers, 8, 1, 4.0, 1e5)
+    wl = Workload("w", tuple(layers), 8, u, 4.0, 1e5)
     bw = np.array(bw, dtype=float)
     lat = np.array(lat, dtype=float)
     np.fill_diagonal(bw, np.inf)
