@@ -211,7 +211,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     tracker: Tracker | None = None
     if tracked:
         tracker = (Tracker.from_dict(cs.extra["tracker"]) if cs.extra.get("tracker") else
-                   Tracker(tol, horizon, pre.targets, pre.tracked) if pre else
+                   Tracker(tol, horizon, pre.targets, pre.tracked,
+                           together=[t and not a for t, a in zip(pre.tracked, pre.attainable)]) if pre else
                    Tracker(tol, horizon, tuple(limits), (True,) * len(limits)))
     history = History.from_dict(cs.extra["history"]) if cs.extra.get("history") else History()
     excess = list(cs.extra.get("excess") or [0.0] * len(limits))   # sum of c / Cbar - 1 so far

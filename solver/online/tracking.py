@@ -228,8 +228,11 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
 @dataclass
 class Tracker:
     """The tracker's state over a run (JSON-able for resume): tolerance eps (fraction), horizon
-    H (slots), limits Cbar_k, attainable flags, excess E_k (budgets' worth), executed slots,
-    binding slots (where the drift-plus-penalty plan was replaced), and the notes so far."""
+    H (slots), limits Cbar_k (the targets it keeps), attainable flags (the budgets it keeps),
+    excess E_k (budgets' worth), executed slots, binding slots (where the drift-plus-penalty
+    plan was replaced), the notes so far, and together: the budgets kept to a common level
+    because they cannot be met together (preflight), which the fallback trades against each
+    other rather than keeping those the slack plan keeps."""
 
     tolerance: float
     horizon: int
@@ -240,6 +243,7 @@ class Tracker:
     binding: int = 0
     noted: list[bool] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    together: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not (self.tolerance >= 0 and math.isfinite(self.tolerance)):
@@ -247,6 +251,7 @@ class Tracker:
         K = len(self.limits)
         self.excess = list(self.excess) or [0.0] * K
         self.noted = list(self.noted) or [False] * K
+        self.together = list(self.together) or [False] * K
 
     def allowance(self) -> np.ndarray:
         """a_k = eps * H - E_k (budgets' worth) for the coming slot."""
@@ -300,13 +305,14 @@ class Tracker:
     def to_dict(self) -> dict:
         return {"tolerance": self.tolerance, "horizon": self.horizon, "limits": list(self.limits),
                 "attainable": list(self.attainable), "excess": self.excess, "executed": self.executed,
-                "binding": self.binding, "noted": self.noted, "notes": self.notes}
+                "binding": self.binding, "noted": self.noted, "notes": self.notes, "together": self.together}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tracker":
         return cls(float(d["tolerance"]), int(d["horizon"]), tuple(float(x) for x in d["limits"]),
                    tuple(bool(x) for x in d["attainable"]), [float(x) for x in d["excess"]], int(d["executed"]),
-                   int(d["binding"]), [bool(x) for x in d["noted"]], list(d["notes"]))
+                   int(d["binding"]), [bool(x) for x in d["noted"]], list(d["notes"]),
+                   [bool(x) for x in d.get("together", [])])
 
 
 @dataclass(frozen=True)
@@ -429,10 +435,13 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
                 ok = [(p, c, f"investment: {how}")]
                 break
     if not ok and slack is not None:
-        # the budgets the slack plan keeps within their allowance are kept (guarantee (c) per budget)
-        keep = (tracker.over(charge(slack).costs) == 0.0) & np.asarray(tracker.attainable, dtype=bool)
-        if keep.any():
-            kept = [(p, c, f"no admissible plan: within the allowance of the budgets the slack plan keeps ({how})")
+        # the budgets the slack plan keeps within their allowance are kept (guarantee (c) per
+        # budget), but for budgets kept to a common level, which are traded against each other
+        together = np.asarray(tracker.together, dtype=bool)
+        keep = (tracker.over(charge(slack).costs) == 0.0) & np.asarray(tracker.attainable, dtype=bool) & ~together
+        if keep.any() or together.any():
+            what = "the budgets the slack plan keeps" if keep.any() else "no budget"
+            kept = [(p, c, f"no admissible plan: within the allowance of {what} ({how})")
                     for p, c, how in cands if not tracker.over(c.costs)[keep].any()]
             # of those, the least excess over the other attainable budgets' allowances, then the
             # least objective: a budget the slack plan breaks is still kept as close as they allow
