@@ -286,7 +286,9 @@ class Tracker:
         if np.any((np.min(uses, axis=0) > need + 1e-12)[att]):   # not even the best of each budget
             return False
         ex = least_excess([uses], need, att)
-        return ex.ok and ex.s <= 1e-12
+        if not ex.ok:
+            raise RuntimeError(f"budget tracker: the investment test's LP ended with HiGHS status {ex.status}")
+        return ex.s <= 1e-12
 
     def record(self, costs: Sequence[float]) -> None:
         self.excess = [float(e + y) for e, y in zip(self.excess, self.use(costs))]
@@ -440,13 +442,14 @@ def track(tracker: Tracker, plan: Plan, ch: Charge, queues: Sequence[float], V: 
         together = np.asarray(tracker.together, dtype=bool)
         keep = (tracker.over(charge(slack).costs) == 0.0) & np.asarray(tracker.attainable, dtype=bool) & ~together
         if keep.any() or together.any():
-            what = "the budgets the slack plan keeps" if keep.any() else "no budget"
-            kept = [(p, c, f"no admissible plan: within the allowance of {what} ({how})")
+            what = ("within the allowance of the budgets the slack plan keeps" if keep.any() else
+                    "the least excess over the budgets kept together")
+            kept = [(p, c, tracker.violations(c.costs)[0], f"no admissible plan: {what} ({how})")
                     for p, c, how in cands if not tracker.over(c.costs)[keep].any()]
             # of those, the least excess over the other attainable budgets' allowances, then the
             # least objective: a budget the slack plan breaks is still kept as close as they allow
-            least = min((tracker.violations(c.costs)[0] for _, c, _ in kept), default=0.0)
-            ok = [x for x in kept if tracker.violations(x[1].costs)[0] <= least + 1e-12]
+            least = min((v for _, _, v, _ in kept), default=0.0)
+            ok = [(p, c, how) for p, c, v, how in kept if v <= least + 1e-12]
     if not ok:   # nothing keeps the attainable budgets: the drift-plus-penalty plan, said so
         return Tracked(plan, ch, "no admissible plan: drift-plus-penalty plan kept", time.perf_counter() - t0)
     best = min(ok, key=lambda x: x[1].objective(queues, V))
