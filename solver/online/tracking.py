@@ -211,7 +211,8 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
         flags = [a and k not in bind for k, a in enumerate(attainable)]
         relax[bind] = ex.s / (1.0 + tolerance)    # the tracker's tolerance on top lands on the mix's level
         return (f"budgets {who} cannot be met together on average (each can alone): the best mix of the "
-                f"slots' cheapest plans is {_pct(tolerance + ex.s)} over each limit; the tracker aims each at "
+                f"slots' cheapest plans is {_pct(tolerance + ex.s)} over each limit (an estimate: the mix may "
+                f"split a slot, a run takes one plan per slot); the tracker aims each at "
                 f"that level (alternating plans, which guarantee (c) does not cover), and the other budgets "
                 f"are kept first"), flags, relax
     kinds = np.stack([np.stack([u[j] for u in per_slot]) for j in range(len(per_slot[0]))])  # (kind, slot, K)
