@@ -222,7 +222,8 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
         return "", list(attainable), relax
     who = " and ".join(names[k] for k in np.flatnonzero(att))
     return (f"budgets {who} can be met together only by alternating plans across slots (no one kind of cheapest "
-            f"plan meets them all: guarantee (c) does not cover them); the tracker trades them slot by slot"), \
+            f"plan meets them all: guarantee (c) does not cover them, and the mix that meets them may split a slot, so a "
+            f"run of one plan per slot may end over); the tracker trades them slot by slot"), \
         list(attainable), relax
 
 
