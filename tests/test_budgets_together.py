@@ -1,6 +1,7 @@
 """Budgets checked together (docs/BUDGETS.md, "Budgets that cannot be met together"): the mix
 LP against brute force, budgets that each can be met alone but not together reported and
-tracked to the mix's level, and budgets met together only by alternating plans."""
+tracked to the level one plan per slot reaches (the MILP against enumeration), and budgets met
+together only by alternating plans."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,11 +52,38 @@ def test_least_excess_averages_over_slots_and_ignores_inactive_budgets():
         least_excess([np.zeros((0, 2))], [1.0, 1.0], [True, True])
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(2, 3), st.booleans())
+def test_one_plan_per_slot_matches_enumeration(seed, n_slots, m, fix_second):
+    """The MILP (integral=True) against every choice of one plan per slot: s = min over choices of
+    max over the growing budgets of (average use - b_k), among the choices that keep the other
+    active budgets within b_k (none: status Infeasible); never below the LP's s*."""
+    import itertools
+    rng = np.random.default_rng(seed)
+    slots = [rng.uniform(0.0, 2.0, size=(m, 3)) for _ in range(n_slots)]
+    b = np.array([1.0, 1.1, 0.9])
+    grows = [True, not fix_second, True]
+    best = np.inf
+    for pick in itertools.product(range(m), repeat=n_slots):
+        avg = np.mean([y[j] for y, j in zip(slots, pick)], axis=0) - b
+        if fix_second and avg[1] > 1e-9:
+            continue
+        best = min(best, max(avg[k] for k in range(3) if grows[k]))
+    one = least_excess(slots, b, [True] * 3, integral=True, grows=grows)
+    if not np.isfinite(best):
+        assert one.status == "Infeasible"
+        return
+    assert one.ok and one.s == pytest.approx(best, abs=1e-6)
+    assert one.s >= least_excess(slots, b, [True] * 3, grows=grows).s - 1e-9
+    with pytest.raises(ValueError, match="at least one active budget in grows"):
+        least_excess(slots, b, [True, False, False], grows=[False, True, True])
+
+
 def test_budgets_that_cannot_be_met_together_are_said_so_and_tracked_to_the_mix(tmp_path):
     """Money and energy each attainable alone (the RTX plan meets money, the L4 plan energy) but
-    not together: the pre-flight names both in one line with the mix's level, neither is
-    called attainable, and the run keeps each within that level and the tolerance of its limit,
-    where it had run the L4 plan throughout (money +103%, energy -5%)."""
+    not together: the pre-flight names both in one line with the level one of the slots'
+    cheapest plans per slot reaches, neither is called attainable, and the run ends each near
+    that level, where it had run the L4 plan throughout (money +103%, energy -5%)."""
     inst = load_instance(two_kind_instance(tmp_path, money=6e-5, energy=50.0, slots=20))
     pre = preflight(inst, range(inst.num_slots), 0.01)
     limits = np.array([b.limit for b in inst.budgets])
@@ -69,10 +97,12 @@ def test_budgets_that_cannot_be_met_together_are_said_so_and_tracked_to_the_mix(
     assert pre.lines[0] in run.notes
     assert s["attainable_money"] is False and s["attainable_energy"] is False
     assert (s["tracked_limit_money"], s["tracked_limit_energy"]) == pre.targets
-    # near the mix's level (measured: money +69.8%, energy +61.0% against the mix's 64.4%), and
-    # neither left to run away (the L4 plan throughout: money +103%)
-    assert max(s["overshoot_money"], s["overshoot_energy"]) <= relax[0] + 0.1
-    assert min(s["overshoot_money"], s["overshoot_energy"]) >= relax[0] - 0.1
+    # near the level (measured: money +66.4%, energy +67.1% against 67.5%; aimed at the LP's
+    # 64.4%, +69.8% and +61.0%), and neither left to run away (the L4 plan throughout: money +103%)
+    level = (1.0 + relax[0]) * 1.01 - 1.0
+    assert "reaches 67.5% over each limit at best (a mix that may split a slot: 64.4%)" in pre.lines[0]
+    assert max(s["overshoot_money"], s["overshoot_energy"]) <= level + 0.05
+    assert min(s["overshoot_money"], s["overshoot_energy"]) >= level - 0.05
 
 
 def test_budgets_met_together_only_by_alternating_plans_are_noted(tmp_path):
@@ -82,6 +112,7 @@ def test_budgets_met_together_only_by_alternating_plans_are_noted(tmp_path):
     pre = preflight(inst, range(inst.num_slots), 0.01)
     assert pre.attainable == (True, True) and pre.targets == tuple(b.limit for b in inst.budgets)
     assert len(pre.lines) == 1 and "only by alternating plans" in pre.lines[0]
+    assert "one of them per slot meets them, the whole trace known" in pre.lines[0]
     run = run_online(inst)
     assert pre.lines[0] in run.notes
     assert max(run.summary["overshoot_money"], run.summary["overshoot_energy"]) <= 0.01 + 1e-9
@@ -96,7 +127,8 @@ def test_a_group_that_cannot_be_met_together_is_traded_evenly(tmp_path):
                                            per_kind=3, slots=10))
     run = run_online(inst)
     line = next(n for n in run.notes if "cannot be met together" in n)
-    level = float(line.split(" is ")[1].split("%")[0]) / 100
+    level = run.summary["tracked_limit_money"] / inst.budgets[0].limit * 1.01 - 1.0
+    assert f"reaches {100 * level:.1f}% over each limit at best" in line
     over = [run.summary["overshoot_money"], run.summary["overshoot_energy"]]
     assert abs(over[0] - over[1]) <= 0.05
     assert max(over) <= level + 0.12

@@ -60,8 +60,8 @@ left to its queue, which keeps growing, so its weight in the slot objective come
 and the controller spends as little on it as the other budgets and the batch time allow.
 Budgets that each can be met alone are then checked together (`_together`, an LP over mixes of
 the slots' cheapest plans): budgets that cannot be met together are named in one line with the
-best mix's level, marked unattainable, and tracked to that level (each over its limit by the
-same fraction); budgets that a mix meets but no one kind of cheapest plan does are named as met
+level one of those plans per slot reaches (a MILP), marked unattainable, and tracked to that
+level (each over its limit by the same fraction); budgets that a mix meets but no one kind of cheapest plan does are named as met
 only by alternating plans (outside guarantee (c)'s premise). As slots arrive, a slot whose
 slack plan itself is not admissible is noted once per budget (the guarantee's premise fails
 there).
@@ -122,7 +122,7 @@ class Preflight:
     and not among budgets that cannot be met together; lines: one line per unattainable budget
     or group of budgets; targets: per budget, the limit the tracker keeps it to (USD or J per
     iteration): its own, or for budgets that cannot be met together the limit times 1 + the
-    best mix's least common excess; tracked: the budgets the tracker keeps (attainable, or
+    least common excess one of the slots' cheapest plans per slot reaches; tracked: the budgets the tracker keeps (attainable, or
     attainable alone but not together)."""
 
     slots: tuple[int, ...]
@@ -185,15 +185,24 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
               tolerance: float) -> tuple[str, list[bool], np.ndarray]:
     """The budgets attainable one by one, checked together over the slots' cheapest plans
     (`per_slot[i]`: the costs of the slack plan and of each budget's own cheapest plan in one
-    slot; rows with no plan are dropped). When no mix of them over the slots (online.mixes)
-    keeps those budgets within (1 + tolerance) of their limits together, the budgets that bind
-    the mix are unattainable together: a line names them with the mix's level (1 + tolerance +
-    s*) times their limits, and the tracker aims them at it (targets (1 + s* / (1 + tolerance))
-    times the limits, so that its tolerance on top gives the mix's level; each budget over by
-    the same fraction). When a mix keeps them but no one kind of plan does in
-    every slot (the slack plans, or one budget's own cheapest plans), a line says that they are
-    met together only by alternating plans, which guarantee (c) does not cover. Returns (the
-    line or "", the attainable flags, per budget the fraction its target is above its limit)."""
+    slot; rows with no plan are dropped).
+
+    When no mix of them over the slots (online.mixes, the LP) keeps those budgets within
+    (1 + tolerance) of their limits together, the budgets that bind the mix cannot be met
+    together: that is proved (over these plans) by the LP, whose s* is a lower bound of their
+    common excess. Their level is then the MILP's (one of these plans per slot, as a run takes
+    them, with the other budgets within their limits; where no choice keeps those, every budget
+    grows): what a run of these plans can reach knowing the whole trace. A line names them with
+    both figures, and the tracker aims them at the MILP's level (targets (1 + s / (1 + tolerance))
+    times the limits, so that its tolerance on top gives the level; each over by the same
+    fraction).
+
+    When a mix keeps them but no one kind of plan does in every slot (the slack plans, or one
+    budget's own cheapest plans), a line says that they are met together only by alternating
+    plans, which guarantee (c) does not cover, and whether one of these plans per slot can meet
+    them (the MILP) or a run of them ends over, and by how much; they stay tracked at their
+    limits (other plans of the slots may meet them). Returns (the line or "", the attainable
+    flags, per budget the fraction its target is above its limit)."""
     names = [b.name for b in instance.budgets]
     limits = np.asarray([b.limit for b in instance.budgets], dtype=float)
     uses = [u[~np.isnan(u).any(axis=1)] / limits for u in per_slot]
@@ -202,29 +211,41 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
     relax = np.zeros(len(limits))
     if not uses:
         return "", list(attainable), relax
-    ex = least_excess(uses, np.full(len(limits), 1.0 + tolerance), att)
-    if not ex.ok:
-        raise RuntimeError(f"budget pre-flight: the LP of the budgets together ended with HiGHS status {ex.status}")
+    bounds = np.full(len(limits), 1.0 + tolerance)
+
+    def solved(ex: Any, what: str) -> Any:
+        if not ex.ok:
+            raise RuntimeError(f"budget pre-flight: the {what} of the budgets together ended with HiGHS status {ex.status}")
+        return ex
+
+    ex = solved(least_excess(uses, bounds, att), "LP")
     if ex.s > 1e-9:
         bind = [k for k in np.flatnonzero(att) if ex.binding[k]] or list(np.flatnonzero(att))
+        grows = np.isin(np.arange(len(limits)), bind)
+        one = least_excess(uses, bounds, att, integral=True, grows=grows)
+        if one.status == "Infeasible":
+            one = least_excess(uses, bounds, att, integral=True)
+        s = max(solved(one, "MILP").s, ex.s)
         who = " and ".join(names[k] for k in bind)
         flags = [a and k not in bind for k, a in enumerate(attainable)]
-        relax[bind] = ex.s / (1.0 + tolerance)    # the tracker's tolerance on top lands on the mix's level
-        return (f"budgets {who} cannot be met together on average (each can alone): the best mix of the "
-                f"slots' cheapest plans is {_pct(tolerance + ex.s)} over each limit (an estimate: the mix may "
-                f"split a slot, a run takes one plan per slot); the tracker aims each at "
-                f"that level (alternating plans, which guarantee (c) does not cover), and the other budgets "
-                f"are kept first"), flags, relax
+        relax[bind] = s / (1.0 + tolerance)    # the tracker's tolerance on top lands on the level
+        return (f"budgets {who} cannot be met together on average (each can alone): one of the slots' cheapest "
+                f"plans per slot, the whole trace known, reaches {_pct(tolerance + s)} over each limit at best "
+                f"(a mix that may split a slot: {_pct(tolerance + ex.s)}); the tracker aims each at "
+                f"{_pct(tolerance + s)} (alternating plans, which guarantee (c) does not cover), and the other "
+                f"budgets are kept first"), flags, relax
     kinds = np.stack([np.stack([u[j] for u in per_slot]) for j in range(len(per_slot[0]))])  # (kind, slot, K)
-    one_kind = [bool(np.all(np.nanmean(kinds[j], axis=0)[att] <= (limits * (1 + tolerance))[att]))
-                for j in range(len(kinds))]
+    one_kind = [bool(np.all(np.nanmean(kinds[j], axis=0)[att] <= bounds[att])) for j in range(len(kinds))]
     if any(one_kind):
         return "", list(attainable), relax
+    one = solved(least_excess(uses, bounds, att, integral=True), "MILP")
     who = " and ".join(names[k] for k in np.flatnonzero(att))
-    return (f"budgets {who} can be met together only by alternating plans across slots (no one kind of cheapest "
-            f"plan meets them all: guarantee (c) does not cover them, and the mix that meets them may split a slot, so a "
-            f"run of one plan per slot may end over); the tracker trades them slot by slot"), \
-        list(attainable), relax
+    how = ("one of them per slot meets them, the whole trace known" if one.s <= 1e-9 else
+           f"one of them per slot, the whole trace known, ends {_pct(tolerance + one.s)} over at best; a mix that "
+           f"splits slots meets them")
+    return (f"budgets {who} can be met together only by alternating plans across slots (no one kind of the slots' "
+            f"cheapest plans meets them all; {how}): guarantee (c) does not cover them, a run may end over; "
+            f"the tracker trades them slot by slot at their limits"), list(attainable), relax
 
 
 @dataclass
