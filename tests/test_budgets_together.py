@@ -132,3 +132,23 @@ def test_a_group_that_cannot_be_met_together_is_traded_evenly(tmp_path):
     over = [run.summary["overshoot_money"], run.summary["overshoot_energy"]]
     assert abs(over[0] - over[1]) <= 0.05
     assert max(over) <= level + 0.12
+
+
+def test_a_milp_that_finds_no_choice_in_time_falls_back_to_the_mix_and_says_so(tmp_path, monkeypatch):
+    """Where the MILP stops at its time limit with no choice found, the level is the LP's (a lower
+    bound), and the line says that no choice of one plan per slot was found in time."""
+    import solver.online.tracking as tracking
+    from solver.online.mixes import Excess
+
+    real = tracking.least_excess
+
+    def timed_out(*args, integral=False, **kw):
+        return Excess(np.nan, (False, False), "Time limit reached") if integral else real(*args, **kw)
+
+    monkeypatch.setattr(tracking, "least_excess", timed_out)
+    inst = load_instance(two_kind_instance(tmp_path, money=6e-5, energy=50.0, slots=20))
+    pre = preflight(inst, range(inst.num_slots), 0.01)
+    assert "no choice of one of the slots' cheapest plans per slot was found in time" in pre.lines[0]
+    assert "a mix of them that may split a slot is 64.4% over each limit" in pre.lines[0]
+    relax = np.asarray(pre.targets) / np.array([b.limit for b in inst.budgets]) - 1.0
+    assert (1.0 + relax[0]) * 1.01 - 1.0 == pytest.approx(0.644, abs=5e-4)

@@ -78,7 +78,7 @@ from ..model.plan import Plan
 from ..model.state import Instance, SlotState
 from ..solve import SolveOptions, solve_slot
 from .charge import Charge
-from .mixes import least_excess
+from .mixes import Excess, least_excess
 
 DEFAULT_TOLERANCE = 0.01
 LAMBDA_STEPS = (1.0, 4.0, 16.0, 64.0)
@@ -213,7 +213,7 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
         return "", list(attainable), relax
     bounds = np.full(len(limits), 1.0 + tolerance)
 
-    def solved(ex: Any, what: str) -> Any:
+    def solved(ex: Excess, what: str) -> Excess:
         if not ex.ok:
             raise RuntimeError(f"budget pre-flight: the {what} of the budgets together ended with HiGHS status {ex.status}")
         return ex
@@ -225,24 +225,34 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
         one = least_excess(uses, bounds, att, integral=True, grows=grows)
         if one.status == "Infeasible":
             one = least_excess(uses, bounds, att, integral=True)
-        s = max(solved(one, "MILP").s, ex.s)
+        mix = _pct(tolerance + ex.s)
+        if one.status == "Time limit reached" and not one.ok:   # no choice found in time: the LP's level
+            s = ex.s
+            reach = (f"no choice of one of the slots' cheapest plans per slot was found in time; a mix of them "
+                     f"that may split a slot is {mix} over each limit")
+        else:
+            s = max(solved(one, "MILP").s, ex.s)
+            reach = (f"one of the slots' cheapest plans per slot, the whole trace known, reaches "
+                     f"{_pct(tolerance + s)} over each limit at best (a mix that may split a slot: {mix})")
         who = " and ".join(names[k] for k in bind)
         flags = [a and k not in bind for k, a in enumerate(attainable)]
         relax[bind] = s / (1.0 + tolerance)    # the tracker's tolerance on top lands on the level
-        return (f"budgets {who} cannot be met together on average (each can alone): one of the slots' cheapest "
-                f"plans per slot, the whole trace known, reaches {_pct(tolerance + s)} over each limit at best "
-                f"(a mix that may split a slot: {_pct(tolerance + ex.s)}); the tracker aims each at "
-                f"{_pct(tolerance + s)} (alternating plans, which guarantee (c) does not cover), and the other "
-                f"budgets are kept first"), flags, relax
+        return (f"budgets {who} cannot be met together on average (each can alone): {reach}; the tracker aims "
+                f"each at {_pct(tolerance + s)} (alternating plans, which guarantee (c) does not cover), and the "
+                f"other budgets are kept first"), flags, relax
     kinds = np.stack([np.stack([u[j] for u in per_slot]) for j in range(len(per_slot[0]))])  # (kind, slot, K)
     one_kind = [bool(np.all(np.nanmean(kinds[j], axis=0)[att] <= bounds[att])) for j in range(len(kinds))]
     if any(one_kind):
         return "", list(attainable), relax
-    one = solved(least_excess(uses, bounds, att, integral=True), "MILP")
+    one = least_excess(uses, bounds, att, integral=True)
     who = " and ".join(names[k] for k in np.flatnonzero(att))
-    how = ("one of them per slot meets them, the whole trace known" if one.s <= 1e-9 else
-           f"one of them per slot, the whole trace known, ends {_pct(tolerance + one.s)} over at best; a mix that "
-           f"splits slots meets them")
+    if one.status == "Time limit reached" and not one.ok:
+        how = "no choice of one of them per slot was found in time; a mix that splits slots meets them"
+    elif solved(one, "MILP").s <= 1e-9:
+        how = "one of them per slot meets them, the whole trace known"
+    else:
+        how = (f"one of them per slot, the whole trace known, ends {_pct(tolerance + one.s)} over at best; a mix "
+               f"that splits slots meets them")
     return (f"budgets {who} can be met together only by alternating plans across slots (no one kind of the slots' "
             f"cheapest plans meets them all; {how}): guarantee (c) does not cover them, a run may end over; "
             f"the tracker trades them slot by slot at their limits"), list(attainable), relax
