@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -25,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from solver.cli.argtypes import DocHelp, guarded  # noqa: E402
+from solver.cli.output import UNIT_SUFFIX  # noqa: E402
 from solver.cli.plots.common import policy_label  # noqa: E402
 from solver.online.gain import MEET_TOLERANCE_PCT, add_gain_within_budget, within_budget_note  # noqa: E402
 from solver.online.policies import BASELINE_NAMES  # noqa: E402
@@ -88,8 +90,18 @@ def read(out: Path, *names: str) -> tuple[pd.DataFrame | None, str]:
             except (pd.errors.EmptyDataError, pd.errors.ParserError):
                 continue
             CONSUMED.add(p.name)
-            return df, p.name
+            return without_units(df), p.name
     return None, ""
+
+
+def without_units(df: pd.DataFrame) -> pd.DataFrame:
+    """A budget's `avg_<b>_<unit>` and `<b>_limit_<unit>` columns (compare_all.csv since
+    session 34, compare.csv) as `avg_<b>` and `<b>_limit`, the names the sections read."""
+    units = "|".join(sorted(set(UNIT_SUFFIX.values())))
+    limits = {m.group(1) for c in df.columns if (m := re.fullmatch(rf"(.+)_limit_({units})", c))}
+    names = {f"{b}_limit_{u}": f"{b}_limit" for b in limits for u in UNIT_SUFFIX.values()}
+    names.update({f"avg_{b}_{u}": f"avg_{b}" for b in limits for u in UNIT_SUFFIX.values()})
+    return df.rename(columns={k: v for k, v in names.items() if k in df.columns})
 
 
 def not_run(what: str, files: str) -> str:

@@ -73,6 +73,7 @@ def run_module(mod: str, quick: bool, out: Path, factor: float = 1.0) -> dict:
 def compare_one(path: str, slots: int | None, V: float) -> tuple[str, pd.DataFrame | None, str, float]:
     """compare_policies on one instance file (first `slots` slots, or all): (name, table or
     None, error, seconds)."""
+    from solver.cli.output import compare_columns, with_units
     from solver.online.compare import compare_policies
     from solver.io.instance import load_instance
 
@@ -81,7 +82,7 @@ def compare_one(path: str, slots: int | None, V: float) -> tuple[str, pd.DataFra
         inst = load_instance(path)
         if slots:
             inst = inst.head(slots)
-        table = compare_policies(inst, V=V, extra_V=V_EXTRA)
+        table = with_units(compare_policies(inst, V=V, extra_V=V_EXTRA), compare_columns(inst.budgets))
         table.insert(0, "instance", inst.name)
         table.insert(1, "devices", inst.n)
         table.insert(2, "slots", inst.num_slots)

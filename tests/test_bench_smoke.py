@@ -15,6 +15,7 @@ def test_bench_smoke(tmp_path):
     table = pd.read_csv(tmp_path / "compare_all.csv")
     assert {"ours", "even-dp", "lb-bsp", "gpipe", "dapple", "pipedream", "hetpipe"} <= set(table.policy)
     assert (table.avg_batch_time_s > 0).all()
+    assert {"avg_money_usd", "money_limit_usd", "avg_energy_j", "energy_limit_j"} <= set(table.columns)
     ours = float(table.loc[table.policy == "ours", "avg_batch_time_s"].iloc[0])
     even = float(table.loc[table.policy == "even-dp", "avg_batch_time_s"].iloc[0])
     assert ours < even
