@@ -61,10 +61,10 @@ and the controller spends as little on it as the other budgets and the batch tim
 Budgets that each can be met alone are then checked together (`_together`, an LP over mixes of
 the slots' cheapest plans): budgets that cannot be met together are named in one line with the
 level one of those plans per slot reaches (a MILP), marked unattainable, and tracked to that
-level (each over its limit by the same fraction); budgets that a mix meets but no one kind of cheapest plan does are named as met
-only by alternating plans (outside guarantee (c)'s premise). As slots arrive, a slot whose
-slack plan itself is not admissible is noted once per budget (the guarantee's premise fails
-there).
+level (each over its limit by the same fraction); budgets that a mix meets but no one kind of
+cheapest plan does are named as met only by alternating plans (outside guarantee (c)'s
+premise). As slots arrive, a slot whose slack plan itself is not admissible is noted once per
+budget (the guarantee's premise fails there).
 """
 from __future__ import annotations
 
@@ -122,8 +122,8 @@ class Preflight:
     and not among budgets that cannot be met together; lines: one line per unattainable budget
     or group of budgets; targets: per budget, the limit the tracker keeps it to (USD or J per
     iteration): its own, or for budgets that cannot be met together the limit times 1 + the
-    least common excess one of the slots' cheapest plans per slot reaches; tracked: the budgets the tracker keeps (attainable, or
-    attainable alone but not together)."""
+    least common excess one of the slots' cheapest plans per slot reaches; tracked: the budgets
+    the tracker keeps (attainable, or attainable alone but not together)."""
 
     slots: tuple[int, ...]
     plans: tuple[Plan | None, ...]
@@ -215,7 +215,8 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
 
     def solved(ex: Excess, what: str) -> Excess:
         if not ex.ok:
-            raise RuntimeError(f"budget pre-flight: the {what} of the budgets together ended with HiGHS status {ex.status}")
+            raise RuntimeError(f"budget pre-flight: the {what} of the budgets together ended with HiGHS "
+                               f"status {ex.status}")
         return ex
 
     ex = solved(least_excess(uses, bounds, att), "LP")
@@ -232,8 +233,9 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
                      f"that may split a slot is {mix} over each limit")
         else:
             s = max(solved(one, "MILP").s, ex.s)
+            best = "at best" if one.status == "Optimal" else "with the best choice found in time"
             reach = (f"one of the slots' cheapest plans per slot, the whole trace known, reaches "
-                     f"{_pct(tolerance + s)} over each limit at best (a mix that may split a slot: {mix})")
+                     f"{_pct(tolerance + s)} over each limit {best} (a mix that may split a slot: {mix})")
         who = " and ".join(names[k] for k in bind)
         flags = [a and k not in bind for k, a in enumerate(attainable)]
         relax[bind] = s / (1.0 + tolerance)    # the tracker's tolerance on top lands on the level
@@ -251,7 +253,8 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
     elif solved(one, "MILP").s <= 1e-9:
         how = "one of them per slot meets them, the whole trace known"
     else:
-        how = (f"one of them per slot, the whole trace known, ends {_pct(tolerance + one.s)} over at best; a mix "
+        best = "at best" if one.status == "Optimal" else "with the best choice found in time"
+        how = (f"one of them per slot, the whole trace known, ends {_pct(tolerance + one.s)} over {best}; a mix "
                f"that splits slots meets them")
     return (f"budgets {who} can be met together only by alternating plans across slots (no one kind of the slots' "
             f"cheapest plans meets them all; {how}): guarantee (c) does not cover them, a run may end over; "
