@@ -124,19 +124,45 @@ def test_the_loss_is_charged_to_the_slot_after_a_device_of_the_plan_left():
 
 
 def test_online_runs_pay_the_same_losses_whatever_they_plan():
+    """Each slot that runs pays the loss of the last plan that ran when a device of it left in
+    this slot or in a slot between them that ran nothing (it could not pay: the loss is carried)."""
     inst = random_instance(11, n=4, L=6, slots=8, p_leave=0.3)
     for aware in (False, True):
         run = run_online(inst, preemption=COST, availability_aware=aware, budget_tolerance=None)
         rows = run.rows
-        for t in range(1, len(rows)):
-            prev, row = rows.iloc[t - 1], rows.iloc[t]
-            plan = plan_from_json(prev["plan_json"])
-            lost = bool(plan is not None and preempted(plan, inst.available[t]))
-            assert (row["preemption_time"] > 0) == lost
-            if lost:
-                assert row["preemption_time"] == pytest.approx(COST.lost_seconds(prev["batch_time"], 100))
+        last = None   # the last row that ran a plan
+        for t in range(len(rows)):
+            row = rows.iloc[t]
+            if not np.isfinite(row["batch_time"]):
+                continue
+            if last is not None:
+                plan = plan_from_json(rows.iloc[last]["plan_json"])
+                lost = any(preempted(plan, inst.available[u]) for u in range(last + 1, t + 1))
+                assert (row["preemption_time"] > 0) == lost
+                if lost:
+                    z = rows.iloc[last]["batch_time"]
+                    assert row["preemption_time"] == pytest.approx(COST.lost_seconds(z, 100))
+            last = t
         assert (rows["risk_time"] > 0).any() == aware
         assert run.summary["preempted_slots"] == int((rows["preemption_time"] > 0).sum())
+
+
+def test_a_loss_in_a_slot_without_a_plan_is_paid_by_the_next_slot_that_runs(tmp_path):
+    """An outside audit's case: the V100 of slot 0's plan leaves in slot 1, where the other
+    device (0.5 GB) holds no plan, and is back in slot 2. The restart and the iterations since
+    the last checkpoint are paid in slot 2 (they had been paid nowhere)."""
+    (tmp_path / "avail.csv").write_text("slot,device,available\n0,big,1\n0,small,1\n1,big,0\n1,small,1\n"
+                                        "2,big,1\n2,small,1\n")
+    (tmp_path / "p.toml").write_text(
+        'name = "p"\nnum_slots = 3\n[workload]\nmodel = "vgg16"\nbatch = 64\nmicro_batch = 8\n'
+        '[[kinds]]\nkind = "SMALL"\nlike = "T4"\nmemory_gb = 0.5\n'
+        '[[devices]]\nname = "big"\nkind = "V100-SXM2-16GB"\n[[devices]]\nname = "small"\nkind = "SMALL"\n'
+        '[preemption]\nrestart_s = 30\ncheckpoint_every = 50\n[traces]\ndevices = "avail.csv"\n')
+    run = run_online(load_instance(tmp_path / "p.toml"), budget_tolerance=None)
+    rows = run.rows
+    assert list(rows["status"]) == ["feasible", "infeasible", "feasible"]
+    assert rows["preemption_time"].iloc[2] == pytest.approx(30 + 25 * rows["batch_time"].iloc[0])
+    assert run.summary["preempted_slots"] == 1
 
 
 def test_risk_at_matches_hazards():

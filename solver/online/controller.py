@@ -223,7 +223,10 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         state = instance.state(t)
         Q = cs.queues
         prev = cs.previous_plan
-        lost = _preemption_time(preempt, prev, state, cs.rows[-1] if cs.rows else None, iterations_per_slot)
+        # a loss that a slot without a plan could not pay is paid by the next slot that runs
+        lost = float(cs.extra.get("pending_preemption", 0.0)) or _preemption_time(
+            preempt, prev, state, next((r for r in reversed(cs.rows) if np.isfinite(r["batch_time"])), None),
+            iterations_per_slot)
         if aware:
             state = replace(state, risk=risk_at(instance.available, t, preempt))
         # shared by every search and charge of this slot; exact entries of the last slot's carried over
@@ -327,6 +330,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                        cs.rows[-1] if cs.rows else None, extra)
             prev = d.plan
         cs.rows.append(row)
+        cs.extra["pending_preemption"] = lost if d.plan is None else 0.0
         cs.next_slot, cs.queues, cs.previous_plan, cs.policy_state = t + 1, Qn, prev, pol.state_dict()
         cs.extra["V"] = vc.to_dict() if vc is not None else None
         if tracker is not None:
@@ -344,8 +348,9 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
 
 def _preemption_time(preempt: Preemption | None, prev: Plan | None, state: SlotState, last: dict | None,
                      iterations: int) -> float:
-    """Seconds this slot is charged for the previous slot's preemption (online.preemption): the
-    previous slot ran `prev` (its row executed a plan) and a device of it is gone now."""
+    """Seconds this slot is charged for a preemption (online.preemption): the last slot that ran
+    a plan ran `prev` (`last`: its row) and a device of it is gone now. A slot without a plan
+    cannot pay it: the controller carries it to the next slot that runs."""
     if preempt is None or prev is None or last is None or not np.isfinite(last["batch_time"]):
         return 0.0
     if not preempted(prev, state.available):
