@@ -246,11 +246,20 @@ limit = 1.0
 
 
 def test_egress_zone_errors(tmp_path):
-    body = NET + FOUR + '[[servers]]\nname = "A"\nzone = "z1"\n[[egress]]\na = "z1"\nb = "z9"\nusd_per_gb = 0.01\n'
+    body = NET + FOUR + ('[[servers]]\nname = "A"\nzone = "z1"\n[[servers]]\nname = "B"\n'
+                         '[[egress]]\na = "z1"\nb = "z9"\nusd_per_gb = 0.01\n')
     with pytest.raises(InstanceError, match=r"egress\[0\]\.b: no server is in this zone; zones: z1"):
         load_instance(write(tmp_path, body))
     with pytest.raises(InstanceError, match=r"servers\[0\]\.name: no device names this server"):
         load_instance(write(tmp_path, NET + FOUR + '[[servers]]\nname = "Q"\n'))
+
+
+def test_a_device_naming_a_server_the_table_lacks_is_an_error(tmp_path):
+    """An outside audit's case: with [[servers]] given, a device whose server is not among them
+    (a typo) had been given a server of its own with an unlimited NIC, unsaid."""
+    with pytest.raises(InstanceError, match=r"devices\[2\]\.server: expected a server declared in \[\[servers\]\] "
+                                            r"\(A\); declare it there \(nic_gbps may be left out\) \(got 'B'\)"):
+        load_instance(write(tmp_path, NET + FOUR + '[[servers]]\nname = "A"\nnic_gbps = 25\n'))
 
 
 # ---------------------------------------------------------------- round trip

@@ -15,7 +15,7 @@ before (`Instance.network` is None and every figure is unchanged).
                                    # precision is that one (else peak_tflops)
     gpus_per_node = 8              # optional: a server holds at most this many of the kind
 
-    [[servers]]                    # optional: the servers that devices name in `server`
+    [[servers]]                    # optional: the servers that devices name in `server` (all of them)
     name = "n0"
     nic_gbps = 100                 # optional: the server's NIC, Gbit/s in each direction,
                                    # shared by its devices' traffic to other servers
@@ -196,6 +196,11 @@ def network_facts(f: Any, doc: dict, servers: list[str], links: list[dict], inde
         declared[name] = {"nic": f.number(s, "nic_gbps", f"servers[{i}].nic_gbps", rng=R.GBPS) * GBIT
                           if "nic_gbps" in s else math.inf,
                           "zone": f.string(s, "zone", f"servers[{i}].zone") if "zone" in s else None}
+    if declared:   # a device naming a server the table lacks is a typo, not a server with an unlimited NIC
+        for i, s in enumerate(servers):
+            if s not in declared and not s.startswith("__"):
+                raise f.error(f"devices[{i}].server", f"expected a server declared in [[servers]] "
+                              f"({', '.join(declared)}); declare it there (nic_gbps may be left out)", s)
     sidx = {s: i for i, s in enumerate(names)}
     server = np.array([sidx[s] for s in servers], dtype=int)
     nic = np.array([declared.get(s, {}).get("nic", math.inf) for s in names], dtype=float)
