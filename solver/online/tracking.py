@@ -48,8 +48,9 @@ Proof by induction: E_k <= eps * H makes a_k >= 0 >= y_k(x0), so x0 is admissibl
 tracker only accepts admissible plans. Per budget: if x0 keeps budget k within its allowance in
 every slot (c_k(x0) <= Cbar_k is enough), E_k <= eps * H after every slot even where x0 breaks
 another budget, unless the investment test takes a plan there (one that a mix of the slot's
-plans would repay): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the queues
-follow the same law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
+plans would repay), or k is one of budgets kept together (the fallback trades those against
+each other): every other pick keeps each budget x0 keeps. Guarantee (a) is untouched: the
+queues follow the same law whatever plan is chosen, so the overshoot is still <= Q_k(H) / H.
 
 Unattainable budgets (the documented rule). The pre-flight check (`preflight`) compares each
 budget with its cheapest achievable average (the cheapest plan of every slot, and for K >= 2
