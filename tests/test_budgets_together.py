@@ -152,3 +152,27 @@ def test_a_milp_that_finds_no_choice_in_time_falls_back_to_the_mix_and_says_so(t
     assert "a mix of them that may split a slot is 64.4% over each limit" in pre.lines[0]
     relax = np.asarray(pre.targets) / np.array([b.limit for b in inst.budgets]) - 1.0
     assert (1.0 + relax[0]) * 1.01 - 1.0 == pytest.approx(0.644, abs=5e-4)
+
+
+def test_budgets_one_kind_of_cheapest_plan_meets_need_no_line():
+    """The slack plans overshoot money, but money's own cheapest plan meets both budgets in
+    every slot: no line, both attainable at their limits (costs in USD and J, far from 1: the
+    check divides by the limits)."""
+    from types import SimpleNamespace
+
+    from solver.model import Budget
+    from solver.online.tracking import _together
+
+    inst = SimpleNamespace(budgets=(Budget("money", "money", 1e-4), Budget("energy", "energy", 100.0)))
+    slot = np.array([[1.2e-4, 90.0],    # the slack plan: over money
+                     [0.9e-4, 95.0],    # money's own cheapest plan: meets both
+                     [1.5e-4, 60.0]])   # energy's own cheapest plan
+    line, flags, relax = _together(inst, [slot, slot.copy()], [True, True], 0.01)
+    assert line == "" and flags == [True, True] and not relax.any()
+    # money's own plan over energy: a mix of it and the slack plan (2/3 to 11/15 of it) meets
+    # both, but no one kind does, nor one plan per slot over 2 slots (both own plans: energy
+    # +5%; one of each: money +5%)
+    slot[1] = [0.9e-4, 105.0]
+    line, flags, relax = _together(inst, [slot, slot.copy()], [True, True], 0.01)
+    assert "can be met together only by alternating plans" in line and flags == [True, True] and not relax.any()
+    assert "one of them per slot, the whole trace known, ends 5.0% over at best" in line

@@ -244,7 +244,7 @@ def _together(instance: Instance, per_slot: Sequence[np.ndarray], attainable: Se
                 f"each at {_pct(tolerance + s)} (alternating plans, which guarantee (c) does not cover), and the "
                 f"other budgets are kept first"), flags, relax
     kinds = np.stack([np.stack([u[j] for u in per_slot]) for j in range(len(per_slot[0]))])  # (kind, slot, K)
-    one_kind = [bool(np.all(np.nanmean(kinds[j], axis=0)[att] <= bounds[att])) for j in range(len(kinds))]
+    one_kind = [bool(np.all((np.nanmean(kinds[j], axis=0) / limits)[att] <= bounds[att])) for j in range(len(kinds))]
     if any(one_kind):
         return "", list(attainable), relax
     one = least_excess(uses, bounds, att, integral=True)
