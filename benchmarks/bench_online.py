@@ -100,6 +100,13 @@ def _cut(inst: Instance, slots: int) -> dict:
 # ---------------------------------------------------------------- parts
 
 
+def _to_csv(table: pd.DataFrame, insts: Sequence[Instance], path: Path) -> None:
+    """`table` of `_row`s written with the budgets' units (`avg_<b>_usd`, `<b>_limit_j`, ...), as
+    compare.csv; make_report reads both forms."""
+    from solver.cli.output import compare_columns, with_units
+    with_units(table, compare_columns([b for i in insts for b in i.budgets])).to_csv(path, index=False)
+
+
 def _row(inst: Instance, run, **extra) -> dict:
     s = run.summary
     r = {"instance": inst.name, **extra, "avg_batch_time_s": s["avg_batch_time"],
@@ -121,7 +128,7 @@ def v_sweep(insts: Sequence[Instance], Vs: Sequence[float], out: Path) -> pd.Dat
             rows.append(_row(inst, run_online(inst, V=V, policy="ours"), V=V))
             log(f"  V sweep {inst.name} V={V:g}: {rows[-1]['avg_batch_time_s']:.4g} s ({time.perf_counter() - t0:.1f} s)")
     table = pd.DataFrame(rows)
-    table.to_csv(out / "v_sweep.csv", index=False)
+    _to_csv(table, insts, out / "v_sweep.csv")
     if _plots_on():
         from benchmarks.plots import plot_v_sweep
         plot_v_sweep(table, out / "v_sweep.png")
@@ -182,7 +189,7 @@ def policies_side_by_side(insts: Sequence[Instance], Vs: dict, out: Path) -> pd.
     for name, g in table.groupby("instance", sort=False):
         base = float(g.loc[g.policy == "even-dp", "avg_batch_time_s"].iloc[0])
         table.loc[g.index, "vs_even_dp_pct"] = 100 * (g["avg_batch_time_s"] / base - 1)
-    table.to_csv(out / "policies.csv", index=False)
+    _to_csv(table, insts, out / "policies.csv")
     if _plots_on():
         from solver.cli.plots import plot_compare_grid
         plot_compare_grid(table, out / "policies.png")
@@ -205,7 +212,7 @@ def long_run(slots: int, Vs: Sequence[float], out: Path) -> pd.DataFrame:
     ok = table[[all(r[f"{b.name}_overshoot_pct"] <= 1.0 for b in inst.budgets) for _, r in table.iterrows()]]
     rec = float(ok["V"].max()) if len(ok) else float(table["V"].min())
     table["recommended"] = table["V"] == rec
-    table.to_csv(out / "long_run.csv", index=False)
+    _to_csv(table, [inst], out / "long_run.csv")
     if _plots_on():
         from benchmarks.plots import plot_long_run
         plot_long_run(frames[rec], inst.budgets, rec, out / "long_run.png")

@@ -90,13 +90,14 @@ def read(out: Path, *names: str) -> tuple[pd.DataFrame | None, str]:
             except (pd.errors.EmptyDataError, pd.errors.ParserError):
                 continue
             CONSUMED.add(p.name)
-            return without_units(df), p.name
+            return df, p.name
     return None, ""
 
 
 def without_units(df: pd.DataFrame) -> pd.DataFrame:
-    """A budget's `avg_<b>_<unit>` and `<b>_limit_<unit>` columns (compare_all.csv since
-    session 34, compare.csv) as `avg_<b>` and `<b>_limit`, the names the sections read."""
+    """A budget's `avg_<b>_<unit>` and `<b>_limit_<unit>` columns (run_all's and bench_online's
+    tables since session 34, as compare.csv) as `avg_<b>` and `<b>_limit`, the names the
+    sections compute with (the tables they print keep the units)."""
     units = "|".join(sorted(set(UNIT_SUFFIX.values())))
     limits = {m.group(1) for c in df.columns if (m := re.fullmatch(rf"(.+)_limit_({units})", c))}
     names = {f"{b}_limit_{u}": f"{b}_limit" for b in limits for u in UNIT_SUFFIX.values()}
@@ -133,6 +134,7 @@ def section_compare(out: Path) -> str:
     text = "## Batch time per policy on every instance\n\n"
     if df is None:
         return text + not_run("run_all's policy comparison", "compare_all.csv")
+    df = without_units(df)
     budgets = budget_names(df)
     df = add_gain_within_budget(df, OVERSHOOT_TOL_PCT)
     for b in budgets:
@@ -195,10 +197,11 @@ def plot_compare(df: pd.DataFrame, out: Path) -> str:
 
 
 def section_v(out: Path) -> str:
-    df, name = read(out, "v_sweep.csv")
+    raw, name = read(out, "v_sweep.csv")
     text = "## V trade-off\n\n"
-    if df is None:
+    if raw is None:
         return text + not_run("bench_online", "v_sweep.csv")
+    df = without_units(raw)
     budgets = budget_names(df)
     if plots_on():
         from benchmarks.plots import plot_v_sweep
@@ -208,9 +211,9 @@ def section_v(out: Path) -> str:
     else:
         figs = NO_PLOTS
     cols = ["instance", "V", "avg_batch_time_s", *[c for b in budgets for c in (f"avg_{b}", f"{b}_overshoot_pct")]]
+    shown = [raw.columns[list(df.columns).index(c)] for c in cols if c in df.columns]   # with their units
     return (text + f"From `{name}` (bench_online): the online controller at each V. Larger V buys batch time "
-            "with budget (O(1/V) penalty gap, O(V) backlog).\n\n" + figs + "\n"
-            + md_table(df[[c for c in cols if c in df.columns]]))
+            "with budget (O(1/V) penalty gap, O(V) backlog).\n\n" + figs + "\n" + md_table(raw[shown]))
 
 
 def section_offline(out: Path) -> str:
