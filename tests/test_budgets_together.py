@@ -176,3 +176,22 @@ def test_budgets_one_kind_of_cheapest_plan_meets_need_no_line():
     line, flags, relax = _together(inst, [slot, slot.copy()], [True, True], 0.01)
     assert "can be met together only by alternating plans" in line and flags == [True, True] and not relax.any()
     assert "one of them per slot, the whole trace known, ends 5.0% over at best" in line
+
+
+def test_a_device_budget_on_a_device_never_available_is_noted():
+    """An outside fuzz's case: a device_energy budget whose device is in no slot of the run costs 0
+    and had run without a word; the pre-flight now says so, once, and the run still meets it."""
+    from dataclasses import replace
+
+    from solver.io.synthetic import random_instance
+    from solver.model import Budget
+
+    inst = random_instance(3, n=4, L=6, slots=4, p_leave=0.0,
+                           budgets=(Budget("money", "money", 1.0), Budget("gpu0", "device_energy", 1.0, device="d0")))
+    avail = inst.available.copy()
+    avail[:, 0] = False
+    inst = replace(inst, available=avail)
+    run = run_online(inst)
+    line = "budget gpu0 caps device d0, which is available in none of the run's slots: it costs nothing and binds nothing"
+    assert run.notes.count(line) == 1
+    assert run.summary["overshoot_gpu0"] == -1.0

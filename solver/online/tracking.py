@@ -121,7 +121,8 @@ class Preflight:
     iteration (no migration; nan without a plan); cheapest_avg: per budget, the least average
     cost the check found (USD or J per iteration); attainable: cheapest_avg <= (1 + tol) limit,
     and not among budgets that cannot be met together; lines: one line per unattainable budget
-    or group of budgets; targets: per budget, the limit the tracker keeps it to (USD or J per
+    or group of budgets, and per device budget whose device is available in none of the slots;
+    targets: per budget, the limit the tracker keeps it to (USD or J per
     iteration): its own, or for budgets that cannot be met together the limit times 1 + the
     least common excess one of the slots' cheapest plans per slot reaches; tracked: the budgets
     the tracker keeps (attainable, or attainable alone but not together)."""
@@ -168,7 +169,12 @@ def preflight(instance: Instance, slots: Sequence[int], tolerance: float,
         own = [_avg_costs(instance, slots, [a[k] for a in alone]) for k in range(K)]
         best = np.minimum(best, [float(np.nanmean(np.fmin(own[k][:, k], costs[:, k])[ran])) for k in range(K)])
     attainable = [bool(not ran.any() or best[k] <= b.limit * (1 + tolerance)) for k, b in enumerate(instance.budgets)]
-    lines = [f"budget {b.name} cannot be met on average: the cheapest achievable average is "
+    names = [d.name for d in instance.devices]
+    idle = [f"budget {b.name} caps device {b.device}, which is available in none of the run's slots: it costs "
+            f"nothing and binds nothing" for b in instance.budgets
+            if b.kind == "device_energy" and b.device in names
+            and not instance.available[list(slots), names.index(b.device)].any()]
+    lines = idle + [f"budget {b.name} cannot be met on average: the cheapest achievable average is "
              f"{best[k]:.6g} per iteration, {_pct(best[k] / b.limit - 1)} over its limit "
              f"{b.limit:.6g}; the other budgets are kept first and {b.name} as low as the "
              f"controller can" for k, b in enumerate(instance.budgets) if not attainable[k]]
