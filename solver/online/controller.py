@@ -351,7 +351,7 @@ def _preemption_time(preempt: Preemption | None, prev: Plan | None, state: SlotS
     """Seconds this slot is charged for a preemption (online.preemption): the last slot that ran
     a plan ran `prev` (`last`: its row) and a device of it is gone now. A slot without a plan
     cannot pay it: the controller carries it to the next slot that runs."""
-    if preempt is None or prev is None or last is None or not np.isfinite(last["batch_time"]):
+    if preempt is None or prev is None or last is None:
         return 0.0
     if not preempted(prev, state.available):
         return 0.0
