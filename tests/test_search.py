@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -399,3 +400,31 @@ def test_schedules_off_means_gpipe_without_recomputation():
         for p, _, _ in ([(res.plan, 0, 0)] if res.plan is not None else []) + list(res.candidate_pool):
             assert all((g.schedule, g.recompute) == ("gpipe", False)
                        or (g.devices, g.cuts, g.schedule, g.recompute) in brought for g in p.groups), p
+
+
+def test_dp_x_pp_shapes_get_variant_cuts_beyond_16_devices():
+    """Above SearchTuning.large_devices (16) devices score_groups skips each variant's own cuts
+    (their DPs would spend the families' budget), but the dp x pp shapes of split_pipes exist
+    for memory-bound slots where those cuts are what lets a pipeline hold its share: on 32
+    devices at 0.35 of the whole-model memory (PipeDream ResNet-50, 177 layers) 16 devices as
+    2 x 8 hold nothing without them and fit with them, and the search's plan is at least that
+    good (it had ended 12% above it, 0.283 against 0.252: bench_budget seeds 820000+, slot 18,
+    46.7% above a 16x search)."""
+    from benchmarks.bench_quality import memory_level_slot
+    from solver import load_instance
+    from solver.solve.families import split_pipes
+    from solver.solve.scoring import Scorer
+    from conftest import REPO
+    wl = load_instance(REPO / "instances" / "pipedream_resnet50.toml").workload
+    state, Q = memory_level_slot(820018, wl, 32, 0.35, np.random.default_rng(0), queues=False)
+    got = []
+    for vc in (False, True):
+        sc = Scorer(state, np.asarray(Q), 1.0, SolveOptions(), None)
+        sc.budget = math.inf
+        groups = dict(split_pipes(state, sc, 8, sc.tuning))["pipes16x2"]
+        got.append(sc.score_groups(groups, source="pipes16x2", variant_cuts=vc))
+    assert got[1] is not None and any(e[2:] != () for e in got[1].structure)
+    assert got[0] is None or got[0].objective > got[1].objective * 1.5
+    res = solve_slot(state, Q, 1.0)
+    assert res.success and res.plan.validate(state) == []
+    assert res.objective <= got[1].objective * (1 + 1e-9)

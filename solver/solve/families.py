@@ -135,7 +135,8 @@ def split_pipes(state: SlotState, sc: Scorer, max_depth: int, tuning: SearchTuni
                 ) -> list[tuple[str, list[Ordered]]]:
     """The k fastest devices as m pipelines of similar speed (m = 2, 4, ... while each keeps
     two stages or more): the dp x pp shapes that pay where 1F1B or recomputation is what lets
-    a pipeline hold its share."""
+    a pipeline hold its share (the search scores them with each variant's own cuts at any
+    number of devices: Scorer.score_groups(variant_cuts=True))."""
     avail = list(state.available_indices)
     by_speed = speed_order(state, avail)
     out: list[tuple[str, list[Ordered]]] = []

@@ -571,11 +571,14 @@ class Scorer:
             got = self._risk_memo[devs] = self.state.risk.terms(devs, self.opt.iterations_per_slot)
         return got
 
-    def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True) -> Scored | None:
+    def score_groups(self, groups: Iterable[Ordered], source: str = "", prune: bool = True,
+                     variant_cuts: bool = False) -> Scored | None:
         """Cut every ordered group (min-bottleneck, one micro-batch of memory) and score; groups
         that cannot hold the model are dropped. When a memory cap binds, re-cut those groups
         for a larger share and score again. Every group at the workload's u (other sizes:
         solve.micro_batch, which searches each size on its own state, and micro_batch_entries).
+        variant_cuts: each 1F1B / recomputation variant's own cuts are tried whatever the
+        number of devices (by default only up to SearchTuning.large_devices).
 
         A repeated call (the local search meets the same neighbours from one step to the next)
         returns what the first returned, charging the tries it would charge again, without
@@ -587,19 +590,20 @@ class Scorer:
         if prune and self.best is not None and (self.exhausted()
                                                 or self.device_bound(groups) > self.best.objective):
             return None
-        key = (tuple(groups), prune)
+        key = (tuple(groups), prune, variant_cuts)
         done = self._groups_done.get(key)
         if done is not None and self.deadline == math.inf and self.tries + done[1] < self.budget:
             self.tries += done[1]
             self.pruned_charged += done[1]
             return done[0]
         p0 = self.pruned_charged
-        sc = self._score_groups(groups, source, prune)
+        sc = self._score_groups(groups, source, prune, variant_cuts)
         if self.deadline == math.inf and self.tries < self.budget:
             self._groups_done[key] = (sc, self.pruned_charged - p0)
         return sc
 
-    def _score_groups(self, groups: list[Ordered], source: str, prune: bool) -> Scored | None:
+    def _score_groups(self, groups: list[Ordered], source: str, prune: bool, variant_cuts: bool = False
+                      ) -> Scored | None:
         s = []
         for d in groups:
             c = self.cuts(d)
@@ -633,7 +637,7 @@ class Scorer:
                         sc = cand
             # the variant cuts pay up to large_devices; above, their DPs (orders x variants per
             # group) spent the budget before the dp x pp shapes (Sailor's 32 GPUs: 65.4 s -> 72-86 s)
-            s4 = None if self.exhausted() or self.n_avail > self.tuning.large_devices \
+            s4 = None if self.exhausted() or (self.n_avail > self.tuning.large_devices and not variant_cuts) \
                 else self.relieve_by_variant_cuts(base)
             relieved = [s4]
             if self.n_avail <= self.tuning.small_devices and not self._no_weights and not self.exhausted():

@@ -332,7 +332,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
             for name, groups in split_pipes(state, sc, max_depth, tune):
                 if sc.exhausted():
                     break
-                sc.score_groups(groups, source=name)
+                sc.score_groups(groups, source=name, variant_cuts=True)
         if sc.best is not None or max_depth >= deepest:
             break
         # no group of up to max_depth devices holds the model: deeper groups, on a budget of their own
