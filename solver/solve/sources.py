@@ -44,13 +44,14 @@ SUFFIXES = (("+aligned", "groups of equal depth cut alike"),
 
 
 def _family(tag: str) -> str | None:
-    m = re.fullmatch(r"(pipe|chunks|balanced|dpw|dp|roomy)(\d+)", tag)
+    m = re.fullmatch(r"(pipe|chunks|balanced|dpw|dp|roomy|fitted)(\d+)", tag)
     if m:
         kind, k = m.group(1), int(m.group(2))
         return {"pipe": f"one pipeline of the {k} fastest devices",
                 "chunks": f"a fast-link chain cut into {k} piece{'s' if k > 1 else ''}",
                 "balanced": f"speed-balanced groups ({k})",
                 "roomy": f"one pipeline of the {k} devices of most memory",
+                "fitted": f"one pipeline of {k} devices in an order that fits in memory (any order of any subset)",
                 "dp": f"data parallelism over {k} device{'s' if k > 1 else ''} that hold the model",
                 "dpw": f"data parallelism over the {k} device{'s' if k > 1 else ''} that hold the model at the least "
                        f"weighted price per throughput"}[kind]

@@ -358,6 +358,32 @@ class SlotCache:
             out[devices[:p] + devices[p + 1:]] = float(rem[p])
         return {key: v for key, v in out.items() if v < np.inf}
 
+    def stage_ends(self, devices: Sequence[int], share: int, schedule: str, recompute: bool, stages: int,
+                   position: int) -> np.ndarray | None:
+        """(len(devices), L + 1) int64: row i, the last layer c such that devices[i], as stage
+        `position` of a `stages`-stage group holding `share` samples under (schedule,
+        recompute), holds the stage [a, c) by the cut DPs' own memory rule (dp_rule's live
+        samples and prefixes, dp_kernel.maxend_rule); a where no layer fits. None where the
+        compiled DPs do not apply (another dp_backend, or devices of mixed TP degrees)."""
+        st = self.state
+        dev = tuple(int(x) for x in devices)
+        if self.dp_backend != "compiled" or not dev:
+            return None
+        wl = st.workload
+        if st.tp is None:
+            t, wt = 1, wl
+            live = float(self._live(stages, share, schedule, recompute)[position])
+        else:
+            degrees = {st.degree(i) for i in dev}
+            if len(degrees) > 1:
+                return None
+            t = degrees.pop()
+            wt = st.workload_at(t)
+            live, recompute = max(int(share), wl.micro_batch) - 1e-9 * wt.micro_batch, False
+        return dp_kernel.maxend_rule(st.param_prefix_at(t), st.stash_prefix_at(t), self._inputs(), float(wt.opt_factor),
+                                     float(wl.micro_batch), np.full(len(dev), live), bool(recompute),
+                                     np.asarray(st.memory_bytes, dtype=float)[list(dev)])
+
     def _inputs(self) -> np.ndarray:
         """(L+1,) input bytes per sample of a stage starting at each layer (recompute_need's)."""
         if self._input_row is None:
