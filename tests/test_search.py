@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -61,6 +62,28 @@ def test_infeasible_slots():
     none = dataclasses.replace(random_state(2, n=3, L=4), available=np.zeros(3, dtype=bool))
     res = solve_slot(none)
     assert res.status == "infeasible" and "no device" in res.message
+
+
+def test_infeasible_message_says_whether_groups_hold_one_micro_batch():
+    """An infeasible slot whose groups hold the model with one micro-batch but not the whole
+    batch says so, with the most samples they held (an outside audit: about 30 results had said
+    that no group holds one micro-batch); where none holds one micro-batch, that is said. The
+    oracle says the same."""
+    from solver.solve import solve_exact
+    state = random_state(3, n=3, L=6, batch=64, micro_batch=4)
+    w = state.workload
+    one = float(w.opt_factor * np.sum(w.param_bytes) + 4 * sum(layer.stash_bytes for layer in w.layers))
+    tight = dataclasses.replace(state, devices=tuple(dataclasses.replace(d, memory_bytes=0.5 * one)
+                                                     for d in state.devices))
+    res = solve_slot(tight, (0.0, 0.0), 1.0, options=SolveOptions(schedules=False))
+    assert res.status == "infeasible", res.message
+    held = re.search(r"hold the model \(.*\) with one micro-batch, but none the search built holds the whole "
+                     r"batch of 64 samples \(at most (\d+) together\)", res.message)
+    assert held and 4 <= int(held.group(1)) < 64, res.message
+    small = dataclasses.replace(state, devices=tuple(dataclasses.replace(d, memory_bytes=0.3 * one)
+                                                     for d in state.devices))
+    for res in (solve_slot(small, (0.0, 0.0), 1.0), solve_exact(small, (0.0, 0.0), 1.0)):
+        assert res.status == "infeasible" and "no device or group of available devices can hold" in res.message
 
 
 def test_keep_candidates_and_options():

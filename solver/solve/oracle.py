@@ -146,9 +146,7 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         for entries in itertools.product(*per_group):
             sc.score(entries, source="oracle", prune=True)
     if sc.best is None:
-        return SlotResult.infeasible(
-            f"slot {state.t}: no group of available devices can hold the model "
-            f"({state.workload.name}) with one micro-batch", time.perf_counter() - t0, sc.count)
+        return SlotResult.infeasible(sc.no_plan(), time.perf_counter() - t0, sc.count)
     if all_cuts:
         what = "exact for the model (every cut set)"
     elif egress_unweighed(state, Q) or (state.tp is not None and sc.variants):

@@ -109,6 +109,7 @@ class Scorer:
         self.tries = 0
         self.improved_at = 0.0         # tries when the best last improved by more than improve_rel
         self.extended = False          # whether the search went on past its budget (exhausted)
+        self.held = 0                  # while no plan: the most samples a scored structure's groups held together
         idx = np.asarray(state.available_indices, dtype=int)
         inv_fwd, inv_bwd = np.zeros(state.n), np.zeros(state.n)     # per device: samples per second
         if len(idx):
@@ -463,6 +464,8 @@ class Scorer:
         if sum(us) > self.B or any(g.cap < u for g, u in zip(gcs, us)):
             self._seen[key] = None
             return None
+        if self.best is None:
+            self.held = max(self.held, int(min(float(self.B), float_sum([min(float(g.cap), self.B) for g in gcs]))))
         a_list = [g.alpha for g in gcs]
         b_list = [g.beta for g in gcs]
         best = self.best
@@ -541,6 +544,17 @@ class Scorer:
                 self.improved_at = self.tries
             self.best = sc
         return sc
+
+    def no_plan(self) -> str:
+        """Why a search that scored every structure it built ended without a plan: no group held
+        the model with one micro-batch, or some did but none held the whole batch together."""
+        st = self.state
+        if self.held > 0:
+            return (f"slot {st.t}: groups of available devices hold the model ({st.workload.name}) with one "
+                    f"micro-batch, but none the search built holds the whole batch of {self.B} samples "
+                    f"(at most {self.held} together)")
+        return (f"slot {st.t}: no device or group of available devices can hold the model "
+                f"({st.workload.name}) with one micro-batch")
 
     def _over_caps(self, cc: CostCoeffs, T: float, b: Sequence[float]) -> float:
         """SolveOptions.cap_weight times the budgets' worth by which c_k / Cbar_k (the structure's

@@ -376,9 +376,7 @@ def _search(state: SlotState, queues: Sequence[float] | None, Q, V: float, previ
         _deep_rescue(state, sc, max_depth)
     if sc.best is None:
         return SlotResult.infeasible(
-            f"slot {state.t}: no device or group of available devices can hold the model "
-            f"({state.workload.name}) with one micro-batch"
-            + ("" if opt.schedules else " under GPipe without recomputation (schedules=False)"),
+            sc.no_plan() + ("" if opt.schedules else " under GPipe without recomputation (schedules=False)"),
             time.perf_counter() - t0, sc.count)
     extend_with_rest(state, sc)
     # 3. local search from the best few distinct groupings, then polish the winner
