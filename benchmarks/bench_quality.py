@@ -124,7 +124,8 @@ def run(count: int, max_oracle_L: int, max_oracle_n: int, V: float = 1.0, seed0:
             ex = solve_exact(state, Q, V)
             row.update(oracle_time=time.perf_counter() - t, oracle_cpu_s=time.process_time() - c,
                        oracle_status=str(ex.status),
-                       oracle_mode="model" if "exact for the model" in ex.message else "restricted",
+                       oracle_mode="model" if "exact for the model" in ex.message
+                       and "exact only relative" not in ex.message else "restricted",
                        gap=res.objective / ex.objective - 1.0 if ex.plan is not None else np.nan,
                        oracle_objective=ex.objective,
                        oracle_gap_to_bound=ex.gap)

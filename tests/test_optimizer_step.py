@@ -41,11 +41,16 @@ def test_bandwidth_estimate_and_batch_time():
 
 
 def test_measured_seconds_and_unknown_bandwidth():
+    """Measured seconds over the speed factor; a TP stage of degree t steps 1/t of the
+    parameters, so 1/t of the seconds (an outside audit: it had been charged the whole layer's,
+    9x the batch time's step on a GPT-Neo TP-2 plan)."""
     state = _state("measured", 0.0, {state_kind: (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
                                      for state_kind in {d.kind for d in random_state(2, n=3, L=6).devices}})
     got = stage_optimizer_seconds(state, (0, 1), (2, 6))
     f = state.speed_factor
     assert got == pytest.approx([0.3 / f[0], 1.8 / f[1]])
+    tp = dataclasses.replace(state, tp=(2, 1, 1))     # device 0 a unit of two (a TP stage)
+    assert stage_optimizer_seconds(tp, (0, 1), (2, 6)) == pytest.approx([0.3 / 2 / f[0], 1.8 / f[1]])
     with pytest.raises(ValueError, match="memory_bandwidth"):
         stage_optimizer_seconds(_state("bandwidth", 0.0), (0,), (6,))
     with pytest.raises(ValueError, match="optimizer_step"):
@@ -105,3 +110,6 @@ def test_measured_optimizer_seconds_left_uncharged_are_noted():
         assert any("measured optimizer-step seconds" in n and f"optimizer_step is {step!r}" in n for n in notes)
     assert not any("optimizer-step" in n for n in _state("measured", measured=measured).notes)
     assert not any("optimizer-step" in n for n in _state("none").notes)
+    zero = {k: ((0.0,) * 6 if i == 0 else (0.1,) * 6) for i, k in enumerate(sorted(kinds))}
+    notes = [n for n in _state("measured", measured=zero).notes if "optimizer-step" in n]
+    assert len(notes) == 1 and f"kind {sorted(kinds)[0]} are 0 for every layer" in notes[0]

@@ -4,8 +4,9 @@ iteration, after the gradient sync; the slowest stage of the plan sets the time.
 Per stage j on device d (Workload.optimizer_step):
 - "none": 0 (not modelled; the default);
 - "measured": the sum of the stage's measured per-layer seconds for d's kind
-  (Workload.optimizer_seconds) divided by d's speed factor; kinds without figures get the
-  bandwidth estimate;
+  (Workload.optimizer_seconds; a TP stage of degree t: those of Workload.at_tp, the seconds
+  / t, each device stepping 1/t of the parameters) divided by d's speed factor; kinds without
+  figures get the bandwidth estimate;
 - "bandwidth": (2 k_opt - 1) P_j / memory_bandwidth_d: the step reads every byte of model state
   (k_opt P_j: weights, gradients, optimizer state) and writes all of it but the gradients.
 A device without a memory bandwidth (0) cannot be estimated: ValueError naming it.
@@ -36,7 +37,8 @@ def stage_optimizer_seconds(state: SlotState, devices: Sequence[int], cuts: Sequ
     out = np.empty(k)
     for j, (d, a, c) in enumerate(zip(devices, starts, cuts)):
         dev = state.devices[d]
-        meas = wl.optimizer_seconds.get(dev.kind) if wl.optimizer_step == "measured" else None
+        at = state.workload_at(state.degree(d))         # a TP stage's per-device figures (Workload.at_tp)
+        meas = at.optimizer_seconds.get(dev.kind) if wl.optimizer_step == "measured" else None
         if meas is not None:
             out[j] = float(np.sum(meas[a:c])) / max(float(state.speed_factor[d]), 1e-300)
         elif dev.memory_bandwidth > 0:

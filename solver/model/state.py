@@ -20,12 +20,18 @@ from .workload import Workload
 def measurement_notes(devices, workload: Workload) -> tuple[str, ...]:
     """One note per device kind without measured times in a workload that has some: its
     per-layer times are FLOP estimates (FLOPs / sustained FLOP/s); and one when the table has
-    measured optimizer-step seconds that the workload does not charge (optimizer_step)."""
+    measured optimizer-step seconds that the workload does not charge (optimizer_step), or one
+    per kind present whose charged measured seconds are all 0."""
     notes = ()
     if workload.measured:
         missing = sorted({d.kind for d in devices} - set(workload.measured))
         notes = tuple(f"kind {k}: layer table {workload.name!r} has no measured times for it (measured: "
                       f"{', '.join(sorted(workload.measured))}); its times are FLOP estimates" for k in missing)
+    if workload.optimizer_step == "measured":
+        kinds = {d.kind for d in devices}
+        notes += tuple(f"layer table {workload.name!r}: measured optimizer-step seconds of kind {k} are 0 for "
+                       f"every layer; its step is charged 0 s (a profile that did not measure it?)"
+                       for k, secs in sorted(workload.optimizer_seconds.items()) if k in kinds and not any(secs))
     if workload.optimizer_seconds and workload.optimizer_step != "measured":
         notes += (f"layer table {workload.name!r} has measured optimizer-step seconds (opt_s:"
                   f"{', opt_s:'.join(sorted(workload.optimizer_seconds))}), not charged: optimizer_step is "

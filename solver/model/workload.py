@@ -201,7 +201,8 @@ class Workload:
                                        for l, p, h in zip(self.layers, P, H))
         return replace(self, layers=layers, measured=by_u.get(self.micro_batch, {}),
                        measured_by_micro_batch=by_u if self.measured_by_micro_batch else {},
-                       optimizer_seconds={}, tp_variants={}, tp_degree=t)
+                       optimizer_seconds={k: tuple(x / t for x in v) for k, v in self.optimizer_seconds.items()},
+                       tp_variants={}, tp_degree=t)
 
     def tp_measured(self, t: int) -> bool:
         """True when the table has figures measured at degree t (t = 1: always)."""

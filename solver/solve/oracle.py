@@ -240,6 +240,8 @@ def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None,
                                      f"model ({state.workload.name}) with one micro-batch", time.perf_counter() - t0)
     finite = [b for b in bounds if not math.isnan(b)]
     return replace(best, solve_time=time.perf_counter() - t0, lower_bound=min(finite) if finite else best.lower_bound,
-                   message=f"{best.message}; over all {count} ways of forming TP units of degrees {tuple(degrees)}"
-                           + (f"; {restricted} of them solved only relative to their frontier cut sets, so the "
-                              f"whole is exact relative to those" if restricted else ""))
+                   message=(f"oracle over all {count} ways of forming TP units of degrees {tuple(degrees)}: "
+                            + (f"exact only relative to the frontier cut sets of {restricted} of them (a plan "
+                               f"off those may be better), for the model on the others" if restricted else
+                               "exact for the model on each")
+                            + f"; the best: {best.message}"))
