@@ -83,12 +83,12 @@ def test_repeated_score_groups_give_the_search_of_full_calls(seed, n, L, scale, 
         hits = []
         original = Scorer.score_groups
 
-        def score_groups(self, groups, source="", prune=True, _full=full, _orig=original):
+        def score_groups(self, groups, source="", prune=True, variant_cuts=False, _full=full, _orig=original):
             groups = list(groups)
             if _full:
                 self._groups_done.clear()
-            hits.append((tuple(groups), prune) in self._groups_done)
-            return _orig(self, groups, source, prune)
+            hits.append((tuple(groups), prune, variant_cuts) in self._groups_done)
+            return _orig(self, groups, source, prune, variant_cuts)
 
         monkeypatch.setattr(Scorer, "score_groups", score_groups)
         for q in queues:
