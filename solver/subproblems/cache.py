@@ -305,18 +305,10 @@ class SlotCache:
         if self.dp_backend != "compiled" or k < 2 or k > L:
             return None
         dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
-        s = u if min_share is None else max(int(min_share), u)
-        if st.tp is None:
-            t, wt = 1, wl
-            live = self._live(k, min_share, schedule, recompute)
-        else:
-            degrees = {st.degree(i) for i in dev}
-            if len(degrees) > 1:
-                return None
-            t = degrees.pop()
-            wt = st.workload_at(t)
-            live = np.full(k, s - 1e-9 * wt.micro_batch)
-            recompute = False
+        rule = self._memory_rule(dev, k, min_share, schedule, recompute)
+        if rule is None:
+            return None
+        t, wt, live, recompute = rule
         Fp, Gp, lam, mem = self._base(dev)
         return (Fp, Gp, lam, st.param_prefix_at(t), st.stash_prefix_at(t), self._inputs(), float(wt.opt_factor),
                 float(u), live, bool(recompute), mem)
@@ -369,20 +361,30 @@ class SlotCache:
         dev = tuple(int(x) for x in devices)
         if self.dp_backend != "compiled" or not dev:
             return None
-        wl = st.workload
-        if st.tp is None:
-            t, wt = 1, wl
-            live = float(self._live(stages, share, schedule, recompute)[position])
-        else:
-            degrees = {st.degree(i) for i in dev}
-            if len(degrees) > 1:
-                return None
-            t = degrees.pop()
-            wt = st.workload_at(t)
-            live, recompute = max(int(share), wl.micro_batch) - 1e-9 * wt.micro_batch, False
+        rule = self._memory_rule(dev, stages, share, schedule, recompute)
+        if rule is None:
+            return None
+        t, wt, live, recompute = rule
         return dp_kernel.maxend_rule(st.param_prefix_at(t), st.stash_prefix_at(t), self._inputs(), float(wt.opt_factor),
-                                     float(wl.micro_batch), np.full(len(dev), live), bool(recompute),
-                                     np.asarray(st.memory_bytes, dtype=float)[list(dev)])
+                                     float(st.workload.micro_batch), np.full(len(dev), float(live[position])),
+                                     bool(recompute), np.asarray(st.memory_bytes, dtype=float)[list(dev)])
+
+    def _memory_rule(self, dev: tuple[int, ...], k: int, min_share: int | None, schedule: str, recompute: bool
+                     ) -> tuple | None:
+        """(TP degree t, the workload at t, per stage the live samples, recompute) of the cut DPs'
+        memory rule for a k-stage group of the devices `dev` holding min_share samples (None: one
+        micro-batch): with TP units GPipe's need under every variant, no recomputation; None for
+        devices of mixed TP degrees."""
+        st, wl = self.state, self.state.workload
+        if st.tp is None:
+            return 1, wl, self._live(k, min_share, schedule, recompute), bool(recompute)
+        degrees = {st.degree(i) for i in dev}
+        if len(degrees) > 1:
+            return None
+        t = degrees.pop()
+        wt = st.workload_at(t)
+        s = wl.micro_batch if min_share is None else max(int(min_share), wl.micro_batch)
+        return t, wt, np.full(k, s - 1e-9 * wt.micro_batch), False
 
     def _inputs(self) -> np.ndarray:
         """(L+1,) input bytes per sample of a stage starting at each layer (recompute_need's)."""
