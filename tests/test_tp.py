@@ -565,3 +565,42 @@ def test_migration_charge_of_a_tp_plan_counts_every_device_held(tmp_path):
     assert res.plan.uses_tp and res.batch_time == evaluate(res.plan, s6).batch_time
     assert charge_plan(res.plan, s6, prev, iterations_per_slot=100).objective((1.0,), 1.0) == \
         pytest.approx(res.objective, rel=1e-12)
+
+
+def _audit_tp_state(seed: int, n: int, L: int, B: int, u: int, level: float, kinds: list[str]):
+    """An outside audit's TP slot (session 35): random devices of `kinds` on servers formed by
+    random_network's fast links, the memory of the largest `level` x the one-micro-batch need."""
+    from solver.io.synthetic import KINDS, random_state
+    from solver.model.network import Network
+    s = random_state(seed, n=n, L=L, batch=B, micro_batch=u)
+    rng = np.random.default_rng(seed + 17)
+    ks = [kinds[int(rng.integers(len(kinds)))] for _ in range(n)]
+    devs = tuple(replace(d, kind=k, peak_flops=KINDS[k][0], memory_bytes=KINDS[k][1], busy_power_w=KINDS[k][2],
+                         idle_power_w=0.3 * KINDS[k][2], price_per_s=KINDS[k][3] / 3600) for d, k in zip(s.devices, ks))
+    speed = np.array([d.peak_flops for d in devs]) * 0.5 * np.asarray(s.speed_factor, dtype=float)
+    fast = s.bandwidth >= 100e9 / 8 * 0.999
+    server, S = -np.ones(n, dtype=int), 0
+    for i in range(n):
+        if server[i] < 0:
+            server[np.flatnonzero(fast[i])] = S
+            server[i] = S
+            S += 1
+    net = Network(server=server, server_names=tuple(f"s{k}" for k in range(S)), nic=np.full(S, np.inf))
+    s = replace(s, devices=devs, speed=speed, network=net)
+    wl = s.workload
+    need = wl.opt_factor * float(np.sum(wl.param_bytes)) + wl.micro_batch * float(np.sum(wl.stash_bytes))
+    c = level * need / max(d.memory_bytes for d in s.devices)
+    return replace(s, devices=tuple(replace(d, memory_bytes=d.memory_bytes * c) for d in s.devices))
+
+
+def test_one_f_one_b_peaks_on_tp_stages_in_the_cut_dps():
+    """The cut DPs of a TP unit state hold 1F1B's per-stage peaks under 1F1B (they had kept
+    GPipe's need under every schedule): an outside audit's 3-device slot whose only plan is a
+    2-stage 1F1B pipeline with a TP-2 last stage was called infeasible; now the search finds
+    the oracle's plan."""
+    s = _audit_tp_state(5557116, 3, 5, 3, 1, 0.5, ["V100", "T4"])
+    ex = solve_exact(s, None, 1.0, tp_degrees=(1, 2, 4))
+    assert ex.success and ex.plan.uses_tp and any(g.schedule == "1f1b" for g in ex.plan.groups)
+    res = solve_slot(s, None, 1.0, options=SolveOptions(tp_degrees=(1, 2, 4)))
+    assert res.success, res.message
+    assert res.plan.validate(s) == [] and res.objective <= ex.objective * (1 + 1e-9)

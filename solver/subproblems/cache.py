@@ -221,7 +221,7 @@ class SlotCache:
         """Arrays of an ordered group for stages within memory for `min_share` samples (default,
         and always for one device: one micro-batch); None when it has no device or more devices
         than layers. Under another (schedule, recompute) than GPipe without recomputation (on a
-        state without TP units), stage j must hold its own peak (model.memory: 1F1B keeps
+        state of TP units: 1F1B without recomputation only), stage j must hold its own peak (model.memory: 1F1B keeps
         u min(k - j, share / u) samples, recomputation stage inputs), and the backward side
         of the DP is F + G under recomputation. The share-free arrays (Fp, Gp, lam) are
         computed once per device order; the DPs' scratch is shared by the groups whose stages
@@ -234,7 +234,7 @@ class SlotCache:
             return None
         s = u if (min_share is None or k == 1) else max(int(min_share), u)
         dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
-        if (schedule, bool(recompute)) != ("gpipe", False) and k > 1 and st.tp is None:
+        if (schedule, bool(recompute)) != ("gpipe", False) and k > 1 and (st.tp is None or not recompute):
             return self._variant_arrays(dev, s, schedule, bool(recompute))
         key = (dev, s)
         ga = self._arrays.get(key)
@@ -373,8 +373,8 @@ class SlotCache:
                      ) -> tuple | None:
         """(TP degree t, the workload at t, per stage the live samples, recompute) of the cut DPs'
         memory rule for a k-stage group of the devices `dev` holding min_share samples (None: one
-        micro-batch): with TP units GPipe's need under every variant, no recomputation; None for
-        devices of mixed TP degrees."""
+        micro-batch): with TP units 1F1B's per-stage peaks, else GPipe's need (recomputation on TP
+        stages: GPipe's, which bounds it); None for devices of mixed TP degrees."""
         st, wl = self.state, self.state.workload
         if st.tp is None:
             return 1, wl, self._live(k, min_share, schedule, recompute), bool(recompute)
@@ -383,6 +383,8 @@ class SlotCache:
             return None
         t = degrees.pop()
         wt = st.workload_at(t)
+        if schedule == "1f1b" and not recompute:        # 1F1B's per-stage peaks hold on TP stages too
+            return t, wt, self._live(k, min_share, schedule, False), False
         s = wl.micro_batch if min_share is None else max(int(min_share), wl.micro_batch)
         return t, wt, np.full(k, s - 1e-9 * wt.micro_batch), False
 
@@ -480,7 +482,8 @@ class SlotCache:
         u, k = base.u, len(devices)
         n = -(-s // u)
         live = [s if schedule == "gpipe" else u * min(k - j, n) for j in range(k)]
-        needs = tuple(self.recompute_need(x) if recompute else self.need(x) for x in live)
+        st = self.state
+        needs = tuple(self.recompute_need(x) if recompute else self.need(x, st.degree(d)) for x, d in zip(live, devices))
         Gp = base.Fp + base.Gp if recompute else base.Gp
         ga = GroupArrays(devices, base.L, u, base.Fp, Gp, base.lam, needs[0], base.mem,
                          self._scratch(devices, recompute, needs[0], needs, base.mem), dp=self.dp_backend, needs=needs)
