@@ -339,7 +339,10 @@ def test_pool_steps_give_stages_of_one_kind_different_degrees(tmp_path):
     s = instance(tmp_path, FOUR, memory_gb=16).state(0)
     exact = solve_exact(s, V=1.0, tp_degrees=(1, 2, 4, 8))
     found = solve_slot(s, V=1.0)
-    per_kind = solve_slot(s, V=1.0, options=SolveOptions(tuning=SearchTuning(tp_pool_steps_up_to=0)))
+    per_kind = solve_slot(s, V=1.0, options=SolveOptions(tuning=SearchTuning(tp_pool_steps_up_to=0,
+                                                                             tp_all_sets_up_to=0)))
+    every_set = solve_slot(s, V=1.0, options=SolveOptions(tuning=SearchTuning(tp_pool_steps_up_to=0)))
+    assert every_set.objective == pytest.approx(exact.objective, rel=1e-9)     # small: every unit set
     degrees = sorted(1 + len(p) for g in found.plan.groups for p in g.tp_peers)
     assert degrees[0] == 1 and degrees[-1] == 2
     assert found.objective == pytest.approx(exact.objective, rel=1e-9)
@@ -604,3 +607,17 @@ def test_one_f_one_b_peaks_on_tp_stages_in_the_cut_dps():
     res = solve_slot(s, None, 1.0, options=SolveOptions(tp_degrees=(1, 2, 4)))
     assert res.success, res.message
     assert res.plan.validate(s) == [] and res.objective <= ex.objective * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("args", [(5557016, 5, 9, 6, 2, 0.3, ["V100", "T4"]), (5557058, 5, 7, 6, 1, 0.5, ["V100", "T4"])])
+def test_small_slots_search_every_way_of_forming_units(args):
+    """Small slots with few ways of forming TP units search each (SearchTuning.tp_all_sets_up_to):
+    on these two of an outside audit's slots the descent's units (index or speed order) ended
+    36% above the oracle; every set gives the oracle's objective."""
+    s = _audit_tp_state(*args)
+    ex = solve_exact(s, None, 1.0, tp_degrees=(1, 2, 4))
+    descent = solve_slot(s, None, 1.0, options=SolveOptions(tp_degrees=(1, 2, 4),
+                                                            tuning=SearchTuning(tp_all_sets_up_to=0)))
+    res = solve_slot(s, None, 1.0, options=SolveOptions(tp_degrees=(1, 2, 4)))
+    assert descent.objective > ex.objective * 1.3
+    assert res.plan.validate(s) == [] and res.objective == pytest.approx(ex.objective, rel=1e-9)

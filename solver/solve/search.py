@@ -195,7 +195,8 @@ def _search_tp(state: SlotState, queues: Sequence[float] | None, Q, V: float, pr
 
         return search_configurations(state, opt.tp_degrees, explore, bound, cache, explore(state, cache),
                                       opt.tuning.tp_pool_steps_up_to, stop=lambda: past(deadline),
-                                      partial=n <= opt.tuning.small_devices), screened
+                                      partial=n <= opt.tuning.small_devices,
+                                      all_sets_up_to=opt.tuning.tp_all_sets_up_to), screened
 
     for u in dict.fromkeys([sizes[0], min(sizes)]):
         found, screened = descend(u)

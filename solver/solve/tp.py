@@ -240,7 +240,8 @@ Bound = Callable[[SlotState], float]
 
 def search_configurations(state: SlotState, degrees: Sequence[int], explore: Solver, bound: Bound,
                           cache: SlotCache, plain: SlotResult, max_pools: int = 0,
-                          stop: Callable[[], bool] = lambda: False, partial: bool = False) -> Descent:
+                          stop: Callable[[], bool] = lambda: False, partial: bool = False,
+                          all_sets_up_to: int = 0) -> Descent:
     """Coordinate descent over TP configurations (module doc) from `plain`, the degree-1
     result of `explore`: each trial configuration whose lower bound (`bound` on its unit
     state) is below the incumbent's objective is searched by `explore`. Where the slot has at
@@ -249,7 +250,8 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     has passed), the configurations not yet tried are counted in Descent.late, not searched.
     Each configuration is tried with its units in index order and matched by speed
     (configuration_units); with `partial` (small slots), also with 1, 2, ... units per pool,
-    of its slowest devices."""
+    of its slowest devices, and where the slot has at most `all_sets_up_to` ways of forming
+    units (all_unit_sets, SearchTuning.tp_all_sets_up_to), every one of them after the descent."""
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
     out = Descent(plain, one, state, cache, bounds=[plain.lower_bound], visited=[state])
@@ -258,28 +260,34 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     most = max((len(p) for p in same_kind_pools(state).values()), default=0) // 2
     ways = [(False, None), (True, None)] + ([(False, k) for k in range(1, most)] if partial else [])
 
+    def visit(units: list[Unit], cfg: Configuration) -> bool:
+        """Search the unit state of `units` unless its units were tried or its bound is no
+        better than the incumbent; False once the time limit has passed."""
+        key = tuple(sorted(units))
+        if key in tried:        # configurations that form the same units are one
+            return True
+        tried.add(key)
+        if stop():
+            out.late += 1
+            return False
+        ust, ucache = units_state(state, units, cache)
+        out.visited.append(ust)
+        lb = bound(ust)
+        if out.best.plan is not None and lb >= out.best.objective:
+            out.pruned += 1
+            out.bounds.append(lb)
+            return True
+        res = explore(ust, ucache)
+        out.runs += 1
+        out.bounds.append(res.lower_bound)
+        if better(res, out.best):
+            out.best, out.config, out.state, out.cache = physical_result(res, ust), cfg, ust, ucache
+        return True
+
     def trial(cfg: Configuration) -> None:
         for matched, few in ways:
-            units = configuration_units(state, cfg, matched, few)
-            key = tuple(sorted(units))
-            if key in tried:        # configurations that form the same units are one
-                continue
-            tried.add(key)
-            if stop():
-                out.late += 1
+            if not visit(configuration_units(state, cfg, matched, few), cfg):
                 return
-            ust, ucache = units_state(state, units, cache)
-            out.visited.append(ust)
-            lb = bound(ust)
-            if out.best.plan is not None and lb >= out.best.objective:
-                out.pruned += 1
-                out.bounds.append(lb)
-                continue
-            res = explore(ust, ucache)
-            out.runs += 1
-            out.bounds.append(res.lower_bound)
-            if better(res, out.best):
-                out.best, out.config, out.state, out.cache = physical_result(res, ust), cfg, ust, ucache
 
     # every kind at each degree at once first: a plan may need two kinds to move together
     # (LLAMA-3-8 on Sailor's A100s and V100s: one pipeline through both at tp 4, 4180 s, where
@@ -295,7 +303,24 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
         for (kind, server), pool in pools.items():
             for t in (1, *(t for t in allowed.get(kind, ()) if t <= len(pool))):
                 trial(configuration({**dict(out.config), (kind, server): t}))
+    if partial and all_sets_up_to > 0:     # small slots: every way of forming units where there are few
+        sets = list(itertools.islice(all_unit_sets(state, degrees), all_sets_up_to + 1))
+        if len(sets) <= all_sets_up_to:
+            for units in sets:
+                if not visit(units, unit_configuration(state, units)):
+                    break
     return out
+
+
+def unit_configuration(state: SlotState, units: list[Unit]) -> Configuration:
+    """A Configuration naming `units` for messages: each (kind, server) pool at the size of its
+    largest unit."""
+    sizes: dict = {}
+    for u in units:
+        if len(u) > 1:
+            key = (state.devices[u[0]].kind, int(state.network.server[u[0]]) if state.network is not None else 0)
+            sizes[key] = max(sizes.get(key, 1), len(u))
+    return configuration(sizes)
 
 
 def describe_configuration(config: Configuration, state: SlotState | None = None) -> str:
