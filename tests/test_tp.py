@@ -621,3 +621,17 @@ def test_small_slots_search_every_way_of_forming_units(args):
     res = solve_slot(s, None, 1.0, options=SolveOptions(tp_degrees=(1, 2, 4)))
     assert descent.objective > ex.objective * 1.3
     assert res.plan.validate(s) == [] and res.objective == pytest.approx(ex.objective, rel=1e-9)
+
+
+def test_a_tp_plans_measured_optimizer_step_over_t_is_noted(tmp_path):
+    """Under optimizer_step = "measured" a TP stage's step is the measured tp-1 seconds / t
+    (Workload.at_tp): an estimate, which the plan's notes name."""
+    s = instance(tmp_path, FOUR, memory_gb=16).state(0)
+    L = s.workload.num_layers
+    wl = replace(s.workload, optimizer_step="measured", optimizer_seconds={s.devices[0].kind: (0.01,) * L})
+    s = replace(s, workload=wl)
+    res = solve_slot(s, V=1.0)
+    assert res.success and res.plan.uses_tp
+    assert any("optimizer step is the measured tp-1 seconds / 2" in n for n in res.plan.notes(s))
+    plain = replace(s, workload=replace(wl, optimizer_step="none"))
+    assert not any("optimizer step" in n for n in res.plan.notes(plain))

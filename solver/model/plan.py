@@ -316,8 +316,9 @@ def from_physical(plan: Plan, ustate: SlotState) -> Plan | None:
 
 def tp_notes(plan: Plan, state: SlotState) -> tuple[str, ...]:
     """What a TP plan's figures rest on: degrees without measured times for a kind (its times
-    are its degree-1 times or FLOP estimates over t plus the modelled all-reduces) and tables
-    without a TP split of the saved activations (kept whole on every device)."""
+    are its degree-1 times or FLOP estimates over t plus the modelled all-reduces), measured
+    optimizer steps taken over t, and tables without a TP split of the saved activations (kept
+    whole on every device)."""
     wl = state.workload
     out: list[str] = []
     for kind, t in sorted({(state.devices[u[0]].kind, len(u)) for g in plan.groups for u in g.units()
@@ -326,6 +327,9 @@ def tp_notes(plan: Plan, state: SlotState) -> tuple[str, ...]:
             base = "its measured tp-1 times" if kind in wl.measured else "FLOP estimates"
             out.append(f"kind {kind} at tp {t}: no times measured at that degree in {wl.name!r}; its times are "
                        f"{base} / {t} plus the modelled TP all-reduces")
+        if wl.optimizer_step == "measured" and kind in wl.optimizer_seconds:
+            out.append(f"kind {kind} at tp {t}: its optimizer step is the measured tp-1 seconds / {t} (each "
+                       f"device steps 1/{t} of the parameters)")
         if not wl.tp_measured(t) and wl.tp_unsplit_stash is None:
             out.append(f"tp {t}: {wl.name!r} does not say which saved activations TP splits; all are kept "
                        f"whole on every device (an upper bound)")

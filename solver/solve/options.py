@@ -276,8 +276,9 @@ class SolveOptions:
     previous plan) are always scored; tuning: the search's tuning numbers (SearchTuning);
     schedules: also try 1F1B and activation recomputation per group where a memory cap binds
     (solve.schedules; False: GPipe without recomputation only, except the groups the baselines
-    or the previous plan bring, with their own shares or re-optimised ones); recompute: with schedules, activation recomputation may be chosen
-    too (False: 1F1B only, for a runtime that cannot recompute); one_f_one_b: with schedules, 1F1B
+    or the previous plan bring, with their own shares or re-optimised ones); recompute: with
+    schedules, activation recomputation may be chosen too (False: 1F1B only, for a runtime that
+    cannot recompute); one_f_one_b: with schedules, 1F1B
     may be chosen (False: GPipe, with recomputation where allowed, for a runtime without 1F1B:
     the training runtime's hand-written engine); recompute_tp: with recompute,
     recomputation may be chosen in TP configurations too (False: a search on a state with TP
@@ -352,8 +353,9 @@ class SlotResult:
     order, at batch_time; objective: what the search minimised, V T + sum Q_k c_k (+ W *
     migration / iterations when re-planning is charged) with T the closed-form batch time
     less the optimizer step (evaluation.batch_time - evaluation.optimizer_time: the search
-    does not weigh the step, docs/MODEL.md section 8) and c_k at that T; status: a Status, OPTIMAL from the oracle (for
-    the model, or for the frontier cut sets the message names), FEASIBLE from the search,
+    does not weigh the step, docs/MODEL.md section 8) and c_k at that T; status: a Status,
+    OPTIMAL from the oracle (for the model, or for the frontier cut sets the message names),
+    FEASIBLE from the search,
     INFEASIBLE with plan None and the reason in message; message: what was done, in words;
     solve_time, migration_time: seconds; candidates: structures scored; candidate_pool:
     (Plan, batch_time, costs) when asked, at the closed form (as the search scores them); lower_bound: a value no plan's objective is below

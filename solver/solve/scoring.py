@@ -109,7 +109,7 @@ class Scorer:
         self.tries = 0
         self.improved_at = 0.0         # tries when the best last improved by more than improve_rel
         self.extended = False          # whether the search went on past its budget (exhausted)
-        self.held = 0                  # while no plan: the most samples a scored structure's groups held together
+        self.held = 0                  # while no plan: most samples a scored structure's groups held
         idx = np.asarray(state.available_indices, dtype=int)
         inv_fwd, inv_bwd = np.zeros(state.n), np.zeros(state.n)     # per device: samples per second
         if len(idx):

@@ -221,8 +221,9 @@ class SlotCache:
         """Arrays of an ordered group for stages within memory for `min_share` samples (default,
         and always for one device: one micro-batch); None when it has no device or more devices
         than layers. Under another (schedule, recompute) than GPipe without recomputation (on a
-        state of TP units: 1F1B without recomputation only), stage j must hold its own peak (model.memory: 1F1B keeps
-        u min(k - j, share / u) samples, recomputation stage inputs), and the backward side
+        state of TP units: 1F1B without recomputation only), stage j must hold its own peak
+        (model.memory: 1F1B keeps u min(k - j, share / u) samples, recomputation stage inputs),
+        and the backward side
         of the DP is F + G under recomputation. The share-free arrays (Fp, Gp, lam) are
         computed once per device order; the DPs' scratch is shared by the groups whose stages
         fit the same layer ranges (`_scratch`)."""
@@ -373,8 +374,9 @@ class SlotCache:
                      ) -> tuple | None:
         """(TP degree t, the workload at t, per stage the live samples, recompute) of the cut DPs'
         memory rule for a k-stage group of the devices `dev` holding min_share samples (None: one
-        micro-batch): with TP units 1F1B's per-stage peaks, else GPipe's need (recomputation on TP
-        stages: GPipe's, which bounds it); None for devices of mixed TP degrees."""
+        micro-batch): without TP units each variant's own per-stage peaks (_live); with TP units
+        1F1B's per-stage peaks under 1F1B without recomputation, else GPipe's need for the whole
+        share as group_arrays keeps it; None for devices of mixed TP degrees."""
         st, wl = self.state, self.state.workload
         if st.tp is None:
             return 1, wl, self._live(k, min_share, schedule, recompute), bool(recompute)
@@ -482,8 +484,8 @@ class SlotCache:
         u, k = base.u, len(devices)
         n = -(-s // u)
         live = [s if schedule == "gpipe" else u * min(k - j, n) for j in range(k)]
-        st = self.state
-        needs = tuple(self.recompute_need(x) if recompute else self.need(x, st.degree(d)) for x, d in zip(live, devices))
+        degree = self.state.degree
+        needs = tuple(self.recompute_need(x) if recompute else self.need(x, degree(d)) for x, d in zip(live, devices))
         Gp = base.Fp + base.Gp if recompute else base.Gp
         ga = GroupArrays(devices, base.L, u, base.Fp, Gp, base.lam, needs[0], base.mem,
                          self._scratch(devices, recompute, needs[0], needs, base.mem), dp=self.dp_backend, needs=needs)
