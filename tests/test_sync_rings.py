@@ -168,3 +168,80 @@ def test_nn_rings_close_each_nearest_neighbour_chain(seed):
         order = _nn_order(bw, lat, s)
         assert sorted(order.tolist()) == list(range(m))
         assert [int(succ[s, order[i]]) for i in range(m)] == order[1:].tolist() + [int(order[0])]
+
+
+def _valid_ring(row) -> bool:
+    seen, p = set(), 0
+    for _ in range(len(row)):
+        seen.add(p)
+        p = int(row[p])
+    return p == 0 and seen == set(range(len(row)))
+
+
+def _links(rng: np.random.Generator, m: int, ties: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(m, m) bandwidths and latencies, asymmetric; few distinct values when `ties`."""
+    if ties:
+        bw, lat = rng.choice([1e9, 2e9, 5e9], size=(m, m)), rng.choice([1e-5, 2e-5, 5e-5], size=(m, m))
+    else:
+        bw, lat = rng.uniform(1e9, 1e10, (m, m)), rng.uniform(1e-5, 1e-3, (m, m))
+    np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(lat, 0.0)
+    return bw, lat
+
+
+@given(seed=st.integers(0, 10**6), m=st.integers(3, 8), ties=st.booleans())
+def test_exact_front_is_the_front_of_every_ring(seed, m, ties):
+    """cost.rings.exact_front (threshold search over a Hamiltonian-cycle DP) gives the same
+    (bandwidth, latency) front as enumerating every directed ring, one valid ring per point
+    with exactly that slowest link and largest latency."""
+    from solver.cost.rings import exact_front
+    from solver.cost.sync import _all_rings, _pareto_rings
+    bw, lat = _links(np.random.default_rng(seed), m, ties)
+    succ, rbw, rlat = exact_front(bw, lat)
+    keep, abw, alat = _pareto_rings(bw, lat, _all_rings(m))
+    assert rbw.tolist() == abw[keep].tolist() and rlat.tolist() == alat[keep].tolist()
+    pos = np.arange(m)
+    for row, b, t in zip(succ, rbw, rlat):
+        assert _valid_ring(row)
+        assert bw[pos, row].min() == b and lat[pos, row].max() == t
+
+
+@given(seed=st.integers(0, 10**6), m=st.integers(EXACT_RINGS_UP_TO + 1, 12))
+def test_sync_of_up_to_twelve_groups_never_rises_with_a_faster_link(seed, m):
+    """Up to EXACT_FRONT_UP_TO groups each bucket's ring is the best of every ring, so making
+    one link faster (more bandwidth, less latency) never raises the sync time."""
+    from solver.cost.sync import EXACT_FRONT_UP_TO
+    assert m <= EXACT_FRONT_UP_TO
+    state = _state(seed, 2 * m, 6)
+    rng = np.random.default_rng(seed)
+    s = _structure(state, rng, m, two_stage=True)
+    assert len(s) == m
+    t = sync_time(state, s)
+    used = [x for g, _ in s for x in g]
+    for _ in range(3):
+        a, b = (int(x) for x in rng.choice(used, 2, replace=False))
+        bw, lat = state.bandwidth.copy(), state.latency.copy()
+        bw[a, b] *= float(rng.uniform(1.0, 20.0))
+        lat[a, b] *= float(rng.uniform(0.0, 1.0))
+        assert sync_time(replace(state, bandwidth=bw, latency=lat), s) <= t * (1 + 1e-12)
+
+
+@given(seed=st.integers(0, 10**6), m=st.integers(13, 40), ties=st.booleans())
+def test_improved_rings_are_rings_no_worse_than_their_start(seed, m, ties):
+    """Above the exact sizes: each improved ring is a ring through every holder whose key
+    (cost.rings._key) is no worse than its nearest-neighbour start's, so the front's best ring
+    for any bucket is never slower than the nearest-neighbour rings' best."""
+    from solver.cost.rings import _key, _better, improved_rings
+    from solver.cost.sync import _nn_rings
+    bw, lat = _links(np.random.default_rng(seed), m, ties)
+    nn = _nn_rings(bw, lat, 8)
+    for every in (True, False):
+        out = improved_rings(bw, lat, nn, every, 10 * m)
+        assert out.shape == (2 * len(nn), m)
+        for p, start in enumerate(nn):
+            for h in range(2):
+                row = out[2 * p + h]
+                assert _valid_ring(row)
+                order = lambda succ: np.array([int(x) for x in itertools.accumulate(range(m - 1), lambda v, _: succ[v],
+                                                                                   initial=0)])
+                assert not _better(_key(bw, lat, order(start)), _key(bw, lat, order(row)), h == 1)

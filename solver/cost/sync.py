@@ -21,16 +21,27 @@ from numba import njit
 
 from ..model.network import effective_bandwidth
 from ..model.state import SlotState
+from .rings import exact_front, improved_rings
 
 Structure = Sequence[tuple[Sequence[int], Sequence[int]]]
 """Groups without shares: ((devices, cuts), ...)."""
 
 EXACT_RINGS_UP_TO = 7
 """Rings of up to this many holders are chosen by enumerating every directed ring (6! = 720
-at 7); above it, among the group order and nearest-neighbour chains (`ring_candidates`)."""
+at 7)."""
+
+EXACT_FRONT_UP_TO = 12
+"""Above EXACT_RINGS_UP_TO and up to this many holders, the rings' Pareto front is computed
+exactly by threshold search over a Hamiltonian-cycle test (cost.rings.exact_front: about 1.5 ms
+at 12, 34 ms at 16); above it, by a heuristic (`_front`)."""
+
+EVERY_MOVE_UP_TO = 24
+"""Above EXACT_FRONT_UP_TO and up to this many holders, the heuristic's descents try every
+2-opt and or-opt move (cost.rings.improve; about 4 ms a set at 24); above it, only the moves
+that remove the worst link (2 ms at 64)."""
 
 NN_STARTS = 8
-"""Start devices of the nearest-neighbour rings tried above EXACT_RINGS_UP_TO holders."""
+"""Start devices of the nearest-neighbour rings the heuristic starts from."""
 
 _TIE = 1e-12
 """Relative margin by which a ring must beat an earlier candidate (the group order first)."""
@@ -94,9 +105,11 @@ def _nn_rings(bw: np.ndarray, lat: np.ndarray, starts: int) -> np.ndarray:
 
 def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(succ (C, m) over positions in `members` (sorted device indices), slowest-link bytes/s
-    (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings among every
-    directed ring (up to EXACT_RINGS_UP_TO members) or among nearest-neighbour rings from
-    NN_STARTS starts (above); ties in the order of enumeration. Cached per state and set
+    (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings: among every
+    directed ring up to EXACT_RINGS_UP_TO members (ties in the order of enumeration), the exact
+    front up to EXACT_FRONT_UP_TO (cost.rings.exact_front), above it among the nearest-neighbour
+    rings from NN_STARTS starts and those rings improved by 2-opt and or-opt descents under the
+    bandwidth-first and the latency-first key (cost.rings.improved_rings). Cached per state and set
     (SlotState.link_memo), and computed once per (bandwidth, latency) edge matrices: it is a
     function of those alone (positions, not device indices)."""
     memo = state.link_memo("_ring_fronts")
@@ -111,12 +124,16 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     key = (m, bw.tobytes(), lat.tobytes())
     hit = by_edges.get(key)
     if hit is None:
-        if m <= EXACT_RINGS_UP_TO:
-            succ = _all_rings(m)
+        if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO:
+            hit = by_edges[key] = exact_front(bw, lat)
         else:
-            succ = _nn_rings(bw, lat, min(m, NN_STARTS))
-        keep, ring_bw, ring_lat = _pareto_rings(bw, lat, succ)
-        hit = by_edges[key] = (succ[keep], ring_bw[keep], ring_lat[keep])
+            if m <= EXACT_RINGS_UP_TO:
+                succ = _all_rings(m)
+            else:
+                nn = _nn_rings(bw, lat, min(m, NN_STARTS))
+                succ = np.concatenate((nn, improved_rings(bw, lat, nn, m <= EVERY_MOVE_UP_TO, 10 * m)))
+            keep, ring_bw, ring_lat = _pareto_rings(bw, lat, succ)
+            hit = by_edges[key] = (succ[keep], ring_bw[keep], ring_lat[keep])
     memo[members] = hit
     return hit
 
@@ -154,9 +171,9 @@ def _pareto_rings(bw: np.ndarray, lat: np.ndarray, succ: np.ndarray) -> tuple[np
 def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rings worth trying for one bucket's holders (in group order): (succ (C, m) ring
     successors by position, slowest-link bytes/s (C,), largest latency (C,)), the group order
-    first, then the Pareto front of the holders as a set (`_front`: every directed ring up to
-    EXACT_RINGS_UP_TO holders, so the best ring for any bucket size is among them; above,
-    nearest-neighbour rings). Cached per state and holders (SlotState.link_memo)."""
+    first, then the Pareto front of the holders as a set (`_front`: exact up to
+    EXACT_FRONT_UP_TO holders, so the best ring for any bucket size is among them; above, a
+    heuristic's). Cached per state and holders (SlotState.link_memo)."""
     memo = state.link_memo("_ring_candidates")
     key = tuple(int(h) for h in holders)
     hit = memo.get(key)
@@ -186,7 +203,7 @@ def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarra
 def best_rings(state: SlotState, cols: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     """nxt (m, buckets): each bucket's holder's ring successor on the ring of least
     2(m-1)/m * nbytes / slowest link + 2(m-1) * largest latency (nominal link bandwidths)
-    among ring_candidates; exact for up to EXACT_RINGS_UP_TO groups. An earlier candidate
+    among ring_candidates; exact for up to EXACT_FRONT_UP_TO groups. An earlier candidate
     (the group order first) is kept unless a later one is faster by more than a 1e-12 share.
     Each (holders, bytes) choice is cached per state (SlotState.link_memo)."""
     memo = state.link_memo("_ring_choice")
@@ -320,9 +337,9 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     points (segments without parameter bytes cost nothing).
 
     Ring order: each bucket runs on the best ring of its holders (module doc, `buckets`):
-    without a state.network the least time exactly for up to EXACT_RINGS_UP_TO groups (every
-    directed ring enumerated; buckets are independent, so the per-bucket best minimises the
-    result), and never slower than the group order above. With a state.network every
+    without a state.network the least time exactly for up to EXACT_FRONT_UP_TO groups (the
+    exact front of `_front`; buckets are independent, so the per-bucket best minimises the
+    result), and never slower than the group order or the nearest-neighbour chains above. With a state.network every
     bucket's ring runs at once: the bandwidth at the bucket's size, and a server's NIC shared
     by its distinct devices with a ring edge to another server; the rings are then chosen on
     nominal link bandwidths, and the group-order rings are kept where those are faster.

@@ -1,0 +1,295 @@
+"""Ring orders for one bucket's all-reduce: the (bandwidth, latency) Pareto front of the
+directed rings through m holders, given their (m, m) link matrices (positions, not device
+indices).
+
+A ring's time is 2(m-1)/m bytes / its slowest link + 2(m-1) its largest latency (cost.sync),
+so the best ring for any bucket size lies on the front of (slowest link, largest latency)
+over all (m-1)! rings. Three ways to it, by size:
+
+- `every_ring` (m <= 7 in cost.sync): all rings enumerated;
+- `exact_front` (up to cost.sync.EXACT_FRONT_UP_TO): each front point by threshold search
+  over a Hamiltonian-cycle test, a dynamic programme over subsets (`_reach`), so the front is
+  exact and the sync time monotone in every link;
+- `improved_rings` (above): nearest-neighbour chains, each improved by moves that remove its
+  slowest (or slowest-latency) link, a heuristic.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _into(bw: np.ndarray, lat: np.ndarray, theta: float, lam: float) -> np.ndarray:
+    """into[w]: the bit set of positions u != w with a link u -> w of at least theta bytes/s
+    and at most lam seconds."""
+    m = bw.shape[0]
+    into = np.zeros(m, dtype=np.int64)
+    for u in range(m):
+        for w in range(m):
+            if u != w and bw[u, w] >= theta and lat[u, w] <= lam:
+                into[w] |= np.int64(1) << u
+    return into
+
+
+@njit(cache=True)
+def _reach(into: np.ndarray) -> np.ndarray:
+    """reach[S], over the sets S of positions that hold position 0: the bit set of the
+    positions v at which a path can end that starts at 0 and visits exactly S, on the links of
+    `into`. Recurrence: reach[{0}] = {0}; v in reach[S + {v}] iff some u in reach[S] has a link
+    u -> v. A ring through all m positions exists iff reach[all] holds a u with a link u -> 0.
+    O(2^m m) bit operations."""
+    m = into.shape[0]
+    size = np.int64(1) << m
+    reach = np.zeros(size, dtype=np.int64)
+    reach[1] = 1
+    for S in range(1, size, 2):
+        r = reach[S]
+        if r == 0:
+            continue
+        for w in range(1, m):
+            bit = np.int64(1) << w
+            if (S & bit) == 0 and (r & into[w]) != 0:
+                reach[S | bit] |= bit
+    return reach
+
+
+@njit(cache=True)
+def _has_ring(bw: np.ndarray, lat: np.ndarray, theta: float, lam: float) -> bool:
+    into = _into(bw, lat, theta, lam)
+    full = (np.int64(1) << bw.shape[0]) - 1
+    return (_reach(into)[full] & into[0]) != 0
+
+
+@njit(cache=True)
+def _lowest(bits: np.int64) -> int:
+    v = 0
+    while (bits >> v) & 1 == 0:
+        v += 1
+    return v
+
+
+@njit(cache=True)
+def _ring(bw: np.ndarray, lat: np.ndarray, theta: float, lam: float) -> np.ndarray:
+    """Successor row of a ring whose links all have >= theta bytes/s and <= lam seconds (one
+    must exist): walked back from the full set through `_reach`, the lowest position first."""
+    m = bw.shape[0]
+    into = _into(bw, lat, theta, lam)
+    reach = _reach(into)
+    S = (np.int64(1) << m) - 1
+    order = np.empty(m, dtype=np.int64)
+    v = _lowest(reach[S] & into[0])
+    order[m - 1] = v
+    for k in range(m - 2, 0, -1):
+        S ^= np.int64(1) << v
+        v = _lowest(reach[S] & into[v])
+        order[k] = v
+    order[0] = 0
+    succ = np.empty(m, dtype=np.int64)
+    for i in range(m - 1):
+        succ[order[i]] = order[i + 1]
+    succ[order[m - 1]] = order[0]
+    return succ
+
+
+@njit(cache=True)
+def exact_front(bw: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(succ (C, m), slowest link bytes/s (C,), largest latency s (C,)): one ring per point of
+    the exact (bandwidth, latency) Pareto front over every directed ring of the m >= 3
+    positions, by decreasing bandwidth. Each point: the most bandwidth B any ring has with
+    every latency <= the cap (binary search over the distinct link bandwidths, `_has_ring`),
+    then the least latency cap a ring of bandwidth >= B needs; the next point's cap is the next
+    smaller latency value. About 2 log2(m^2) ring tests of O(2^m m) per point."""
+    m = bw.shape[0]
+    off = ~np.eye(m, dtype=np.bool_)
+    bws = np.unique(bw.ravel()[off.ravel()])[::-1]         # decreasing
+    lats = np.unique(lat.ravel()[off.ravel()])              # increasing
+    rows = []
+    ring_bw = []
+    ring_lat = []
+    cap = len(lats) - 1
+    while cap >= 0 and _has_ring(bw, lat, bws[-1], lats[cap]):
+        lo, hi = 0, len(bws) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _has_ring(bw, lat, bws[mid], lats[cap]):
+                hi = mid
+            else:
+                lo = mid + 1
+        theta = bws[lo]
+        a, b = 0, cap
+        while a < b:
+            mid = (a + b) // 2
+            if _has_ring(bw, lat, theta, lats[mid]):
+                b = mid
+            else:
+                a = mid + 1
+        rows.append(_ring(bw, lat, theta, lats[a]))
+        ring_bw.append(theta)
+        ring_lat.append(lats[a])
+        cap = a - 1
+    succ = np.empty((len(rows), m), dtype=np.int64)
+    for i in range(len(rows)):
+        succ[i] = rows[i]
+    return succ, np.array(ring_bw), np.array(ring_lat)
+
+
+@njit(cache=True)
+def _key(bw: np.ndarray, lat: np.ndarray, order: np.ndarray) -> tuple[float, int, float, int]:
+    """(slowest link, how many links are that slow, largest latency, how many links have it) of
+    the ring visiting `order`."""
+    m = order.shape[0]
+    b, nb, t, nt = np.inf, 0, -np.inf, 0
+    for i in range(m):
+        x, y = bw[order[i], order[(i + 1) % m]], lat[order[i], order[(i + 1) % m]]
+        if x < b:
+            b, nb = x, 1
+        elif x == b:
+            nb += 1
+        if y > t:
+            t, nt = y, 1
+        elif y == t:
+            nt += 1
+    return b, nb, t, nt
+
+
+@njit(cache=True)
+def _better(k1: tuple[float, int, float, int], k2: tuple[float, int, float, int], by_latency: bool) -> bool:
+    """k1 before k2: more bandwidth, fewer links at it, then less latency, fewer links at it
+    (by_latency: the latency pair first)."""
+    b1, nb1, t1, nt1 = k1
+    b2, nb2, t2, nt2 = k2
+    if by_latency:
+        if t1 != t2:
+            return t1 < t2
+        if nt1 != nt2:
+            return nt1 < nt2
+    if b1 != b2:
+        return b1 > b2
+    if nb1 != nb2:
+        return nb1 < nb2
+    if t1 != t2:
+        return t1 < t2
+    return nt1 < nt2
+
+
+@njit(cache=True)
+def _worst_link(bw: np.ndarray, lat: np.ndarray, order: np.ndarray, by_latency: bool) -> int:
+    """The first position i whose link order[i] -> order[i + 1] is the ring's slowest (by_latency:
+    of largest latency)."""
+    m = order.shape[0]
+    pick, worst = 0, 0.0
+    for i in range(m):
+        a, c = order[i], order[(i + 1) % m]
+        v = lat[a, c] if by_latency else -bw[a, c]
+        if i == 0 or v > worst:
+            pick, worst = i, v
+    return pick
+
+
+@njit(cache=True)
+def _reversed(o: np.ndarray, i: int, j: int, out: np.ndarray) -> None:
+    """out: o with its path o[i..j] reversed (2-opt: links o[i-1] -> o[i] and o[j] -> o[j+1]
+    replaced by o[i-1] -> o[j] and o[i] -> o[j+1])."""
+    for k in range(o.shape[0]):
+        out[k] = o[i + j - k] if i <= k <= j else o[k]
+
+
+@njit(cache=True)
+def _moved(o: np.ndarray, i: int, j: int, out: np.ndarray) -> None:
+    """out: o with o[i] taken out and put back at place j of what is left (or-opt)."""
+    m = o.shape[0]
+    p = 0
+    for k in range(m):
+        if k != i:
+            out[p] = o[k]
+            p += 1
+    for k in range(m - 1, j, -1):
+        out[k] = out[k - 1]
+    out[j] = o[i]
+
+
+@njit(cache=True)
+def _fails(bw: np.ndarray, lat: np.ndarray, a: int, c: int, key: tuple[float, int, float, int],
+           by_latency: bool) -> bool:
+    """True when a ring with the link a -> c cannot come before one of `key` (`_better`): the
+    link is slower than its slowest (by_latency: of more latency than its largest)."""
+    return lat[a, c] > key[2] if by_latency else bw[a, c] < key[0]
+
+
+@njit(cache=True)
+def improve(bw: np.ndarray, lat: np.ndarray, order: np.ndarray, by_latency: bool, every_move: bool,
+            max_steps: int) -> np.ndarray:
+    """A first-improvement descent from the ring visiting `order` under `_better`'s key, at
+    most max_steps steps. Moves: reversing a path (2-opt) and moving one position elsewhere
+    (or-opt); with every_move all of them (O(m^3) per step at worst), else only those that
+    remove the ring's worst link (O(m^2): the ring rotated so that link closes it, every
+    reversal of a prefix and every move of either of its ends). A move whose new links alone
+    are worse than the ring's key (`_fails`) is not evaluated."""
+    m = order.shape[0]
+    o = order.copy()
+    tmp = np.empty(m, dtype=np.int64)
+    cur = _key(bw, lat, o)
+    got = cur
+    for _ in range(max_steps):
+        if not every_move:      # the worst link o[m - 1] -> o[0]
+            i = _worst_link(bw, lat, o, by_latency)
+            for k in range(m):
+                tmp[k] = o[(i + 1 + k) % m]
+            o[:] = tmp
+        found = False
+        for i in range(0, m - 1 if every_move else 1):
+            for j in range(i + 1, m - 1 if i == 0 else m):
+                if _fails(bw, lat, o[i - 1], o[j], cur, by_latency) or \
+                        _fails(bw, lat, o[i], o[(j + 1) % m], cur, by_latency):
+                    continue
+                _reversed(o, i, j, tmp)
+                got = _key(bw, lat, tmp)
+                if _better(got, cur, by_latency):
+                    found = True
+                    break
+            if found:
+                break
+        if not found:
+            for i in range(m):
+                if not every_move and 0 < i < m - 1:
+                    continue
+                if _fails(bw, lat, o[i - 1], o[(i + 1) % m], cur, by_latency):
+                    continue
+                for j in range(m):
+                    if j == i:
+                        continue
+                    prev = o[j - 1 if j - 1 < i else j] if j > 0 else o[m - 1 if i < m - 1 else m - 2]
+                    nxt = (o[j if j < i else j + 1] if j < m - 1 else o[0 if i > 0 else 1])
+                    if _fails(bw, lat, prev, o[i], cur, by_latency) or _fails(bw, lat, o[i], nxt, cur, by_latency):
+                        continue
+                    _moved(o, i, j, tmp)
+                    got = _key(bw, lat, tmp)
+                    if _better(got, cur, by_latency):
+                        found = True
+                        break
+                if found:
+                    break
+        if not found:
+            break
+        o[:] = tmp
+        cur = got
+    return o
+
+
+@njit(cache=True)
+def improved_rings(bw: np.ndarray, lat: np.ndarray, succ: np.ndarray, every_move: bool, max_steps: int) -> np.ndarray:
+    """(2P, m) successor rows: each ring of succ (P, m) improved by `improve` under the
+    bandwidth-first key and under the latency-first key."""
+    P, m = succ.shape
+    out = np.empty((2 * P, m), dtype=np.int64)
+    order = np.empty(m, dtype=np.int64)
+    for p in range(P):
+        order[0] = 0
+        for k in range(1, m):
+            order[k] = succ[p, order[k - 1]]
+        for h in range(2):
+            o = improve(bw, lat, order, h == 1, every_move, max_steps)
+            for k in range(m):
+                out[2 * p + h, o[k]] = o[(k + 1) % m]
+    return out
