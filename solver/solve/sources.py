@@ -44,7 +44,7 @@ SUFFIXES = (("+aligned", "groups of equal depth cut alike"),
 
 
 def _family(tag: str) -> str | None:
-    m = re.fullmatch(r"(pipe|chunks|balanced|dpw|dp|roomy|fitted)(\d+)", tag)
+    m = re.fullmatch(r"(pipe|chunks|balanced|dpw|dpc|dp|roomy|fitted)(\d+)", tag)
     if m:
         kind, k = m.group(1), int(m.group(2))
         return {"pipe": f"one pipeline of the {k} fastest devices",
@@ -53,6 +53,8 @@ def _family(tag: str) -> str | None:
                 "roomy": f"one pipeline of the {k} devices of most memory",
                 "fitted": f"one pipeline of {k} devices in an order that fits in memory (any order of any subset)",
                 "dp": f"data parallelism over {k} device{'s' if k > 1 else ''} that hold the model",
+                "dpc": f"data parallelism over the {k} fastest devices that hold the model in one cluster of fast "
+                       f"links",
                 "dpw": f"data parallelism over the {k} device{'s' if k > 1 else ''} that hold the model at the least "
                        f"weighted price per throughput"}[kind]
     m = re.fullmatch(r"clusters(.+)", tag)
