@@ -38,10 +38,10 @@ l3,4e9,8e9,1e6,3e6,2e9
 
 
 def instance(tmp_path: Path, devices: list[tuple[str, str, str]], memory_gb: float | None = None,
-             batch: int = 16, micro: int = 4):
+             batch: int = 16, micro: int = 4, layers: str = LAYERS):
     """Devices (name, kind, server) in declared servers ([[servers]], NICs not limiting), 200 Gb/s
     inside a server and 25 between servers (1 us / 10 us latency); a money budget."""
-    (tmp_path / "layers.csv").write_text(LAYERS)
+    (tmp_path / "layers.csv").write_text(layers)
     body = ['name = "tp"', "num_slots = 1", "[workload]", 'model = "layers.csv"', f"batch = {batch}",
             f"micro_batch = {micro}", "[network]", "intra_server_gbps = 200.0", "inter_server_gbps = 25.0",
             "intra_server_latency_ms = 0.001", "inter_server_latency_ms = 0.01", ""]
@@ -635,3 +635,42 @@ def test_a_tp_plans_measured_optimizer_step_over_t_is_noted(tmp_path):
     assert any("optimizer step is the measured tp-1 seconds / 2" in n for n in res.plan.notes(s))
     plain = replace(s, workload=replace(wl, optimizer_step="none"))
     assert not any("optimizer step" in n for n in res.plan.notes(plain))
+
+
+ACTIVATIONS = """\
+# input_bytes: 1000
+name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes
+l0,4e9,8e9,2e7,2e8,1e8
+l1,4e9,8e9,1e7,2e8,1e8
+l2,4e9,8e9,1e7,2e8,1e8
+l3,4e9,8e9,1e7,2e8,1e8
+"""
+
+
+@pytest.mark.parametrize("memory_gb", [2, 4, 8])
+def test_cut_dps_hold_the_models_memory_rule_on_tp_units_under_every_variant(tmp_path, memory_gb):
+    """On a state of TP units, the cut DPs' memory rule (SlotCache.stage_ends: the last layer a
+    stage starting at layer a may end at) is the model's (model.memory.memory_use, as
+    Plan.validate checks it) under GPipe and 1F1B, with and without recomputation: recomputed
+    TP stages had kept GPipe's need for the whole share, so the DPs never cut stages that fit
+    only by recomputing (a layer table whose activations dominate)."""
+    from solver.model.memory import MEM_RTOL, memory_use
+    from solver.solve.tp import units_state
+    st = instance(tmp_path, FOUR, memory_gb=memory_gb, batch=32, micro=2, layers=ACTIVATIONS).state(0)
+    ust, uc = units_state(st, [(0, 1), (2, 3)], SlotCache(st))
+    L, devs = ust.workload.num_layers, (0, 1)
+    recomputing_helps = False
+    for schedule, recompute in (("gpipe", False), ("gpipe", True), ("1f1b", False), ("1f1b", True)):
+        for share in (2, 8, 32):
+            for pos in (0, 1):       # stage [a, c) first (a = 0) or second (cuts a, c) of two
+                ends = uc.stage_ends(devs, share, schedule, recompute, stages=2, position=pos)
+                plain = uc.stage_ends(devs, share, schedule, False, stages=2, position=pos)
+                for a in ([0] if pos == 0 else range(1, L)):
+                    last = a
+                    for c in range(a + 1, L + 1):
+                        use = memory_use(ust, devs, [c, L] if pos == 0 else [a, c], share, schedule, recompute)[pos]
+                        if use <= ust.memory_bytes[devs[pos]] * (1 + MEM_RTOL):
+                            last = c
+                    assert int(ends[pos, a]) == last, (schedule, recompute, share, pos, a)
+                    recomputing_helps |= int(ends[pos, a]) > int(plain[pos, a])
+    assert recomputing_helps

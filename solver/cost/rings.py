@@ -4,14 +4,14 @@ indices).
 
 A ring's time is 2(m-1)/m bytes / its slowest link + 2(m-1) its largest latency (cost.sync),
 so the best ring for any bucket size lies on the front of (slowest link, largest latency)
-over all (m-1)! rings. Three ways to it, by size:
+over all (m-1)! rings. cost.sync reaches it three ways, by size:
 
-- `every_ring` (m <= 7 in cost.sync): all rings enumerated;
-- `exact_front` (up to cost.sync.EXACT_FRONT_UP_TO): each front point by threshold search
-  over a Hamiltonian-cycle test, a dynamic programme over subsets (`_reach`), so the front is
-  exact and the sync time monotone in every link;
-- `improved_rings` (above): nearest-neighbour chains, each improved by moves that remove its
-  slowest (or slowest-latency) link, a heuristic.
+- up to cost.sync.EXACT_RINGS_UP_TO holders, every ring enumerated (cost.sync._all_rings);
+- up to cost.sync.EXACT_FRONT_UP_TO, `exact_front`: each front point by threshold search over
+  a Hamiltonian-cycle test, a dynamic programme over subsets (`_reach`), so the front is exact
+  and the sync time monotone in every link;
+- above, `improved_rings`: nearest-neighbour chains, each improved by 2-opt and or-opt
+  descents under a bandwidth-first and a latency-first key, a heuristic.
 """
 from __future__ import annotations
 
@@ -218,6 +218,51 @@ def _fails(bw: np.ndarray, lat: np.ndarray, a: int, c: int, key: tuple[float, in
 
 
 @njit(cache=True)
+def _first_reversal(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: tuple[float, int, float, int],
+                    by_latency: bool, every_move: bool, tmp: np.ndarray) -> tuple[bool, tuple[float, int, float, int]]:
+    """The first path reversal (2-opt) of the ring visiting `o` whose key comes before `cur`
+    (`_better`): (True, its key), the ring in tmp; else (False, cur). Every reversal, or with
+    every_move False those of a prefix only (they remove the link o[m - 1] -> o[0])."""
+    m = o.shape[0]
+    for i in range(0, m - 1 if every_move else 1):
+        for j in range(i + 1, m - 1 if i == 0 else m):
+            if _fails(bw, lat, o[i - 1], o[j], cur, by_latency) or \
+                    _fails(bw, lat, o[i], o[(j + 1) % m], cur, by_latency):
+                continue
+            _reversed(o, i, j, tmp)
+            got = _key(bw, lat, tmp)
+            if _better(got, cur, by_latency):
+                return True, got
+    return False, cur
+
+
+@njit(cache=True)
+def _first_relocation(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: tuple[float, int, float, int],
+                      by_latency: bool, every_move: bool, tmp: np.ndarray) -> tuple[bool, tuple[float, int, float, int]]:
+    """The first move of one position elsewhere (or-opt), as `_first_reversal`; with every_move
+    False only of o[0] and o[m - 1], the ends of the link o[m - 1] -> o[0]."""
+    m = o.shape[0]
+    for i in range(m):
+        if not every_move and 0 < i < m - 1:
+            continue
+        if _fails(bw, lat, o[i - 1], o[(i + 1) % m], cur, by_latency):
+            continue
+        for j in range(m):
+            if j == i:
+                continue
+            # o[i]'s neighbours at place j of o without it (`_moved`)
+            prev = o[j - 1 if j - 1 < i else j] if j > 0 else o[m - 1 if i < m - 1 else m - 2]
+            nxt = o[j if j < i else j + 1] if j < m - 1 else o[0 if i > 0 else 1]
+            if _fails(bw, lat, prev, o[i], cur, by_latency) or _fails(bw, lat, o[i], nxt, cur, by_latency):
+                continue
+            _moved(o, i, j, tmp)
+            got = _key(bw, lat, tmp)
+            if _better(got, cur, by_latency):
+                return True, got
+    return False, cur
+
+
+@njit(cache=True)
 def improve(bw: np.ndarray, lat: np.ndarray, order: np.ndarray, by_latency: bool, every_move: bool,
             max_steps: int) -> np.ndarray:
     """A first-improvement descent from the ring visiting `order` under `_better`'s key, at
@@ -230,46 +275,15 @@ def improve(bw: np.ndarray, lat: np.ndarray, order: np.ndarray, by_latency: bool
     o = order.copy()
     tmp = np.empty(m, dtype=np.int64)
     cur = _key(bw, lat, o)
-    got = cur
     for _ in range(max_steps):
         if not every_move:      # the worst link o[m - 1] -> o[0]
             i = _worst_link(bw, lat, o, by_latency)
             for k in range(m):
                 tmp[k] = o[(i + 1 + k) % m]
             o[:] = tmp
-        found = False
-        for i in range(0, m - 1 if every_move else 1):
-            for j in range(i + 1, m - 1 if i == 0 else m):
-                if _fails(bw, lat, o[i - 1], o[j], cur, by_latency) or \
-                        _fails(bw, lat, o[i], o[(j + 1) % m], cur, by_latency):
-                    continue
-                _reversed(o, i, j, tmp)
-                got = _key(bw, lat, tmp)
-                if _better(got, cur, by_latency):
-                    found = True
-                    break
-            if found:
-                break
+        found, got = _first_reversal(bw, lat, o, cur, by_latency, every_move, tmp)
         if not found:
-            for i in range(m):
-                if not every_move and 0 < i < m - 1:
-                    continue
-                if _fails(bw, lat, o[i - 1], o[(i + 1) % m], cur, by_latency):
-                    continue
-                for j in range(m):
-                    if j == i:
-                        continue
-                    prev = o[j - 1 if j - 1 < i else j] if j > 0 else o[m - 1 if i < m - 1 else m - 2]
-                    nxt = (o[j if j < i else j + 1] if j < m - 1 else o[0 if i > 0 else 1])
-                    if _fails(bw, lat, prev, o[i], cur, by_latency) or _fails(bw, lat, o[i], nxt, cur, by_latency):
-                        continue
-                    _moved(o, i, j, tmp)
-                    got = _key(bw, lat, tmp)
-                    if _better(got, cur, by_latency):
-                        found = True
-                        break
-                if found:
-                    break
+            found, got = _first_relocation(bw, lat, o, cur, by_latency, every_move, tmp)
         if not found:
             break
         o[:] = tmp

@@ -198,16 +198,17 @@ class SlotCache:
             self._need[key] = m
         return m
 
-    def recompute_need(self, live: int) -> np.ndarray:
-        """(L+1, L+1) bytes a stage a..c-1 needs under recomputation with `live` stashed samples
-        (model.memory: k_opt P + live I_a + u H, I_a the stage's input bytes per sample), with the
-        same 1e-9 u slack on the live samples as `need`; degree 1."""
-        key = ("recompute", int(live))
+    def recompute_need(self, live: int, tp: int = 1) -> np.ndarray:
+        """(L+1, L+1) bytes one device of a degree-`tp` stage a..c-1 needs under recomputation
+        with `live` stashed samples (model.memory: k_opt P + live I_a + u H, P and H its shard,
+        I_a the stage's whole input bytes per sample), with the same 1e-9 u slack on the live
+        samples as `need`."""
+        key = ("recompute", int(live), int(tp))
         m = self._need.get(key)
         if m is None:
             st = self.state
             wl = st.workload
-            pp, sp = st.param_prefix, st.stash_prefix
+            pp, sp = st.param_prefix_at(tp), st.stash_prefix_at(tp)
             inp = np.concatenate([[wl.input_bytes], wl.out_bytes])
             m = (wl.opt_factor * (pp[None, :] - pp[:, None]) + wl.micro_batch * (sp[None, :] - sp[:, None])
                  + (live - 1e-9 * wl.micro_batch) * inp[:, None])
@@ -220,11 +221,10 @@ class SlotCache:
                      recompute: bool = False) -> GroupArrays | None:
         """Arrays of an ordered group for stages within memory for `min_share` samples (default,
         and always for one device: one micro-batch); None when it has no device or more devices
-        than layers. Under another (schedule, recompute) than GPipe without recomputation (on a
-        state of TP units: 1F1B without recomputation only), stage j must hold its own peak
-        (model.memory: 1F1B keeps u min(k - j, share / u) samples, recomputation stage inputs),
-        and the backward side
-        of the DP is F + G under recomputation. The share-free arrays (Fp, Gp, lam) are
+        than layers. Under another (schedule, recompute) than GPipe without recomputation, stage j
+        must hold its own peak (model.memory: 1F1B keeps u min(k - j, share / u) samples,
+        recomputation stage inputs; on TP units their shards at their degree), and the backward
+        side of the DP is F + G under recomputation. The share-free arrays (Fp, Gp, lam) are
         computed once per device order; the DPs' scratch is shared by the groups whose stages
         fit the same layer ranges (`_scratch`)."""
         st = self.state
@@ -235,7 +235,7 @@ class SlotCache:
             return None
         s = u if (min_share is None or k == 1) else max(int(min_share), u)
         dev = devices if type(devices) is tuple else tuple(int(x) for x in devices)
-        if (schedule, bool(recompute)) != ("gpipe", False) and k > 1 and (st.tp is None or not recompute):
+        if (schedule, bool(recompute)) != ("gpipe", False) and k > 1:
             return self._variant_arrays(dev, s, schedule, bool(recompute))
         key = (dev, s)
         ga = self._arrays.get(key)
@@ -277,7 +277,7 @@ class SlotCache:
                 self._live(k, min_share, schedule, recompute), bool(recompute), st.memory_bytes[d])
 
     def _live(self, k: int, min_share: int | None, schedule: str, recompute: bool) -> np.ndarray:
-        """Per stage of a k-stage group without TP units, the live samples of `need` /
+        """Per stage of a k-stage group, the live samples of `need` /
         `recompute_need`: s - 1e-9 u, with s the share, or 1F1B's u min(k - j, share / u)."""
         key = (k, min_share, schedule, bool(recompute))
         got = self._lives.get(key)
@@ -297,8 +297,7 @@ class SlotCache:
         kernel applies (compiled DPs, 2 <= k <= L devices, every stage of one TP degree); else
         None: (Fp, Gp, lam) of the order (_base), the memory rule's prefixes and k_opt at that
         degree, per stage the live samples (_live), the recomputation flag and the devices'
-        memory. With TP units group_arrays keeps GPipe's need and backward side under every
-        variant, and so does this. plain_rule is the cheaper form where it applies."""
+        memory. plain_rule is the cheaper form where it applies."""
         st = self.state
         k = len(devices)
         wl = st.workload
@@ -374,9 +373,8 @@ class SlotCache:
                      ) -> tuple | None:
         """(TP degree t, the workload at t, per stage the live samples, recompute) of the cut DPs'
         memory rule for a k-stage group of the devices `dev` holding min_share samples (None: one
-        micro-batch): without TP units each variant's own per-stage peaks (_live); with TP units
-        1F1B's per-stage peaks under 1F1B without recomputation, else GPipe's need for the whole
-        share as group_arrays keeps it; None for devices of mixed TP degrees."""
+        micro-batch): each variant's own per-stage peaks (_live), on TP units at their degree;
+        None for devices of mixed TP degrees."""
         st, wl = self.state, self.state.workload
         if st.tp is None:
             return 1, wl, self._live(k, min_share, schedule, recompute), bool(recompute)
@@ -384,11 +382,7 @@ class SlotCache:
         if len(degrees) > 1:
             return None
         t = degrees.pop()
-        wt = st.workload_at(t)
-        if schedule == "1f1b" and not recompute:        # 1F1B's per-stage peaks hold on TP stages too
-            return t, wt, self._live(k, min_share, schedule, False), False
-        s = wl.micro_batch if min_share is None else max(int(min_share), wl.micro_batch)
-        return t, wt, np.full(k, s - 1e-9 * wt.micro_batch), False
+        return t, st.workload_at(t), self._live(k, min_share, schedule, recompute), bool(recompute)
 
     def _inputs(self) -> np.ndarray:
         """(L+1,) input bytes per sample of a stage starting at each layer (recompute_need's)."""
@@ -485,7 +479,8 @@ class SlotCache:
         n = -(-s // u)
         live = [s if schedule == "gpipe" else u * min(k - j, n) for j in range(k)]
         degree = self.state.degree
-        needs = tuple(self.recompute_need(x) if recompute else self.need(x, degree(d)) for x, d in zip(live, devices))
+        needs = tuple(self.recompute_need(x, degree(d)) if recompute else self.need(x, degree(d))
+                      for x, d in zip(live, devices))
         Gp = base.Fp + base.Gp if recompute else base.Gp
         ga = GroupArrays(devices, base.L, u, base.Fp, Gp, base.lam, needs[0], base.mem,
                          self._scratch(devices, recompute, needs[0], needs, base.mem), dp=self.dp_backend, needs=needs)
