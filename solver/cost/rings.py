@@ -18,6 +18,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+Key = tuple[float, int, float, int]
+"""A ring's (slowest link bytes/s, links that slow, largest latency s, links with it)."""
+
 
 @njit(cache=True)
 def _into(bw: np.ndarray, lat: np.ndarray, theta: float, lam: float) -> np.ndarray:
@@ -135,7 +138,7 @@ def exact_front(bw: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 @njit(cache=True)
-def _key(bw: np.ndarray, lat: np.ndarray, order: np.ndarray) -> tuple[float, int, float, int]:
+def _key(bw: np.ndarray, lat: np.ndarray, order: np.ndarray) -> Key:
     """(slowest link, how many links are that slow, largest latency, how many links have it) of
     the ring visiting `order`."""
     m = order.shape[0]
@@ -154,7 +157,7 @@ def _key(bw: np.ndarray, lat: np.ndarray, order: np.ndarray) -> tuple[float, int
 
 
 @njit(cache=True)
-def _better(k1: tuple[float, int, float, int], k2: tuple[float, int, float, int], by_latency: bool) -> bool:
+def _better(k1: Key, k2: Key, by_latency: bool) -> bool:
     """k1 before k2: more bandwidth, fewer links at it, then less latency, fewer links at it
     (by_latency: the latency pair first)."""
     b1, nb1, t1, nt1 = k1
@@ -210,16 +213,15 @@ def _moved(o: np.ndarray, i: int, j: int, out: np.ndarray) -> None:
 
 
 @njit(cache=True)
-def _fails(bw: np.ndarray, lat: np.ndarray, a: int, c: int, key: tuple[float, int, float, int],
-           by_latency: bool) -> bool:
+def _fails(bw: np.ndarray, lat: np.ndarray, a: int, c: int, key: Key, by_latency: bool) -> bool:
     """True when a ring with the link a -> c cannot come before one of `key` (`_better`): the
     link is slower than its slowest (by_latency: of more latency than its largest)."""
     return lat[a, c] > key[2] if by_latency else bw[a, c] < key[0]
 
 
 @njit(cache=True)
-def _first_reversal(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: tuple[float, int, float, int],
-                    by_latency: bool, every_move: bool, tmp: np.ndarray) -> tuple[bool, tuple[float, int, float, int]]:
+def _first_reversal(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: Key, by_latency: bool, every_move: bool,
+                    tmp: np.ndarray) -> tuple[bool, Key]:
     """The first path reversal (2-opt) of the ring visiting `o` whose key comes before `cur`
     (`_better`): (True, its key), the ring in tmp; else (False, cur). Every reversal, or with
     every_move False those of a prefix only (they remove the link o[m - 1] -> o[0])."""
@@ -237,8 +239,8 @@ def _first_reversal(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: tuple[f
 
 
 @njit(cache=True)
-def _first_relocation(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: tuple[float, int, float, int],
-                      by_latency: bool, every_move: bool, tmp: np.ndarray) -> tuple[bool, tuple[float, int, float, int]]:
+def _first_relocation(bw: np.ndarray, lat: np.ndarray, o: np.ndarray, cur: Key, by_latency: bool, every_move: bool,
+                      tmp: np.ndarray) -> tuple[bool, Key]:
     """The first move of one position elsewhere (or-opt), as `_first_reversal`; with every_move
     False only of o[0] and o[m - 1], the ends of the link o[m - 1] -> o[0]."""
     m = o.shape[0]

@@ -37,8 +37,8 @@ at 12, 34 ms at 16); above it, by a heuristic (`_front`)."""
 
 EVERY_MOVE_UP_TO = 24
 """Above EXACT_FRONT_UP_TO and up to this many holders, the heuristic's descents try every
-2-opt and or-opt move (cost.rings.improve; about 4 ms a set at 24); above it, only the moves
-that remove the worst link (2 ms at 64)."""
+2-opt and or-opt move (cost.rings.improve; about 1 ms a set at 24, 12 ms at 64); above it, only
+the moves that remove the worst link (0.3 ms at 64)."""
 
 NN_STARTS = 8
 """Start devices of the nearest-neighbour rings the heuristic starts from."""
@@ -339,8 +339,8 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     Ring order: each bucket runs on the best ring of its holders (module doc, `buckets`):
     without a state.network the least time exactly for up to EXACT_FRONT_UP_TO groups (the
     exact front of `_front`; buckets are independent, so the per-bucket best minimises the
-    result), and never slower than the group order or the nearest-neighbour chains above. With a state.network every
-    bucket's ring runs at once: the bandwidth at the bucket's size, and a server's NIC shared
+    result), and never slower than the group order or the nearest-neighbour chains above.
+    With a state.network every bucket's ring runs at once: the bandwidth at the bucket's size, and a server's NIC shared
     by its distinct devices with a ring edge to another server; the rings are then chosen on
     nominal link bandwidths, and the group-order rings are kept where those are faster.
 

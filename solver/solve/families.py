@@ -108,7 +108,7 @@ def _clustered_dp(state: SlotState, holders: list[int], thresholds: list[float],
     bandwidth >= a threshold, clusters(), holding the most speed), for each of the thresholds:
     the holders' prefixes (dp{j}) pay the sync over whatever links join the fastest devices,
     where the devices of one server sync over its fast links (bench_budget seed 820015, 64
-    devices: six of one server 28% below the best plan the search had found, even at 16 times
+    devices: six of one server 43% below the best plan the search had found, even at 16 times
     its work budget)."""
     out: list[tuple[str, list[Ordered]]] = []
     if len(holders) < 2:
