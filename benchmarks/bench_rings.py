@@ -7,7 +7,8 @@ n / 2 servers of `io.synthetic.random_network` (fast inside a server, 1-25 Gbit/
 bucket sizes of 1 MB, 100 MB and 1 GB. Per (set, bucket) the least ring time
 2(m-1)/m bytes / slowest link + 2(m-1) largest latency over the rings of:
 - "chains": the nearest-neighbour chains from 8 starts (the model before session 36);
-- "model": the front cost.sync uses (exact up to EXACT_FRONT_UP_TO, improved chains above);
+- "model": the front cost.sync uses (exact up to EXACT_FRONT_UP_TO, the chains improved by the
+  moves that remove their worst link above);
 - "every move": the chains improved by every-move descents (the reference above 16 holders).
 The reference is the exact front (`cost.rings.exact_front`) up to 16 holders, else the best of
 the three. Prints, per size range and method, the mean and largest ratio to the reference, the
@@ -26,7 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
 from solver.cost.rings import exact_front, improved_rings  # noqa: E402
-from solver.cost.sync import EXACT_FRONT_UP_TO, EVERY_MOVE_UP_TO, NN_STARTS, _nn_rings, _pareto_rings  # noqa: E402
+from solver.cost.sync import EXACT_FRONT_UP_TO, EXACT_RINGS_UP_TO, NN_STARTS, _nn_rings, _pareto_rings  # noqa: E402
 from solver.io.synthetic import random_network  # noqa: E402
 
 BUCKETS = (1e6, 1e8, 1e9)
@@ -52,11 +53,11 @@ def _timed(f):
 def _model_front(bw: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(slowest links, largest latencies) of the front cost.sync._front computes above 7 holders."""
     m = bw.shape[0]
-    if m <= EXACT_FRONT_UP_TO:
-        _, rb, rl = exact_front(bw, lat)
-        return rb, rl
     nn = _nn_rings(bw, lat, min(m, NN_STARTS))
-    succ = np.concatenate((nn, improved_rings(bw, lat, nn, m <= EVERY_MOVE_UP_TO, 10 * m)))
+    succ = np.concatenate((nn, improved_rings(bw, lat, nn, False, 10 * m)))
+    if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO:
+        _, rb, rl = exact_front(bw, lat, succ)
+        return rb, rl
     keep, rb, rl = _pareto_rings(bw, lat, succ)
     return rb[keep], rl[keep]
 
@@ -64,7 +65,7 @@ def _model_front(bw: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def run(sets: int, seed: int, sizes: list[tuple[int, int]]) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     warm = np.ascontiguousarray(np.ones((9, 9)))
-    exact_front(warm, warm)
+    exact_front(warm, warm, _nn_rings(warm, warm, 2))
     improved_rings(warm, warm, _nn_rings(warm, warm, 2), True, 5)      # compile before timing
     rows = []
     for lo, hi in sizes:
@@ -77,7 +78,7 @@ def run(sets: int, seed: int, sizes: list[tuple[int, int]]) -> pd.DataFrame:
             chains, t_chain = _timed(lambda: _nn_rings(B, L, min(m, NN_STARTS)))
             model, t_model = _timed(lambda: _model_front(B, L))
             every, t_every = _timed(lambda: np.concatenate((chains, improved_rings(B, L, chains, True, 10 * m))))
-            exact = exact_front(B, L) if m <= EXACT_REFERENCE_UP_TO else None
+            exact = exact_front(B, L, chains[:0]) if m <= EXACT_REFERENCE_UP_TO else None
             fronts = {"chains": _links(chains, B, L), "model": model, "every move": _links(every, B, L)}
             times = {"chains": t_chain, "model": t_model, "every move": t_every}
             for nb in BUCKETS:

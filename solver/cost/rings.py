@@ -59,8 +59,17 @@ def _reach(into: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _has_ring(bw: np.ndarray, lat: np.ndarray, theta: float, lam: float) -> bool:
+    """Whether a ring through all positions has every link >= theta bytes/s and <= lam s: first
+    the O(m^2) necessary test (every position has a link in and a link out), then `_reach`."""
     into = _into(bw, lat, theta, lam)
     full = (np.int64(1) << bw.shape[0]) - 1
+    outs = np.int64(0)
+    for w in range(into.shape[0]):
+        if into[w] == 0:
+            return False
+        outs |= into[w]
+    if outs != full:
+        return False
     return (_reach(into)[full] & into[0]) != 0
 
 
@@ -96,38 +105,74 @@ def _ring(bw: np.ndarray, lat: np.ndarray, theta: float, lam: float) -> np.ndarr
 
 
 @njit(cache=True)
-def exact_front(bw: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _at(values: np.ndarray, v: float) -> int:
+    """The index of v in `values` (it is there)."""
+    for i in range(values.shape[0]):
+        if values[i] == v:
+            return i
+    return -1
+
+
+@njit(cache=True)
+def exact_front(bw: np.ndarray, lat: np.ndarray, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(succ (C, m), slowest link bytes/s (C,), largest latency s (C,)): one ring per point of
     the exact (bandwidth, latency) Pareto front over every directed ring of the m >= 3
-    positions, by decreasing bandwidth. Each point: the most bandwidth B any ring has with
-    every latency <= the cap (binary search over the distinct link bandwidths, `_has_ring`),
-    then the least latency cap a ring of bandwidth >= B needs; the next point's cap is the next
-    smaller latency value. About 2 log2(m^2) ring tests of O(2^m m) per point."""
+    positions, by decreasing bandwidth. Each point, under a latency cap (at first none): the
+    most bandwidth B any ring has with every latency <= the cap, then the least cap a ring of
+    bandwidth >= B needs; the next point's cap is the next smaller latency value. Both are
+    searched over the distinct link values with `_has_ring` (O(2^m m) each), starting from what
+    the rings `seeds` (P, m successor rows, any rings, e.g. a heuristic's) already reach: where
+    a seed is on the front, one test beyond it settles each search; else a binary search
+    (about log2(m^2) tests) goes on from there."""
     m = bw.shape[0]
     off = ~np.eye(m, dtype=np.bool_)
     bws = np.unique(bw.ravel()[off.ravel()])[::-1]         # decreasing
     lats = np.unique(lat.ravel()[off.ravel()])              # increasing
+    P = seeds.shape[0]
+    sb, sl = np.empty(P), np.empty(P)
+    for p in range(P):
+        b, t = np.inf, -np.inf
+        for i in range(m):
+            b, t = min(b, bw[i, seeds[p, i]]), max(t, lat[i, seeds[p, i]])
+        sb[p], sl[p] = b, t
     rows = []
     ring_bw = []
     ring_lat = []
     cap = len(lats) - 1
-    while cap >= 0 and _has_ring(bw, lat, bws[-1], lats[cap]):
-        lo, hi = 0, len(bws) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _has_ring(bw, lat, bws[mid], lats[cap]):
-                hi = mid
-            else:
-                lo = mid + 1
-        theta = bws[lo]
-        a, b = 0, cap
-        while a < b:
-            mid = (a + b) // 2
-            if _has_ring(bw, lat, theta, lats[mid]):
-                b = mid
-            else:
-                a = mid + 1
-        rows.append(_ring(bw, lat, theta, lats[a]))
+    while cap >= 0:
+        j, known = len(bws) - 1, False          # a feasible bandwidth index under the cap
+        for p in range(P):
+            if sl[p] <= lats[cap]:
+                k = _at(bws, sb[p])
+                if not known or k < j:
+                    j, known = k, True
+        if not known and not _has_ring(bw, lat, bws[j], lats[cap]):
+            break
+        if j > 0 and _has_ring(bw, lat, bws[j - 1], lats[cap]):
+            lo, hi = 0, j - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _has_ring(bw, lat, bws[mid], lats[cap]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            j = lo
+        theta = bws[j]
+        a, seed = cap, -1                       # a feasible latency index at bandwidth theta
+        for p in range(P):
+            if sb[p] >= theta and sl[p] <= lats[a]:
+                a, seed = _at(lats, sl[p]), p
+        if a > 0 and _has_ring(bw, lat, theta, lats[a - 1]):
+            lo, hi = 0, a - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _has_ring(bw, lat, theta, lats[mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            a, seed = lo, -1
+        rows.append(seeds[seed].copy() if seed >= 0 and sb[seed] == theta and sl[seed] == lats[a]
+                    else _ring(bw, lat, theta, lats[a]))
         ring_bw.append(theta)
         ring_lat.append(lats[a])
         cap = a - 1

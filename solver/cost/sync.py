@@ -30,15 +30,13 @@ EXACT_RINGS_UP_TO = 7
 """Rings of up to this many holders are chosen by enumerating every directed ring (6! = 720
 at 7)."""
 
-EXACT_FRONT_UP_TO = 12
+EXACT_FRONT_UP_TO = 10
 """Above EXACT_RINGS_UP_TO and up to this many holders, the rings' Pareto front is computed
-exactly by threshold search over a Hamiltonian-cycle test (cost.rings.exact_front: about 1.5 ms
-at 12, 34 ms at 16); above it, by a heuristic (`_front`)."""
-
-EVERY_MOVE_UP_TO = 24
-"""Above EXACT_FRONT_UP_TO and up to this many holders, the heuristic's descents try every
-2-opt and or-opt move (cost.rings.improve; about 1 ms a set at 24, 12 ms at 64); above it, only
-the moves that remove the worst link (0.3 ms at 64)."""
+exactly by threshold search over a Hamiltonian-cycle test (cost.rings.exact_front, seeded with
+the heuristic's rings: about 0.07 ms a set at 8 holders, 1 ms at 12); above it, by the heuristic
+(`_front`: nearest-neighbour chains improved by the moves that remove their worst link, about
+0.02 ms a set at 8-16 holders). At 12 the exact front made 64-device searches over many
+8-12-group structures up to 7x slower (bench_budget seed 790031: 7.3 s against 1.0 s)."""
 
 NN_STARTS = 8
 """Start devices of the nearest-neighbour rings the heuristic starts from."""
@@ -108,8 +106,9 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings: among every
     directed ring up to EXACT_RINGS_UP_TO members (ties in the order of enumeration), the exact
     front up to EXACT_FRONT_UP_TO (cost.rings.exact_front), above it among the nearest-neighbour
-    rings from NN_STARTS starts and those rings improved by 2-opt and or-opt descents under the
-    bandwidth-first and the latency-first key (cost.rings.improved_rings). Cached per state and set
+    rings from NN_STARTS starts and those rings improved by the 2-opt and or-opt moves that remove
+    their worst link, under the bandwidth-first and the latency-first key (cost.rings.improved_rings).
+    Cached per state and set
     (SlotState.link_memo), and computed once per (bandwidth, latency) edge matrices: it is a
     function of those alone (positions, not device indices)."""
     memo = state.link_memo("_ring_fronts")
@@ -124,14 +123,14 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     key = (m, bw.tobytes(), lat.tobytes())
     hit = by_edges.get(key)
     if hit is None:
-        if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO:
-            hit = by_edges[key] = exact_front(bw, lat)
+        if m <= EXACT_RINGS_UP_TO:
+            succ = _all_rings(m)
         else:
-            if m <= EXACT_RINGS_UP_TO:
-                succ = _all_rings(m)
-            else:
-                nn = _nn_rings(bw, lat, min(m, NN_STARTS))
-                succ = np.concatenate((nn, improved_rings(bw, lat, nn, m <= EVERY_MOVE_UP_TO, 10 * m)))
+            nn = _nn_rings(bw, lat, min(m, NN_STARTS))
+            succ = np.concatenate((nn, improved_rings(bw, lat, nn, False, 10 * m)))
+        if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO:
+            hit = by_edges[key] = exact_front(bw, lat, succ)        # the heuristic's rings as seeds
+        else:
             keep, ring_bw, ring_lat = _pareto_rings(bw, lat, succ)
             hit = by_edges[key] = (succ[keep], ring_bw[keep], ring_lat[keep])
     memo[members] = hit
