@@ -113,14 +113,16 @@ def _clustered_dp(state: SlotState, holders: list[int], thresholds: list[float],
     out: list[tuple[str, list[Ordered]]] = []
     if len(holders) < 2:
         return out
-    seen = {tuple(holders[:j]) for j in range(len(holders) + 1)}
+    seen: set[tuple[int, ...]] = set()
     for thr in thresholds:
         comps = clusters(state, holders, thr)
         best = max(comps, key=lambda c: (sum(state.speed[d] for d in c), -min(c)))
         members = set(best)
         order = [d for d in holders if d in members]
+        common = next((i for i, (x, y) in enumerate(zip(order, holders)) if x != y), len(order))
         for j in _levels(len(order), tuning.levels_all):
-            if j > 1 and tuple(order[:j]) not in seen:
+            # not one device alone, nor a prefix of the holders themselves (the dp{j} family.s kind)
+            if j > max(common, 1) and tuple(order[:j]) not in seen:
                 seen.add(tuple(order[:j]))
                 out.append((f"dpc{j}", [(d,) for d in order[:j]]))
     return out
