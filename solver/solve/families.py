@@ -121,7 +121,7 @@ def _clustered_dp(state: SlotState, holders: list[int], thresholds: list[float],
         order = [d for d in holders if d in members]
         common = next((i for i, (x, y) in enumerate(zip(order, holders)) if x != y), len(order))
         for j in _levels(len(order), tuning.levels_all):
-            # not one device alone, nor a prefix of the holders themselves (the dp{j} family.s kind)
+            # not one device alone, nor a prefix of the holders themselves (the dp{j} family's kind)
             if j > max(common, 1) and tuple(order[:j]) not in seen:
                 seen.add(tuple(order[:j]))
                 out.append((f"dpc{j}", [(d,) for d in order[:j]]))
