@@ -210,6 +210,32 @@ def test_exact_front_is_the_front_of_every_ring(seed, m, ties):
             assert bw[pos, row].min() == b and lat[pos, row].max() == t
 
 
+@given(seed=st.integers(0, 10**6), m=st.integers(3, 8), ties=st.booleans(), log_bytes=st.floats(3.0, 10.0),
+       max_nodes=st.sampled_from([0, 3, 10**9]))
+def test_best_ring_is_the_least_ring_or_says_it_stopped(seed, m, ties, log_bytes, max_nodes):
+    """cost.rings.best_ring (branch and bound) returns a valid ring with its own slowest link and
+    largest latency, never worse than its seeds; when it says done, no directed ring costs less
+    for the bucket (enumeration), whatever the seeds and however few paths it may extend."""
+    from solver.cost.rings import best_ring
+    from solver.cost.sync import _all_rings
+    rng = np.random.default_rng(seed)
+    bw, lat = _links(rng, m, ties)
+    a, c = 2.0 * (m - 1) / m * 10.0 ** log_bytes, 2.0 * (m - 1)
+    every = _all_rings(m)
+    pos = np.arange(m)
+    least = float((a / bw[pos, every].min(axis=1) + c * lat[pos, every].max(axis=1)).min())
+    seeds = every[rng.choice(len(every), int(rng.integers(1, 4)))]
+    seeded = float((a / bw[pos, seeds].min(axis=1) + c * lat[pos, seeds].max(axis=1)).min())
+    succ, ring_bw, ring_lat, done = best_ring(bw, lat, a, c, seeds, max_nodes)
+    assert _valid_ring(succ)
+    assert bw[pos, succ].min() == ring_bw and lat[pos, succ].max() == ring_lat
+    cost = a / ring_bw + c * ring_lat
+    assert cost <= seeded * (1 + 1e-12)
+    assert done or max_nodes < 10**9
+    if done:
+        assert cost <= least * (1 + 1e-12)
+
+
 @given(seed=st.integers(0, 10**6), m=st.integers(EXACT_RINGS_UP_TO + 1, EXACT_FRONT_UP_TO))
 def test_sync_of_up_to_exact_front_groups_never_rises_with_a_faster_link(seed, m):
     """Up to EXACT_FRONT_UP_TO groups each bucket's ring is the best of every ring, so making

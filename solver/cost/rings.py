@@ -7,9 +7,11 @@ so the best ring for any bucket size lies on the front of (slowest link, largest
 over all (m-1)! rings. cost.sync reaches it three ways, by size:
 
 - up to cost.sync.EXACT_RINGS_UP_TO holders, every ring enumerated (cost.sync._all_rings);
-- up to cost.sync.EXACT_FRONT_UP_TO, `exact_front`: each front point by threshold search over
-  a Hamiltonian-cycle test, a dynamic programme over subsets (`_reach`), so the front is exact
-  and the sync time monotone in every link;
+- up to cost.sync.EXACT_FRONT_UP_TO, the least ring for the bucket's size by branch and bound
+  (`best_ring`), or where that runs past its node limit, the exact front (`exact_front`: each
+  front point by threshold search over a Hamiltonian-cycle test, a dynamic programme over
+  subsets, `_reach`); either way the ring is a least one and the sync time monotone in every
+  link;
 - above, `improved_rings`: nearest-neighbour chains, each improved by 2-opt and or-opt
   descents under a bandwidth-first and a latency-first key, a heuristic.
 """
@@ -180,6 +182,106 @@ def exact_front(bw: np.ndarray, lat: np.ndarray, seeds: np.ndarray) -> tuple[np.
     for i in range(len(rows)):
         succ[i] = rows[i]
     return succ, np.array(ring_bw), np.array(ring_lat)
+
+
+@njit(cache=True)
+def _completion_bound(ibw: np.ndarray, lat: np.ndarray, used: np.ndarray, last: int, x: float, t: float,
+                      a: float, c: float, stop: float) -> float:
+    """A lower bound on the cost a * (largest 1/bandwidth) + c * (largest latency) of every ring
+    that starts with the path of worst links x (s/byte) and t (s) ending at `last`, the positions
+    of `used` visited: every unvisited w needs a link in from `last` or another unvisited one and
+    a link out to 0 or another unvisited one, and 0 a link in from an unvisited one, and a ring
+    costs at least what its path and any one of its links cost together. Returns early once the
+    bound reaches `stop`."""
+    m = ibw.shape[0]
+    bound = a * x + c * t
+    into0, left = np.inf, 0
+    for w in range(m):
+        if used[w]:
+            continue
+        left += 1
+        best_in = a * max(x, ibw[last, w]) + c * max(t, lat[last, w])
+        best_out = a * max(x, ibw[w, 0]) + c * max(t, lat[w, 0])
+        into0 = min(into0, best_out)
+        for u in range(m):
+            if u != w and not used[u]:
+                best_in = min(best_in, a * max(x, ibw[u, w]) + c * max(t, lat[u, w]))
+                best_out = min(best_out, a * max(x, ibw[w, u]) + c * max(t, lat[w, u]))
+        bound = max(bound, best_in, best_out)
+        if bound >= stop:
+            return bound
+    if left == 0:
+        return a * max(x, ibw[last, 0]) + c * max(t, lat[last, 0])
+    return max(bound, into0)
+
+
+@njit(cache=True)
+def best_ring(bw: np.ndarray, lat: np.ndarray, a: float, c: float, seeds: np.ndarray,
+              max_nodes: int) -> tuple[np.ndarray, float, float, bool]:
+    """(succ (m,), its slowest link bytes/s, its largest latency s, done): a directed ring through the m >= 3 positions of least
+    a / (slowest link bytes/s) + c * (largest latency s) (for one bucket's all-reduce,
+    a = 2(m-1)/m bytes and c = 2(m-1)), by depth-first branch and bound from position 0.
+
+    The incumbent starts as the best of the rings `seeds` (P >= 1 successor rows); a path is
+    extended, children in position order, only while `_completion_bound` stays below the
+    incumbent, so a ring replaces it only when strictly cheaper. done is False when the search
+    stopped after max_nodes extended paths: succ is then the best ring found, not proven least.
+    Worst case (m-1)! leaves; on 8-10 holders of random clusters about 100-1,000 paths."""
+    m = bw.shape[0]
+    ibw = 1.0 / bw
+    best = np.inf
+    succ = seeds[0].copy()
+    for p in range(seeds.shape[0]):
+        x, t = 0.0, -np.inf
+        for i in range(m):
+            x, t = max(x, ibw[i, seeds[p, i]]), max(t, lat[i, seeds[p, i]])
+        if a * x + c * t < best:
+            best = a * x + c * t
+            succ[:] = seeds[p]
+    path = np.zeros(m, dtype=np.int64)
+    nxt = np.ones(m, dtype=np.int64)           # the next child to try at each depth
+    px, pt = np.zeros(m), np.full(m, -np.inf)  # each depth's path: largest 1/bandwidth, latency
+    used = np.zeros(m, dtype=np.bool_)
+    used[0] = True
+    d, nodes = 0, 0
+    while d >= 0:
+        last = path[d]
+        if d == m - 1:
+            x, t = max(px[d], ibw[last, 0]), max(pt[d], lat[last, 0])
+            if a * x + c * t < best:
+                best = a * x + c * t
+                for i in range(m - 1):
+                    succ[path[i]] = path[i + 1]
+                succ[last] = 0
+            used[last] = False
+            d -= 1
+            continue
+        k = nxt[d]
+        x, t = 0.0, 0.0
+        while k < m:
+            if not used[k]:
+                x, t = max(px[d], ibw[last, k]), max(pt[d], lat[last, k])
+                if a * x + c * t < best:
+                    used[k] = True
+                    bound = _completion_bound(ibw, lat, used, k, x, t, a, c, best)
+                    used[k] = False
+                    if bound < best:
+                        break
+            k += 1
+        if k == m:
+            used[last] = d == 0
+            d -= 1
+            continue
+        if nodes == max_nodes:
+            break
+        nodes += 1
+        nxt[d] = k + 1
+        d += 1
+        path[d], used[k], px[d], pt[d], nxt[d] = k, True, x, t, 1
+    ring_bw, ring_lat = np.inf, -np.inf
+    for i in range(m):
+        ring_bw, ring_lat = min(ring_bw, bw[i, succ[i]]), max(ring_lat, lat[i, succ[i]])
+    return succ, ring_bw, ring_lat, d < 0
 
 
 @njit(cache=True)

@@ -21,7 +21,7 @@ from numba import njit
 
 from ..model.network import effective_bandwidth
 from ..model.state import SlotState
-from .rings import exact_front, improved_rings
+from .rings import best_ring, exact_front, improved_rings
 
 Structure = Sequence[tuple[Sequence[int], Sequence[int]]]
 """Groups without shares: ((devices, cuts), ...)."""
@@ -31,12 +31,21 @@ EXACT_RINGS_UP_TO = 7
 at 7)."""
 
 EXACT_FRONT_UP_TO = 10
-"""Above EXACT_RINGS_UP_TO and up to this many holders, the rings' Pareto front is computed
-exactly by threshold search over a Hamiltonian-cycle test (cost.rings.exact_front, seeded with
-the heuristic's rings: about 0.07 ms a set at 8 holders, 1 ms at 12); above it, by the heuristic
-(`_front`: nearest-neighbour chains improved by the moves that remove their worst link, about
-0.02 ms a set at 8-16 holders). At 12 the exact front made 64-device searches over many
-8-12-group structures up to 7x slower (bench_budget seed 790031: 7.3 s against 1.0 s)."""
+"""Above EXACT_RINGS_UP_TO and up to this many holders, each bucket's ring is a least one:
+found by branch and bound for the bucket's size (cost.rings.best_ring, from the
+nearest-neighbour rings; about 0.02 ms a call at 8 holders), or where that stops at
+BRANCH_NODES, taken from the exact Pareto front (cost.rings.exact_front, threshold search over
+a Hamiltonian-cycle test seeded with the heuristic's rings: about 0.1 ms a set at 8 holders,
+1 ms at 12). Above it, the heuristic front (`_front`: nearest-neighbour chains improved by the
+moves that remove their worst link, about 0.02 ms a set at 8-16 holders). At 12 the exact
+front made 64-device searches over many 8-12-group structures up to 7x slower (bench_budget
+seed 790031: 7.3 s against 1.0 s); the branch and bound does not scale past 10 either (a
+2,000-node cap leaves most 14-holder calls unfinished)."""
+
+BRANCH_NODES = 2_000
+"""Paths the branch and bound of one bucket's ring (cost.rings.best_ring) may extend, above
+EXACT_RINGS_UP_TO and up to EXACT_FRONT_UP_TO holders, before the bucket's ring is taken from
+the exact front instead (about 0.2 ms at 8-10 holders; most sets need 50-1,000)."""
 
 NN_STARTS = 8
 """Start devices of the nearest-neighbour rings the heuristic starts from."""
@@ -61,11 +70,11 @@ def _all_rings(m: int) -> np.ndarray:
 def _edges(state: SlotState, holders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(m, m) bytes/s and seconds of the ring edges among `holders`: the pair's nominal
     bandwidth times min of the two TP degrees (parallel shards), and its latency."""
-    bw = state.bandwidth[np.ix_(holders, holders)]
+    bw = state.bandwidth[holders][:, holders]
     if state.tp is not None:
         t = np.asarray(state.tp, dtype=float)[holders]
         bw = bw * np.minimum(t[:, None], t[None, :])
-    return bw, state.latency[np.ix_(holders, holders)]
+    return bw, state.latency[holders][:, holders]
 
 
 @njit(cache=True)
@@ -101,6 +110,19 @@ def _nn_rings(bw: np.ndarray, lat: np.ndarray, starts: int) -> np.ndarray:
     return succ
 
 
+def _edge_figures(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """(bw, lat, key): `_edges` of the sorted `members` as contiguous float arrays, and a key
+    equal for every holder set with the same edge figures (like servers); cached per state and
+    set (SlotState.link_memo)."""
+    memo = state.link_memo("_ring_edges")
+    hit = memo.get(members)
+    if hit is None:
+        bw, lat = _edges(state, np.asarray(members, dtype=int))
+        bw, lat = np.ascontiguousarray(bw, dtype=float), np.ascontiguousarray(lat, dtype=float)
+        hit = memo[members] = (bw, lat, (len(members), bw.tobytes(), lat.tobytes()))
+    return hit
+
+
 def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(succ (C, m) over positions in `members` (sorted device indices), slowest-link bytes/s
     (C,), largest latency (C,)) of the (bandwidth, latency) Pareto-optimal rings: among every
@@ -115,18 +137,15 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
     hit = memo.get(members)
     if hit is not None:
         return hit
-    h = np.asarray(members, dtype=int)
-    m = len(h)
-    bw, lat = _edges(state, h)
-    bw, lat = np.ascontiguousarray(bw, dtype=float), np.ascontiguousarray(lat, dtype=float)
-    by_edges = state.link_memo("_ring_fronts_by_edges")      # sets with the same edge figures (like servers)
-    key = (m, bw.tobytes(), lat.tobytes())
+    m = len(members)
+    bw, lat, key = _edge_figures(state, members)
+    by_edges = state.link_memo("_ring_fronts_by_edges")
     hit = by_edges.get(key)
     if hit is None:
         if m <= EXACT_RINGS_UP_TO:
             succ = _all_rings(m)
         else:
-            nn = _nn_rings(bw, lat, min(m, NN_STARTS))
+            nn = _nn_seeds(state, members)
             succ = np.concatenate((nn, improved_rings(bw, lat, nn, False, 10 * m)))
         if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO:
             hit = by_edges[key] = exact_front(bw, lat, succ)        # the heuristic's rings as seeds
@@ -134,6 +153,16 @@ def _front(state: SlotState, members: tuple[int, ...]) -> tuple[np.ndarray, np.n
             keep, ring_bw, ring_lat = _pareto_rings(bw, lat, succ)
             hit = by_edges[key] = (succ[keep], ring_bw[keep], ring_lat[keep])
     memo[members] = hit
+    return hit
+
+
+def _nn_seeds(state: SlotState, members: tuple[int, ...]) -> np.ndarray:
+    """`_nn_rings` of the members from min(m, NN_STARTS) starts; cached per edge figures."""
+    bw, lat, key = _edge_figures(state, members)
+    memo = state.link_memo("_ring_nn_by_edges")
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _nn_rings(bw, lat, min(len(members), NN_STARTS))
     return hit
 
 
@@ -202,8 +231,9 @@ def ring_candidates(state: SlotState, holders: Sequence[int]) -> tuple[np.ndarra
 def best_rings(state: SlotState, cols: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     """nxt (m, buckets): each bucket's holder's ring successor on the ring of least
     2(m-1)/m * nbytes / slowest link + 2(m-1) * largest latency (nominal link bandwidths)
-    among ring_candidates; exact for up to EXACT_FRONT_UP_TO groups. An earlier candidate
-    (the group order first) is kept unless a later one is faster by more than a 1e-12 share.
+    among the group order and the holders' rings (`_choose_ring`); exact for up to
+    EXACT_FRONT_UP_TO groups. The group order is kept unless a ring is faster by more than a
+    1e-12 share.
     Each (holders, bytes) choice is cached per state (SlotState.link_memo)."""
     memo = state.link_memo("_ring_choice")
     out = []
@@ -218,8 +248,9 @@ def best_rings(state: SlotState, cols: np.ndarray, nbytes: np.ndarray) -> np.nda
 
 def _choose_ring(state: SlotState, holders: tuple[int, ...], nbytes: float) -> tuple[int, ...]:
     """Each holder's successor on the best ring of best_rings for one bucket of nbytes bytes:
-    the group-order ring unless the best of the holders' Pareto front (`_front`) beats it by
-    more than the _TIE share (the same choice as scanning ring_candidates in order)."""
+    the group-order ring unless the holders' least ring (`_front_choice`: the best of their
+    Pareto front, or of the branch and bound at 8-10 holders) beats it by more than the _TIE
+    share."""
     m = len(holders)
     if m <= 2:
         return holders[1:] + holders[:1]
@@ -250,19 +281,43 @@ def _group_ring(state: SlotState, holders: tuple[int, ...]) -> tuple[tuple[int, 
 
 
 def _front_choice(state: SlotState, members: tuple[int, ...], nbytes: float) -> tuple[float, tuple[int, ...]]:
-    """(cost, each member's successor) of the first ring of the members' front within the _TIE
-    share of the front's least cost for a bucket of nbytes bytes; cached per state
+    """(cost, each member's successor) of the least ring for a bucket of nbytes bytes: above
+    EXACT_RINGS_UP_TO and up to EXACT_FRONT_UP_TO members a least ring by branch and bound
+    (`_branched_ring`), else (or where that stops at BRANCH_NODES) the first ring of the
+    members' front within the _TIE share of the front's least cost. Cached per state
     (SlotState.link_memo)."""
     memo = state.link_memo("_ring_front_choice")
     key = (members, nbytes)
     hit = memo.get(key)
     if hit is None:
-        ring_bw, ring_lat, nexts = _front_lists(state, members)
         m = len(members)
-        cost = [2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat for bw, lat in zip(ring_bw, ring_lat)]
-        best = min(cost)
-        pick = next(i for i, c in enumerate(cost) if c <= best + _TIE * abs(best))
-        hit = memo[key] = (cost[pick], nexts[pick])
+        ring = _branched_ring(state, members, nbytes) if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO else None
+        if ring is not None:
+            row, ring_bw, ring_lat = ring
+            cost = 2.0 * (m - 1) / m * nbytes / ring_bw + 2.0 * (m - 1) * ring_lat
+            hit = memo[key] = (cost, tuple(members[j] for j in row))
+        else:
+            ring_bw, ring_lat, nexts = _front_lists(state, members)
+            cost = [2.0 * (m - 1) / m * nbytes / bw + 2.0 * (m - 1) * lat for bw, lat in zip(ring_bw, ring_lat)]
+            best = min(cost)
+            pick = next(i for i, c in enumerate(cost) if c <= best + _TIE * abs(best))
+            hit = memo[key] = (cost[pick], nexts[pick])
+    return hit
+
+
+def _branched_ring(state: SlotState, members: tuple[int, ...], nbytes: float) -> tuple[list[int], float, float] | None:
+    """(each member position's successor, slowest link bytes/s, largest latency s) of a least
+    ring for a bucket of nbytes bytes (cost.rings.best_ring, from the nearest-neighbour rings),
+    or None where the branch and bound stopped after BRANCH_NODES paths; cached per edge
+    figures and size."""
+    bw, lat, key = _edge_figures(state, members)
+    memo = state.link_memo("_ring_branch_by_edges")
+    hit = memo.get((key, nbytes), False)
+    if hit is False:
+        m = len(members)
+        succ, ring_bw, ring_lat, done = best_ring(bw, lat, 2.0 * (m - 1) / m * nbytes, 2.0 * (m - 1),
+                                                  _nn_seeds(state, members), BRANCH_NODES)
+        hit = memo[(key, nbytes)] = (succ.tolist(), float(ring_bw), float(ring_lat)) if done else None
     return hit
 
 
@@ -336,9 +391,9 @@ def sync_time(state: SlotState, structure: Structure) -> float:
     points (segments without parameter bytes cost nothing).
 
     Ring order: each bucket runs on the best ring of its holders (module doc, `buckets`):
-    without a state.network the least time exactly for up to EXACT_FRONT_UP_TO groups (the
-    exact front of `_front`; buckets are independent, so the per-bucket best minimises the
-    result), and never slower than the group order or the nearest-neighbour chains above.
+    without a state.network the least time exactly for up to EXACT_FRONT_UP_TO groups (a
+    least ring per bucket, `_front_choice`; buckets are independent, so the per-bucket best
+    minimises the result), and never slower than the group order or the nearest-neighbour chains above.
     With a state.network every bucket's ring runs at once: the bandwidth at the bucket's size, and a server's NIC shared
     by its distinct devices with a ring edge to another server; the rings are then chosen on
     nominal link bandwidths, and the group-order rings are kept where those are faster.
@@ -385,15 +440,19 @@ def _plain_sync_time(state: SlotState, structure: Structure) -> float | None:
                 return None
             cost = c1 * nb / bw + c2 * max(latm[a][b], latm[b][a])
             costs.append(cost + lam if lam else cost)
+    ring_costs = state.link_memo("_ring_cost")
     for b, (_, nb) in enumerate(spans if m > 2 else ()):
-        holders = tuple(col[b] for col in cols)
-        succ = memo.get((holders, nb))
-        if succ is None:
-            succ = memo[(holders, nb)] = _choose_ring(state, holders, nb)
-        bw = min(bwm[h][x] for h, x in zip(holders, succ))
-        if not bw > 0:
+        key = (tuple(col[b] for col in cols), nb)
+        cost = ring_costs.get(key, False)
+        if cost is False:
+            succ = memo.get(key)
+            if succ is None:
+                succ = memo[key] = _choose_ring(state, key[0], nb)
+            bw = min(bwm[h][x] for h, x in zip(key[0], succ))
+            cost = ring_costs[key] = (c1 * nb / bw + c2 * max(latm[h][x] for h, x in zip(key[0], succ))
+                                      if bw > 0 else None)
+        if cost is None:
             return None
-        cost = c1 * nb / bw + c2 * max(latm[h][x] for h, x in zip(holders, succ))
         costs.append(cost + lam if lam else cost)
     per: dict[int, float] = {}
     for col in cols:
