@@ -7,8 +7,9 @@ n / 2 servers of `io.synthetic.random_network` (fast inside a server, 1-25 Gbit/
 bucket sizes of 1 MB, 100 MB and 1 GB. Per (set, bucket) the least ring time
 2(m-1)/m bytes / slowest link + 2(m-1) largest latency over the rings of:
 - "chains": the nearest-neighbour chains from 8 starts (the model before session 36);
-- "model": the front cost.sync uses (exact up to EXACT_FRONT_UP_TO, the chains improved by the
-  moves that remove their worst link above);
+- "model": the rings cost.sync takes (up to EXACT_FRONT_UP_TO each bucket's least ring by
+  branch and bound, the exact front where that stops; the chains improved by the moves that
+  remove their worst link above);
 - "every move": the chains improved by every-move descents (the reference above 16 holders).
 The reference is the exact front (`cost.rings.exact_front`) up to 16 holders, else the best of
 the three. Prints, per size range and method, the mean and largest ratio to the reference, the
@@ -26,8 +27,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from solver.cli.argtypes import DocHelp, guarded, positive_int  # noqa: E402
-from solver.cost.rings import exact_front, improved_rings  # noqa: E402
-from solver.cost.sync import EXACT_FRONT_UP_TO, EXACT_RINGS_UP_TO, NN_STARTS, _nn_rings, _pareto_rings  # noqa: E402
+from solver.cost.rings import best_ring, exact_front, improved_rings  # noqa: E402
+from solver.cost.sync import (BRANCH_NODES, EXACT_FRONT_UP_TO, EXACT_RINGS_UP_TO, NN_STARTS, _nn_rings,  # noqa: E402
+                               _pareto_rings)
 from solver.io.synthetic import random_network  # noqa: E402
 
 BUCKETS = (1e6, 1e8, 1e9)
@@ -51,13 +53,22 @@ def _timed(f):
 
 
 def _model_front(bw: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(slowest links, largest latencies) of the front cost.sync._front computes above 7 holders."""
+    """(slowest links, largest latencies) of the rings cost.sync takes above 7 holders: up to
+    EXACT_FRONT_UP_TO, each bucket's least ring by branch and bound (the exact front where that
+    stops at BRANCH_NODES); above, the heuristic front."""
     m = bw.shape[0]
     nn = _nn_rings(bw, lat, min(m, NN_STARTS))
-    succ = np.concatenate((nn, improved_rings(bw, lat, nn, False, 10 * m)))
     if EXACT_RINGS_UP_TO < m <= EXACT_FRONT_UP_TO:
-        _, rb, rl = exact_front(bw, lat, succ)
-        return rb, rl
+        rb, rl = [], []
+        for nb in BUCKETS:
+            _, b, t, done = best_ring(bw, lat, 2.0 * (m - 1) / m * nb, 2.0 * (m - 1), nn, BRANCH_NODES)
+            if not done:
+                _, fb, fl = exact_front(bw, lat, np.concatenate((nn, improved_rings(bw, lat, nn, False, 10 * m))))
+                return fb, fl
+            rb.append(b)
+            rl.append(t)
+        return np.array(rb), np.array(rl)
+    succ = np.concatenate((nn, improved_rings(bw, lat, nn, False, 10 * m)))
     keep, rb, rl = _pareto_rings(bw, lat, succ)
     return rb[keep], rl[keep]
 
@@ -67,6 +78,7 @@ def run(sets: int, seed: int, sizes: list[tuple[int, int]]) -> pd.DataFrame:
     warm = np.ascontiguousarray(np.ones((9, 9)))
     exact_front(warm, warm, _nn_rings(warm, warm, 2))
     improved_rings(warm, warm, _nn_rings(warm, warm, 2), True, 5)      # compile before timing
+    best_ring(warm, warm, 1.0, 1.0, _nn_rings(warm, warm, 2), 5)
     rows = []
     for lo, hi in sizes:
         for _ in range(sets):
