@@ -6,6 +6,7 @@ import itertools
 from typing import Iterable
 
 import numpy as np
+from numba import njit
 
 from ..model.state import SlotState
 
@@ -21,21 +22,40 @@ def nn_order(state: SlotState, devices: Iterable[int]) -> Ordered:
     if len(rest) <= 2:
         return tuple(rest)
     out = [rest.pop(0)]
-    if len(rest) > 16:                  # the same choice, vectorised: max of (bandwidth, speed, -index)
-        left = np.array(rest, dtype=int)
-        speed = np.asarray(state.speed, dtype=float)
-        while len(left):
-            key = np.lexsort((-left, speed[left], state.bandwidth[out[-1], left]))
-            pick = key[-1]
-            out.append(int(left[pick]))
-            left = np.delete(left, pick)
-        return tuple(out)
+    if len(rest) > 16:                  # the same choice, compiled
+        chain = _nn_chain(np.ascontiguousarray(state.bandwidth, dtype=float), np.asarray(state.speed, dtype=float),
+                          out[0], np.array(rest, dtype=np.int64))
+        return tuple(chain.tolist())
     while rest:
         row = bw[out[-1]]
         nxt = max(rest, key=lambda d: (row[d], speed[d], -d))
         rest.remove(nxt)
         out.append(nxt)
     return tuple(out)
+
+
+@njit(cache=True)
+def _nn_chain(bw: np.ndarray, speed: np.ndarray, first: int, rest: np.ndarray) -> np.ndarray:
+    """nn_order's chain from device `first` through the devices `rest`: each step takes the
+    remaining device of the largest (bandwidth from the last one, speed, -index), a total order,
+    so the pick does not depend on the order of `rest`. O(n^2)."""
+    k = rest.shape[0]
+    left = rest.copy()
+    out = np.empty(k + 1, dtype=np.int64)
+    out[0] = first
+    last = first
+    for step in range(1, k + 1):
+        pick = 0
+        for i in range(1, k):
+            d, p = left[i], left[pick]
+            if bw[last, d] > bw[last, p] or (bw[last, d] == bw[last, p] and (
+                    speed[d] > speed[p] or (speed[d] == speed[p] and d < p))):
+                pick = i
+        last = left[pick]
+        out[step] = last
+        k -= 1
+        left[pick] = left[k]
+    return out
 
 
 def _lists(state: SlotState) -> tuple[list[list[float]], list[float], list[float]]:
