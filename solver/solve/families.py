@@ -6,6 +6,7 @@ import heapq
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from .. import baselines
 from ..model.state import SlotState
@@ -15,22 +16,41 @@ from .scoring import Scorer
 
 
 def clusters(state: SlotState, devices: Sequence[int], threshold: float) -> list[list[int]]:
-    """Connected components of the links with bandwidth >= threshold (both directions)."""
-    left = set(devices)
-    out = []
-    while left:
-        stack = [min(left)]
-        left.discard(stack[0])
-        comp = []
-        while stack:
-            i = stack.pop()
-            comp.append(i)
-            cand = np.fromiter(left, dtype=int, count=len(left))
-            for j in cand[np.minimum(state.bandwidth[i, cand], state.bandwidth[cand, i]) >= threshold].tolist():
-                left.discard(j)
-                stack.append(j)
-        out.append(sorted(comp))
+    """Connected components of the links with bandwidth >= threshold (both directions), each
+    sorted, in the order of their least device."""
+    devs = np.array(sorted(set(devices)), dtype=np.int64)
+    sub = state.bandwidth[devs][:, devs]
+    label = _components(np.minimum(sub, sub.T) >= threshold)
+    out: list[list[int]] = [[] for _ in range(int(label.max()) + 1 if len(devs) else 0)]
+    for d, c in zip(devs.tolist(), label.tolist()):
+        out[c].append(d)
     return out
+
+
+@njit(cache=True)
+def _components(adj: np.ndarray) -> np.ndarray:
+    """label[i]: the connected component of row i of the symmetric (n, n) adjacency `adj`,
+    numbered in the order of their least row. O(n^2)."""
+    n = adj.shape[0]
+    label = np.full(n, -1, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    c = 0
+    for s in range(n):
+        if label[s] >= 0:
+            continue
+        label[s] = c
+        stack[0] = s
+        top = 1
+        while top:
+            top -= 1
+            i = stack[top]
+            for j in range(n):
+                if adj[i, j] and label[j] < 0:
+                    label[j] = c
+                    stack[top] = j
+                    top += 1
+        c += 1
+    return label
 
 
 def balanced_partition(state: SlotState, devices: Sequence[int], m: int) -> list[list[int]]:
