@@ -218,9 +218,10 @@ def _completion_bound(ibw: np.ndarray, lat: np.ndarray, used: np.ndarray, last: 
 @njit(cache=True)
 def best_ring(bw: np.ndarray, lat: np.ndarray, a: float, c: float, seeds: np.ndarray,
               max_nodes: int) -> tuple[np.ndarray, float, float, bool]:
-    """(succ (m,), its slowest link bytes/s, its largest latency s, done): a directed ring through the m >= 3 positions of least
-    a / (slowest link bytes/s) + c * (largest latency s) (for one bucket's all-reduce,
-    a = 2(m-1)/m bytes and c = 2(m-1)), by depth-first branch and bound from position 0.
+    """(succ (m,), its slowest link bytes/s, its largest latency s, done): a directed ring
+    through the m >= 3 positions of least a / (slowest link bytes/s) + c * (largest latency s)
+    (for one bucket's all-reduce, a = 2(m-1)/m bytes and c = 2(m-1)), by depth-first branch
+    and bound from position 0.
 
     The incumbent starts as the best of the rings `seeds` (P >= 1 successor rows); a path is
     extended, children in position order, only while `_completion_bound` stays below the
