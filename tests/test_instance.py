@@ -361,3 +361,96 @@ def test_train_table_sets_iterations_per_slot(tmp_path):
         with pytest.raises(InstanceError) as info:
             load_instance(write_case(tmp_path, GOOD_TOML + f"\n[train]\n{bad}\n"))
         assert all(w in str(info.value) for w in words), str(info.value)
+
+
+# ---------------------------------------------------------------- outside audit: values the loader dropped unsaid
+
+def zero_flop_table(tmp_path: Path, kinds: tuple[str, ...], variants: tuple[str, ...] = ()) -> None:
+    """z.csv: three layers of 0 FLOPs with measured times of `kinds` (and `variants`, column
+    suffixes such as "V100-SXM2-16GB@mbs2@tp1")."""
+    cols = [f"{p}_s:{k}" for k in kinds + variants for p in ("fwd", "bwd")]
+    rows = [f"l{i},0,0,1000,1000,1000" + ",1e-3,2e-3" * (len(kinds) + len(variants)) for i in range(3)]
+    (tmp_path / "z.csv").write_text("\n".join(["name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes"
+                                               + "".join("," + c for c in cols)] + rows) + "\n")
+
+
+def test_a_kind_without_measured_times_or_flops_is_refused(tmp_path):
+    """A 0-FLOP table measured on V100 only: T4's times would be 0 s per layer (a division by
+    zero in the baselines); the load names the kind and the table."""
+    toml = sub('model = "mlp"', 'model = "z.csv"')
+    zero_flop_table(tmp_path, ("V100-SXM2-16GB",))
+    with pytest.raises(InstanceError, match=r"workload\.model: kind T4 has neither measured times nor FLOPs in layer "
+                                            r"table 'z' \(every layer's fwd_flops and bwd_flops is 0; measured: "
+                                            r"V100-SXM2-16GB\)"):
+        load_instance(write_case(tmp_path, toml))
+    zero_flop_table(tmp_path, ("V100-SXM2-16GB", "T4"), ("V100-SXM2-16GB@mbs2@tp1",))
+    with pytest.raises(InstanceError, match=r"kind T4 \(at micro-batch size\(s\) 2\) has neither"):
+        load_instance(write_case(tmp_path, toml))
+    zero_flop_table(tmp_path, ("V100-SXM2-16GB", "T4"))
+    st = load_instance(write_case(tmp_path, toml)).state(0)
+    assert (st.layer_fwd_seconds > 0).all() and (st.layer_bwd_seconds > 0).all()
+
+
+def test_an_all_zero_variant_column_is_refused(tmp_path):
+    zero_flop_table(tmp_path, ("V100-SXM2-16GB", "T4"), ("T4@mbs2@tp1",))
+    (tmp_path / "z.csv").write_text((tmp_path / "z.csv").read_text().replace(",1e-3,2e-3\n", ",0,0\n"))
+    with pytest.raises(InstanceError, match=r"columns 'fwd_s:T4@mbs2@tp1', 'bwd_s:T4@mbs2@tp1': every layer takes "
+                                            r"0 s on T4 at micro-batch size 2, tensor-parallel degree 1"):
+        load_instance(write_case(tmp_path, sub('model = "mlp"', 'model = "z.csv"')))
+
+
+def test_static_figures_a_trace_replaces_are_noted(tmp_path):
+    """The trace wins over a device's price_per_hour and a [[links]] gbps; the notes say so,
+    and say nothing where the static figure is the default or equals the trace."""
+    notes = load_instance(write_case(tmp_path, sub('kind = "T4"', 'kind = "T4"\nprice_per_hour = 100'))).notes
+    assert "devices[1].price_per_hour of gpu1 (100 USD per hour) is replaced by the price_per_hour column of " \
+           "traces.devices 'devs.csv' in every slot (a trace wins over the static figure)" in notes
+    assert "links[0].gbps between gpu0 and gpu1 (5 Gbit/s) is replaced by traces.links 'links.csv' in every slot " \
+           "(a trace wins over the static figure)" in notes
+    same = write_case(tmp_path, sub('kind = "T4"', 'kind = "T4"\nprice_per_hour = 1.5'),
+                      links=GOOD_LINKS.replace(",4\n", ",5\n").replace(",6\n", ",5\n"))
+    assert not any("trace wins" in n for n in load_instance(same).notes)
+    assert not any("trace wins" in n for n in load_instance(write_case(tmp_path, GOOD_TOML.split("[traces]")[0]
+                                                                       + sub("price_per_hour = 100", "",
+                                                                             "price_per_hour = 100"))).notes)
+
+
+MEASURED = "name,fwd_flops,bwd_flops,out_bytes,stash_bytes,param_bytes,fwd_s:V100-SXM2-16GB,bwd_s:V100-SXM2-16GB\n" + \
+    "".join(f"l{i},1e9,2e9,1000,1000,1000,1e-3,2e-3\n" for i in range(3))
+
+
+def test_efficiency_and_peak_of_a_measured_kind_are_noted(tmp_path):
+    """efficiency / peak_tflops do not set a measured kind's layer times: a note when the file
+    sets them to other than the default, none for the default or for an estimated kind."""
+    (tmp_path / "m.csv").write_text(MEASURED)
+    toml = sub('model = "mlp"', 'model = "m.csv"')
+    assert not any("not used" in n for n in load_instance(write_case(tmp_path, toml)).notes)
+    toml = sub('server = "a"', 'server = "a"\nefficiency = 0.05\npeak_tflops = 1', toml)
+    notes = load_instance(write_case(tmp_path, toml)).notes
+    assert ("kind V100-SXM2-16GB: devices[0].efficiency of gpu0 (0.05), devices[0].peak_tflops of gpu0 (1) are not "
+            "used for its layer times, which are measured (layer table 'm'); only the search's ranking of devices "
+            "by speed sees them") in notes
+    assert not any("gpu1" in n and "not used" in n for n in notes)      # T4: FLOP estimates, efficiency 0.4 used
+    toml = sub('server = "a"', 'server = "a"\nefficiency = 0.5', sub('model = "mlp"', 'model = "m.csv"'))
+    assert not any("not used" in n for n in load_instance(write_case(tmp_path, toml)).notes)
+
+
+def test_unused_declared_kind_is_refused_like_an_unused_server(tmp_path):
+    kinds = '\n[[kinds]]\nkind = "H800"\nlike = "H100-SXM5-80GB"\n'
+    with pytest.raises(InstanceError, match=r"kinds\[0\]\.kind: no device has this kind and no column of layer table "
+                                            r"'mlp' names it; device kinds: T4, V100-SXM2-16GB \(got 'H800'\)"):
+        load_instance(write_case(tmp_path, GOOD_TOML + kinds))
+    (tmp_path / "h.csv").write_text(MEASURED.replace("V100-SXM2-16GB", "H800"))       # a table's kind: declared
+    load_instance(write_case(tmp_path, sub('model = "mlp"', 'model = "h.csv"') + kinds))
+
+
+@pytest.mark.parametrize("kind, limit, words", [
+    ("money", "1e-300", ["budgets[0].limit", "must be >= 1e-10 and <= 1e+06 USD per iteration", "1e-300"]),
+    ("energy", "1e-9", ["budgets[0].limit", "must be >= 1e-06 and <= 1e+12 J per iteration"]),
+])
+def test_absurdly_small_budget_limit_is_refused(tmp_path, kind, limit, words):
+    toml = sub('kind = "money"\nlimit = 0.01', f'kind = "{kind}"\nlimit = {limit}')
+    with pytest.raises(InstanceError) as info:
+        load_instance(write_case(tmp_path, toml))
+    assert all(w in str(info.value) for w in words), str(info.value)
+    load_instance(write_case(tmp_path, sub("limit = 0.01", "limit = 1e-7")))

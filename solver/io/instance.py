@@ -51,7 +51,7 @@ Format (units in the key names; paths are relative to the instance file):
     [[budgets]]                    # long-term averages per iteration
     name = "money"                 # optional, default: the kind; unique
     kind = "money"                 # money (USD) | energy (J) | device_energy (J, needs device)
-    limit = 0.004                  # > 0
+    limit = 0.004                  # money 1e-10 .. 1e6 USD, energy 1e-6 .. 1e12 J (solver.io.ranges)
     device = "k80-0"               # only for device_energy
 
     [traces]                       # optional; a missing trace means constant over the slots
@@ -59,6 +59,9 @@ Format (units in the key names; paths are relative to the instance file):
                                       # price_per_hour (USD); every slot x device exactly once;
                                       # available (1), speed_factor and price_per_hour columns may be omitted
     links = "default_links.csv"       # columns slot, a, b, gbps; every listed pair in every slot
+                                      # a trace's figure wins over the static one (a device's
+                                      # price_per_hour, a [[links]] gbps) in every slot; a static
+                                      # figure it replaces is named in the instance's notes
 
 Optional cluster sections, [[kinds]] (device kinds besides the packaged table), [[servers]]
 (NIC bandwidth shared by a server's devices, zone), [[egress]] (USD per GB between zones) and
@@ -93,8 +96,8 @@ from ..model.cluster import budget_names_problem
 from ..model.preemption import Preemption
 from ..model.workload import PRECISIONS
 from . import ranges as R
-from .cluster import (FIT_KEYS, at_precision, check_gpus_per_node, check_measured_kinds, cluster_lines, declared_kinds, kind_spec,
-                      link_fit, network_facts)
+from .cluster import (FIT_KEYS, KIND_FIELDS, at_precision, check_gpus_per_node, check_measured_kinds, cluster_lines,
+                      declared_kinds, kind_spec, link_fit, network_facts)
 from .data import packaged_models
 from .hardware import GpuSpec, load_hardware
 from .text import read_text, repeated_columns
@@ -116,6 +119,9 @@ _DEVICE = {"name", "kind", "server", "efficiency", "peak_tflops", "memory_gb", "
 _LINK = {"a", "b", "gbps", "latency_ms", "fit"}
 _BUDGET = {"name", "kind", "limit", "device"}
 _TRACES = {"devices", "links"}
+_NOTED = ("price_per_hour", "efficiency", "peak_tflops")
+"""[[devices]] fields whose value, when set to other than the default, is noted where a trace
+(price_per_hour) or measured layer times (efficiency, peak_tflops) make it unused."""
 NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 """An instance name: one plain path component (it names the results folder)."""
 
@@ -249,12 +255,15 @@ def _workload_bytes(f: _File, doc: dict) -> Workload:
     return wl.with_precision(precision)
 
 
-def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], np.ndarray, list[str]]:
+def _devices(f: _File, doc: dict, declared: dict
+             ) -> tuple[tuple[Device, ...], np.ndarray, list[str], list[dict[str, float]]]:
+    """(devices, efficiency per device, server names, per device its fields of _NOTED set to a
+    value other than the default)."""
     table = load_hardware()
     rows = f.tables(doc, "devices", _DEVICE)
     if not rows:
         raise f.error("devices", "missing required field: at least one [[devices]] table")
-    devices, eff, servers, seen, reserved = [], [], [], {}, set()
+    devices, eff, servers, seen, reserved, overrides = [], [], [], {}, set(), []
     reserve = f.table(doc, "memory_reserve_gb", set(table) | set(declared) | {"default"})
     for i, d in enumerate(rows):
         at = f"devices[{i}]"
@@ -284,12 +293,15 @@ def _devices(f: _File, doc: dict, declared: dict) -> tuple[tuple[Device, ...], n
         eff.append(f.number(d, "efficiency", f"{at}.efficiency", DEFAULT_EFFICIENCY, rng=R.EFFICIENCY))
         servers.append(f.string(d, "server", f"{at}.server", f"__{name}"))
         devices.append(Device(name, spec.kind, peak, mem, busy, idle, price / 3600.0, bwm))
+        default = {"price_per_hour": spec.price_per_hour, "efficiency": DEFAULT_EFFICIENCY,
+                   "peak_tflops": spec.peak_flops / 1e12}
+        overrides.append({k: float(d[k]) for k in _NOTED if k in d and not _same(d[k], default[k])})
     unused = [k for k in reserve if k not in reserved]
     if unused:
         raise f.error(f"memory_reserve_gb.{unused[0]}", "no device takes this reserve (no device of that kind, or "
                       "every one has a reserve of its own); expected a kind of the [[devices]] or 'default'",
                       reserve[unused[0]])
-    return tuple(devices), np.array(eff, dtype=float), servers
+    return tuple(devices), np.array(eff, dtype=float), servers, overrides
 
 
 _CALL_LATENCIES = {"tp_collective_latency_ms", "allreduce_latency_ms"}
@@ -318,8 +330,10 @@ def _call_latency(f: _File, doc: dict, key: str) -> float:
     return f.number(net, key, f"network.{key}", 0.0, rng=R.LATENCY_MS) / 1000.0
 
 
-def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]]."""
+def _network(f: _File, doc: dict, names: list[str], servers: list[str]
+             ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, int, float]]]:
+    """(bandwidth bytes/s, latency s), both (n, n), from [network] and [[links]], and
+    (k, i, j, gbps) of every links[k] that sets the gbps of the pair i, j."""
     net = f.table(doc, "network", set(NETWORK_DEFAULTS) | set(FIT_KEYS) | _CALL_LATENCIES)
     v = {k: f.number(net, k, f"network.{k}", dflt, rng=R.GBPS if k.endswith("gbps") else R.LATENCY_MS)
          for k, dflt in NETWORK_DEFAULTS.items()}
@@ -328,6 +342,7 @@ def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple
     lat = np.where(same, v["intra_server_latency_ms"], v["inter_server_latency_ms"]) / 1000.0
     index = {n: i for i, n in enumerate(names)}
     seen: dict[frozenset, int] = {}
+    set_gbps = []
     for k, link in enumerate(f.tables(doc, "links", _LINK)):
         at = f"links[{k}]"
         i, j = (_device_ref(f, link, key, f"{at}.{key}", index) for key in ("a", "b"))
@@ -340,12 +355,14 @@ def _network(f: _File, doc: dict, names: list[str], servers: list[str]) -> tuple
         if "gbps" not in link and "latency_ms" not in link:
             raise f.error(at, "missing required field: gbps or latency_ms")
         if "gbps" in link:
-            bw[i, j] = bw[j, i] = f.number(link, "gbps", f"{at}.gbps", rng=R.GBPS) * GBIT
+            gbps = f.number(link, "gbps", f"{at}.gbps", rng=R.GBPS)
+            bw[i, j] = bw[j, i] = gbps * GBIT
+            set_gbps.append((k, i, j, float(gbps)))
         if "latency_ms" in link:
             lat[i, j] = lat[j, i] = f.number(link, "latency_ms", f"{at}.latency_ms", rng=R.LATENCY_MS) / 1000.0
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(lat, 0.0)
-    return bw, lat
+    return bw, lat, set_gbps
 
 
 def _device_ref(f: _File, table: dict, key: str, field: str, index: dict[str, int]) -> int:
@@ -495,7 +512,13 @@ def _link_trace(f: _File, name: str, devices: tuple[Device, ...], bw: np.ndarray
 
 
 def load_instance(path: str | Path) -> Instance:
-    """Load and validate an instance file; InstanceError (file, field, value) on any problem."""
+    """Load and validate an instance file; InstanceError (file, field, value) on any problem.
+
+    Where a trace and a static figure both give a value, the trace wins in every slot (a
+    device's price_per_hour against the price_per_hour column of traces.devices, a [[links]]
+    gbps against traces.links); a static figure set to other than its default and replaced by a
+    different one is named in Instance.notes, as is a device's efficiency or peak_tflops that
+    does not set its kind's layer times because they are measured."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path: expected the path of an instance file (str or os.PathLike), got {path!r}")
     path = Path(path)
@@ -512,11 +535,13 @@ def load_instance(path: str | Path) -> Instance:
     workload = _workload(f, doc)
     declared = at_precision(declared_kinds(f, doc), workload.precision)
     check_measured_kinds(f, workload, declared, load_hardware())
-    devices, eff, servers = _devices(f, doc, declared)
+    devices, eff, servers, overrides = _devices(f, doc, declared)
+    _check_declared_kinds_used(f, doc, workload, devices)
+    _check_estimated_kinds(f, doc, workload, devices)
     _check_optimizer_step(f, workload, devices)
     names = [d.name for d in devices]
     check_gpus_per_node(f, [d.kind for d in devices], servers, declared)
-    bw, lat = _network(f, doc, names, servers)
+    bw, lat, set_gbps = _network(f, doc, names, servers)
     network = network_facts(f, doc, servers, f.tables(doc, "links", _LINK), {n: i for i, n in enumerate(names)})
     budgets = _budgets(f, doc, names)
     traces = f.table(doc, "traces", _TRACES)
@@ -530,12 +555,92 @@ def load_instance(path: str | Path) -> Instance:
         bws = _link_trace(f, f.string(traces, "links", "traces.links"), devices, bw, S)
     else:
         bws = np.repeat(bw[None], S, axis=0)
+    notes = _measured_notes(workload, devices, overrides) + _trace_notes(traces, devices, overrides, price, set_gbps,
+                                                                         bws)
+    if notes:
+        workload = replace(workload, notes=workload.notes + notes)
     train = f.table(doc, "train", _TRAIN)
     per_slot = int(f.number(train, "iterations_per_slot", "train.iterations_per_slot", integer=True,
                             rng=R.ITERATIONS)) if "iterations_per_slot" in train else None
     return Instance(name, devices, workload, budgets, eff, avail, factor, price, bws, lat, str(path), network,
                     per_slot, _call_latency(f, doc, "tp_collective_latency_ms"),
                     _call_latency(f, doc, "allreduce_latency_ms"), _preemption(f, doc))
+
+
+def _same(a: float | np.ndarray, b: float) -> bool:
+    """a (every element of it) equals b up to rounding (a figure written and read back)."""
+    return bool(np.allclose(a, b, rtol=1e-9, atol=0.0))
+
+
+def _listed(items: list[str], shown: int = 5) -> str:
+    """The first `shown` items, comma-separated, and how many more."""
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def _estimated_sizes(wl: Workload, kind: str) -> list[int]:
+    """The micro-batch sizes (of micro_batch_options) at which the layer times of `kind` are
+    FLOP estimates, not measured."""
+    return [u for u in wl.micro_batch_options()
+            if kind not in (wl.measured if u == wl.micro_batch else wl.measured_by_micro_batch[u])]
+
+
+def _check_estimated_kinds(f: _File, doc: dict, wl: Workload, devices: tuple[Device, ...]) -> None:
+    """A device kind whose layer times are FLOP estimates (at some micro-batch size) needs FLOPs
+    in the table: in a table of 0 FLOPs its every layer would take 0 s."""
+    if any(l.fwd_flops or l.bwd_flops for l in wl.layers):
+        return
+    lacking = {d.kind: _estimated_sizes(wl, d.kind) for d in devices}
+    kinds = [k if us == [wl.micro_batch] else f"{k} (at micro-batch size(s) {', '.join(map(str, us))})"
+             for k, us in sorted(lacking.items()) if us]
+    if kinds:
+        measured = sorted(set(wl.measured) | {k for per in wl.measured_by_micro_batch.values() for k in per})
+        one = len(kinds) == 1
+        raise f.error("workload.model", f"kind{'' if one else 's'} {', '.join(kinds)} {'has' if one else 'have'} "
+                      f"neither measured times nor FLOPs in layer table {wl.name!r} (every layer's fwd_flops and "
+                      f"bwd_flops is 0; measured: {', '.join(measured)}); expected fwd_s:<kind> and bwd_s:<kind> "
+                      "columns for every device kind, or FLOP counts", doc["workload"]["model"])
+
+
+def _check_declared_kinds_used(f: _File, doc: dict, wl: Workload, devices: tuple[Device, ...]) -> None:
+    """Every [[kinds]] entry is the kind of a device or of a column of the layer table (as
+    every [[servers]] entry is named by a device): another is a typo or a leftover."""
+    used = {d.kind for d in devices}
+    columns = set(wl.measured) | set(wl.optimizer_seconds) | {k for per in wl.measured_by_micro_batch.values()
+                                                              for k in per}
+    columns |= {k for v in wl.tp_variants.values() for per in v.by_micro_batch.values() for k in per}
+    for i, k in enumerate(f.tables(doc, "kinds", KIND_FIELDS)):
+        name = f.string(k, "kind", f"kinds[{i}].kind")
+        if name not in used | columns:
+            raise f.error(f"kinds[{i}].kind", f"no device has this kind and no column of layer table {wl.name!r} "
+                          f"names it; device kinds: {', '.join(sorted(used))}", name)
+
+
+def _measured_notes(wl: Workload, devices: tuple[Device, ...], overrides: list[dict[str, float]]) -> tuple[str, ...]:
+    """One note per kind whose layer times are measured at every micro-batch size and whose
+    devices set efficiency or peak_tflops: those do not change its times."""
+    by_kind: dict[str, list[str]] = {}
+    for i, (d, set_) in enumerate(zip(devices, overrides)):
+        if not _estimated_sizes(wl, d.kind):
+            by_kind.setdefault(d.kind, []).extend(f"devices[{i}].{k} of {d.name} ({v:g})" for k, v in set_.items()
+                                                  if k != "price_per_hour")
+    return tuple(f"kind {k}: {_listed(items)} {'is' if len(items) == 1 else 'are'} not used for its layer times, "
+                 f"which are measured (layer table {wl.name!r}); only the search's ranking of devices by speed "
+                 "sees them" for k, items in sorted(by_kind.items()) if items)
+
+
+def _trace_notes(traces: dict, devices: tuple[Device, ...], overrides: list[dict[str, float]], price: np.ndarray,
+                 set_gbps: list[tuple[int, int, int, float]], bws: np.ndarray) -> tuple[str, ...]:
+    """Notes naming the devices' price_per_hour and the [[links]] gbps that a trace replaces with
+    another figure in some slot (price: USD per second, bws: bytes/s, both per slot)."""
+    prices = [f"devices[{i}].price_per_hour of {d.name} ({o['price_per_hour']:g} USD per hour)"
+              for i, (d, o) in enumerate(zip(devices, overrides))
+              if "price_per_hour" in o and not _same(price[:, i], o["price_per_hour"] / 3600.0)]
+    links = [f"links[{k}].gbps between {devices[i].name} and {devices[j].name} ({g:g} Gbit/s)"
+             for k, i, j, g in set_gbps if not _same(bws[:, i, j], g * GBIT)]
+    return tuple(f"{_listed(items)} {'is' if len(items) == 1 else 'are'} replaced by {what} {traces[key]!r} in every "
+                 "slot (a trace wins over the static figure)"
+                 for items, what, key in ((prices, "the price_per_hour column of traces.devices", "devices"),
+                                          (links, "traces.links", "links")) if items)
 
 
 def _preemption(f: _File, doc: dict) -> Preemption | None:

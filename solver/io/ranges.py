@@ -19,8 +19,8 @@ inside them (a test checks that each loads).
 | gbps | Gbit/s | (0, 1e6] | 7200 (NVLink 4, 900 GB/s) |
 | latency_ms | ms | 0 .. 1e5 | 600 (geostationary satellite round trip) |
 | speed_factor | fraction of nominal speed | (0, 1000] | 1 |
-| budget limit, money | USD per iteration | (0, 1e6] | 0.01 |
-| budget limit, energy and device_energy | J per iteration | (0, 1e12] | 2500 |
+| budget limit, money | USD per iteration | 1e-10 .. 1e6 | 0.01 (smallest: 1e-7, a CPU test cluster) |
+| budget limit, energy and device_energy | J per iteration | 1e-6 .. 1e12 | 2500 |
 | layer fwd_flops, bwd_flops | FLOP per sample | 0 .. 1e18 | 1.6e11 (GPT-2 small head) |
 | layer out_bytes, stash_bytes, param_bytes | bytes | 0 .. 1e15 | 4e8 (VGG-16 fc6) |
 | layer fwd_s:<kind>, bwd_s:<kind> | seconds per sample | 0 .. 1e5 | 1e-3 |
@@ -64,9 +64,9 @@ EFFICIENCY = Range(0, 1, "(fraction of peak)", lo_open=True)
 GBPS = Range(0, 1e6, "Gbit/s", lo_open=True)
 LATENCY_MS = Range(0, 1e5, "ms")
 SPEED_FACTOR = Range(0, 1e3, "(fraction of nominal speed)", lo_open=True)
-BUDGET_LIMIT = {"money": Range(0, 1e6, "USD per iteration", lo_open=True),
-                "energy": Range(0, 1e12, "J per iteration", lo_open=True),
-                "device_energy": Range(0, 1e12, "J per iteration", lo_open=True)}
+BUDGET_LIMIT = {"money": Range(1e-10, 1e6, "USD per iteration"),
+                "energy": Range(1e-6, 1e12, "J per iteration"),
+                "device_energy": Range(1e-6, 1e12, "J per iteration")}
 LAYER_FLOPS = Range(0, 1e18, "FLOP per sample")
 LAYER_BYTES = Range(0, 1e15, "bytes")
 LAYER_SECONDS = Range(0, 1e5, "s per sample")

@@ -432,6 +432,10 @@ def read_workload_csv(path: str | Path, batch: int, micro_batch: int, opt_factor
         if not any(f) and not any(b):
             raise InstanceError(f"{path}: columns 'fwd_s:{k}', 'bwd_s:{k}': every layer takes 0 s on {k}; "
                                 f"expected some compute (a positive time in some row)")
+    for (k, b, t), (fc, bc) in sorted(variants.items()):
+        if batch % b == 0 and not any(extra[fc]) and not any(extra[bc]):
+            raise InstanceError(f"{path}: columns {fc!r}, {bc!r}: every layer takes 0 s on {k} at micro-batch size "
+                                f"{b}, tensor-parallel degree {t}; expected some compute (a positive time in some row)")
     if not any(l.fwd_flops or l.bwd_flops for l in layers) and not measured:
         raise InstanceError(f"{path}: columns 'fwd_flops', 'bwd_flops': every layer is 0 FLOPs and no kind's times "
                             f"are measured; expected some compute (a positive FLOP count in some row)")
