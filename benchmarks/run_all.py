@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from solver.cli.argtypes import DocHelp, guarded, positive_int, time_factor, v_weight  # noqa: E402  (after the checkout is on the path)
+from solver.cli.argtypes import DocHelp, guarded, out_path, positive_int, time_factor, v_weight  # noqa: E402  (after the checkout is on the path)
 
 MODULES = ("bench_quality", "bench_speed", "bench_online", "bench_shares", "bench_torch", "bench_budgets")
 INSTANCES = ROOT / "instances"
@@ -132,7 +132,7 @@ def run_compare(quick: bool, out: Path, V: float, workers: int, names: set[str] 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=DocHelp)
     ap.add_argument("--quick", action="store_true", help="small subset: under 10 minutes on 2 cores")
-    ap.add_argument("--out", default="results/bench", help="output folder (default results/bench under the current folder)")
+    ap.add_argument("--out", type=out_path, default="results/bench", help="output folder (default results/bench under the current folder)")
     ap.add_argument("--V", type=v_weight, default=V_DEFAULT, help="V of the policy comparison (default 1)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(MODULES)} and compare")
     ap.add_argument("--workers", type=positive_int, default=2, help="processes for the policy comparison (default 2)")

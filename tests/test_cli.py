@@ -260,7 +260,8 @@ def test_import_profile_out_and_force(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in target.parent.iterdir()) == ["b.csv"]
 
 
-QUEUE_BELOW_0 = "--queues: money: expected a finite number >= 0 (a virtual queue's backlog, in budgets), got "
+QUEUE_BELOW_0 = ("--queues: money: expected a finite number >= 0 and <= 1e+24 (a virtual queue's backlog, in budgets), "
+                 "got ")
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -272,7 +273,16 @@ QUEUE_BELOW_0 = "--queues: money: expected a finite number >= 0 (a virtual queue
     (["solve", DEFAULT, "--slot", "0", "--queues=-1,0"], QUEUE_BELOW_0 + "-1"),
     (["solve", DEFAULT, "--slot", "0", "--que", "0,-2.5"], QUEUE_BELOW_0.replace("money", "energy") + "-2.5"),
     (["solve", DEFAULT, "--slot", "0", "--queues", "0,inf"], QUEUE_BELOW_0.replace("money", "energy") + "inf"),
-    (["run", DEFAULT, "--V", "-1e-3"], "--V: expected a finite number >= 0, got '-1e-3'"),
+    (["run", DEFAULT, "--V", "-1e-3"], "--V: expected a finite number >= 0 and <= 1e+12, got '-1e-3'"),
+    (["run", DEFAULT, "--slots", "3", "--V", "1e308"], "--V: expected a finite number >= 0 and <= 1e+12, got '1e308'"),
+    (["solve", DEFAULT, "--slot", "0", "--V", "1e13"], "--V: expected a finite number >= 0 and <= 1e+12"),
+    (["solve", DEFAULT, "--slot", "0", "--queues", "1e306,0", "--json"], QUEUE_BELOW_0 + "1e306"),
+    (["run", DEFAULT, "--slots", "1", "--out", ""], "--out: expected a file or folder path, got ''"),
+    (["compare", DEFAULT, "--slots", "1", "--out", ""], "--out: expected a file or folder path, got ''"),
+    (["bench", "--out", ""], "--out: expected a file or folder path, got ''"),
+    (["run", DEFAULT, "--slots", "1", "--preemption", "1e300:10"],
+     "--preemption: expected RESTART_S:CHECKPOINT_EVERY, seconds >= 0 and <= 1e+06"),
+    (["run", DEFAULT, "--slots", "1", "--preemption", "60:0"], "checkpoint interval, got '0'"),
     (["run", DEFAULT, "--slots", "0"], "--slots"),
     (["run", DEFAULT, "--slots", "21"], "has 20 slots"),
     (["compare", DEFAULT, "--slots", "500"], "--slots"),
@@ -287,6 +297,46 @@ def test_errors_are_one_line_exit_2(args, needle):
     p = run_cli(*args)
     assert p.returncode == 2, p.stderr
     one_error_line(p, needle)
+
+
+def test_no_folder_is_left_by_a_failed_command(tmp_path):
+    """A command refused after its output folder was named leaves no folder behind (run with
+    --ignore-hazards and no preemption cost; solve --plot of a slot with no plan, which says that
+    no plot was written)."""
+    out = tmp_path / "a"
+    p = run_cli("run", DEFAULT, "--ignore-hazards", "--slots", "1", "--out", str(out))
+    assert p.returncode == 2
+    one_error_line(p, "--ignore-hazards: the instance declares no [preemption]")
+    assert not out.exists()
+    dark = default_copy(tmp_path, unavailable_at_0=tuple(d.name for d in load_instance(DEFAULT).devices))
+    for extra in ([], ["--json"]):
+        p = run_cli("solve", str(dark), "--slot", "0", "--plot", str(tmp_path / "p" / "t.png"), *extra)
+        assert p.returncode == 1 and "note: --plot: no plot written: slot 0 has no plan" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and not (tmp_path / "p").exists()
+
+
+def test_import_profile_names_the_graph_node_and_flag(tmp_path):
+    """A bad node field is named in graph.txt (node, field, value), not as a derived column of the
+    output file, which is not written; --precision is checked as a flag."""
+    graph = tmp_path / "vgg16" / "graph.txt"
+    graph.parent.mkdir()
+    out = tmp_path / "out" / "pd.csv"
+    for bad, words in [("activation_size=120.0", "node 'node2': activation_size: expected finite bytes >= 0, "
+                                                 "got '-5.0'"),
+                       ("forward_compute_time=1.0", "node 'node2': forward_compute_time: expected finite ms >= 0, "
+                                                    "got 'nan'")]:
+        graph.write_text(GRAPH.replace(bad, bad.split("=")[0] + ("=-5.0" if "activation" in bad else "=nan")))
+        p = run_cli("import-profile", str(graph), "--out", str(out))
+        assert p.returncode == 2
+        one_error_line(p, f"{graph}: line 2: {words}")
+        assert not out.parent.exists()
+    graph.write_text(GRAPH)
+    p = run_cli("import-profile", str(graph), "--out", str(out), "--precision", "fp8")
+    assert p.returncode == 2
+    one_error_line(p, "argument --precision: expected one of bf16, fp16, fp32, got 'fp8'")
+    assert not out.parent.exists()
+    p = run_cli("import-profile", str(graph), "--out", str(out), "--precision", "fp16")
+    assert p.returncode == 0 and "# precision: fp16" in out.read_text()
 
 
 def test_bad_instance_exits_2(tmp_path):

@@ -290,15 +290,22 @@ def test_optimizer_step_seconds_travel_in_opt_s_columns(tmp_path):
 
 
 def test_bad_profiles_are_refused_naming_the_file(tmp_path, capsys):
-    """Numbers no instance could load (NaN or negative) refuse the import with nothing written;
-    a zero tp / bs in a Metis name and a Sailor profile of the wrong shape name the file."""
+    """Numbers no instance could load refuse the import with nothing written (no file, no folder):
+    a NaN or negative node field names graph.txt's line, node and field; one out of the layer
+    table's ranges says the table would not load; a zero tp / bs in a Metis name and a Sailor
+    profile of the wrong shape name the file."""
     p = tmp_path / "g" / "graph.txt"
     p.parent.mkdir()
+    out = tmp_path / "out" / "g.csv"
     p.write_text(graph("602112.0").replace("forward_compute_time=8.0", "forward_compute_time=nan"))
-    out = tmp_path / "g.csv"
     assert main(["import-profile", str(p), "--minibatch", "8", "--out", str(out)]) == 2
-    assert "would not load" in capsys.readouterr().err and not out.exists()
-    assert not list(tmp_path.glob(".*partial"))
+    assert (f"{p}: line 2: node 'node2': forward_compute_time: expected finite ms >= 0, got 'nan'"
+            in capsys.readouterr().err)
+    p.write_text(graph("602112.0").replace("activation_size=4000.0", "activation_size=1e300"))
+    assert main(["import-profile", str(p), "--minibatch", "8", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the imported layer table would not load (row" in err and "out_bytes" in err and "g.csv" not in err
+    assert not out.parent.exists() and not list(tmp_path.rglob("*partial*"))
     m = tmp_path / "m"
     m.mkdir()
     metis_file(m, "A100", 0, 1, [3.0, 30.0, 6.0], None, act=[1, 2, 3])

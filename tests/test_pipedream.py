@@ -115,6 +115,14 @@ def test_profile_csv_round_trip(tmp_path):
     ("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=x\n",
      r"line 1: node 'node1': parameter_size: expected a number or a list \[a; b\], got 'x'"),
     ("node1 -- node2\n", "line 1: edge 'node1 -- node2': expected an edge line indented"),
+    ("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=-5.0, parameter_size=1\n",
+     r"graph.txt: line 1: node 'node1': activation_size: expected finite bytes >= 0, got '-5.0'$"),
+    ("node1 -- X -- forward_compute_time=nan, backward_compute_time=1, activation_size=1, parameter_size=1\n",
+     r"graph.txt: line 1: node 'node1': forward_compute_time: expected finite ms >= 0, got 'nan'$"),
+    ("node1 -- X -- forward_compute_time=1, backward_compute_time=inf, activation_size=1, parameter_size=1\n",
+     "node 'node1': backward_compute_time: expected finite ms >= 0"),
+    ("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=[4; -8], parameter_size=1\n",
+     r"node 'node1': activation_size: expected finite bytes >= 0 \(each element of the list\), got '\[4; -8\]'"),
     ("node1 -- X -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n"
      "\tnode1 -- node9\n", "node9"),
 ])

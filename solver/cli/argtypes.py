@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from ..solve.inputs import V_MAX
+
 
 class DocHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """--help of a script whose description is its module docstring as written (what it runs,
@@ -28,8 +30,13 @@ def parsed(text: str, cast: Callable[[str], Any], ok: Callable[[Any], bool], exp
 
 
 def v_weight(text: str) -> float:
-    """--V: a finite number >= 0."""
-    return parsed(text, float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+    """--V: a finite number >= 0 and <= V_MAX (solve.inputs: larger weights overflow the objective)."""
+    return parsed(text, float, lambda v: 0 <= v <= V_MAX, f"a finite number >= 0 and <= {V_MAX:g}")
+
+
+def out_path(text: str) -> str:
+    """--out: a non-empty path (an empty one would silently mean the current folder)."""
+    return parsed(text, str, bool, "a file or folder path")
 
 
 def time_factor(text: str) -> float:

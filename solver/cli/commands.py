@@ -17,13 +17,16 @@ import math
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ..io.data import default_instance
 from ..io.pipedream import DEFAULT_KIND
 from ..online.policies import POLICY_NAMES
-from .argtypes import parsed, positive_int, time_factor, v_weight
+from ..model.workload import PRECISIONS
+from ..solve.inputs import QUEUE_MAX
+from .argtypes import out_path, parsed, positive_int, time_factor, v_weight
 from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, out_dir, out_file, plots_skipped,
                      plotting_available, print_slots, progress, slot_columns, summary_keys, table_text, with_units,
                      writable, write_atomic)
@@ -89,6 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pricing == "history" and args.policy != "ours":
         raise UsageError(f"--pricing history: prices the budgets for policy ours, not {args.policy!r}")
     inst = _load(args.instance, args.slots)
+    if args.ignore_hazards and args.preemption is None and inst.preemption is None:
+        raise UsageError("--ignore-hazards: the instance declares no [preemption] and --preemption is not given")
     out = out_dir(Path(args.out) / inst.name / args.policy)
     writable(out, ("slots.csv", "summary.json", "run.png", "devices.png", "controller_state.json"))
     v_text = "default rule" if args.V is None else f"{args.V:g}"
@@ -107,8 +112,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         aware = args.policy == "ours" and not args.ignore_hazards
         print(f"preemption: {pre.restart_s:g} s to restart, a checkpoint every {pre.checkpoint_every} iterations; "
               + ("ours weighs each device's hazard from the trace so far" if aware else "no hazard weighed"))
-    elif args.ignore_hazards:
-        raise UsageError("--ignore-hazards: the instance declares no [preemption] and --preemption is not given")
     saved = out / "controller_state.json"
     if args.resumable and saved.is_file():
         from ..online.checkpoint import ControllerState
@@ -188,7 +191,8 @@ def _no_plan_message(skipped: pd.DataFrame, total: int, out: Path) -> str:
 
 
 def _queues(text: str, inst) -> tuple[float, ...]:
-    """--queues: one virtual-queue backlog per budget, in budget order, each finite and >= 0."""
+    """--queues: one virtual-queue backlog per budget, in budget order, each in [0, QUEUE_MAX]
+    (solve.inputs: larger backlogs overflow the objective)."""
     if not text:
         return (0.0,) * len(inst.budgets)
     cells = [x.strip() for x in text.split(",")]
@@ -200,9 +204,9 @@ def _queues(text: str, inst) -> tuple[float, ...]:
         names = ", ".join(b.name for b in inst.budgets)
         raise UsageError(f"--queues: expected {len(inst.budgets)} queue value(s) ({names}), got {len(q)}: {text!r}")
     for b, v, cell in zip(inst.budgets, q, cells):
-        if not (math.isfinite(v) and v >= 0):
-            raise UsageError(f"--queues: {b.name}: expected a finite number >= 0 (a virtual queue's backlog, in "
-                             f"budgets), got {cell}")
+        if not 0 <= v <= QUEUE_MAX:
+            raise UsageError(f"--queues: {b.name}: expected a finite number >= 0 and <= {QUEUE_MAX:g} (a virtual "
+                             f"queue's backlog, in budgets), got {cell}")
     return q
 
 
@@ -226,8 +230,12 @@ def _solve_json(inst, slot: int, V: float, queues: Sequence[float], res) -> dict
 
 
 def _solve_plot(args: argparse.Namespace, inst, state, res) -> Path | None:
-    """--plot [PATH]: the slot's pipeline timeline (default results/<instance>/timeline_slot<T>.png)."""
-    if args.plot is None or res.plan is None:
+    """--plot [PATH]: the slot's pipeline timeline (default results/<instance>/timeline_slot<T>.png);
+    with no plan, a line on stderr that none was written."""
+    if args.plot is None:
+        return None
+    if res.plan is None:
+        print(f"note: --plot: no plot written: slot {args.slot} has no plan", file=sys.stderr)
         return None
     if not plotting_available():
         print(plots_skipped(), file=sys.stderr)
@@ -349,15 +357,15 @@ def cmd_import_profile(args: argparse.Namespace) -> int:
     out = out_file("--out", Path(args.out) if not default else Path.cwd() / f"{wl.name or 'profile'}.csv", "CSV")
     if out.exists() and not args.force:
         raise UsageError(f"--out: {out} exists; pass --force to overwrite it, or choose another --out")
-    tmp = out.with_name(f".{out.name}.partial")
-    write_table(imp, tmp)
-    try:        # the table as an instance would read it: a profile with bad numbers is refused here
-        read_workload_csv(tmp, wl.micro_batch, wl.micro_batch)
-    except InstanceError as e:
-        tmp.unlink()
-        raise InstanceError(f"{args.path}: the imported layer table would not load "
-                            f"({str(e).replace(str(tmp), out.name)}); nothing written") from None
-    tmp.replace(out)
+    with tempfile.TemporaryDirectory() as folder:   # read back as an instance would, before --out is touched
+        tmp = Path(folder) / out.name
+        write_table(imp, tmp)
+        try:
+            read_workload_csv(tmp, wl.micro_batch, wl.micro_batch)
+        except InstanceError as e:
+            raise InstanceError(f"{args.path}: the imported layer table would not load "
+                                f"({str(e).replace(f'{tmp}: ', '').replace(str(tmp), 'the table')}); nothing written") from None
+    write_table(imp, out)
     sizes = sorted({(b, t) for _, b, t in imp.variants})
     print(f"{wl.name}: {wl.num_layers} layers, {wl.total_flops:.4g} FLOP per sample, "
           f"{wl.param_bytes.sum():.4g} parameter bytes; measured kinds {', '.join(imp.kinds)} at "
@@ -383,14 +391,23 @@ def _tolerance(text: str) -> float | None:
 
 
 def _preemption(text: str):
+    """--preemption RESTART_S:CHECKPOINT_EVERY within the ranges of an instance's [preemption]
+    (solver.io.ranges RESTART_S, ITERATIONS)."""
+    from ..io.ranges import ITERATIONS, RESTART_S
     from ..model.preemption import Preemption
-    expected = "RESTART_S:CHECKPOINT_EVERY, seconds >= 0 and an integer >= 1 (e.g. 120:50)"
+    expected = (f"RESTART_S:CHECKPOINT_EVERY, seconds >= {RESTART_S.lo:g} and <= {RESTART_S.hi:g} and an integer "
+                f">= {ITERATIONS.lo:g} and <= {ITERATIONS.hi:g} (e.g. 120:50)")
     parts = text.split(":")
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    restart = parsed(parts[0], float, lambda v: math.isfinite(v) and v >= 0, f"{expected}; restart seconds")
-    every = parsed(parts[1], int, lambda v: v >= 1, f"{expected}; checkpoint interval")
+    restart = parsed(parts[0], float, lambda v: RESTART_S.problem(v) is None, f"{expected}; restart seconds")
+    every = parsed(parts[1], int, lambda v: ITERATIONS.problem(v) is None, f"{expected}; checkpoint interval")
     return Preemption(restart, every)
+
+
+def _precision(text: str) -> str:
+    """--precision: one of model.workload.PRECISIONS."""
+    return parsed(text, str, lambda v: v in PRECISIONS, f"one of {', '.join(sorted(PRECISIONS))}")
 
 
 def _degrees(text: str) -> tuple[int, ...]:
@@ -502,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the budget tracker, queue with --budget-tolerance off (docs/BUDGETS.md)")
     r.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
                    help=f"{' | '.join(POLICY_NAMES)} (default ours)")
-    r.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/<policy>/ "
+    r.add_argument("--out", type=out_path, default="results", help="output folder; files go to OUT/<instance>/<policy>/ "
                                                     "(default results)")
     r.add_argument("--slots", type=int, help="only the first SLOTS slots, 1..the instance's slot count "
                                              "(default all)")
@@ -540,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
     c.add_argument("--V", type=v_weight, default=1.0, help=V_HELP + " (default 1)")
     c.add_argument("--policies", default=None, help="comma-separated subset of the policies (default all)")
-    c.add_argument("--out", default="results", help="output folder; files go to OUT/<instance>/ (default results)")
+    c.add_argument("--out", type=out_path, default="results", help="output folder; files go to OUT/<instance>/ (default results)")
     c.add_argument("--slots", type=int, help="only the first SLOTS slots, 1..the instance's slot count (default all)")
     c.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     c.set_defaults(func=cmd_compare)
@@ -548,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark suite (needs a checkout): quality vs oracle, V sweep, "
                                      "online vs offline, scaling")
     b.add_argument("--quick", action="store_true", help="small subset (minutes)")
-    b.add_argument("--out", default="", help="output folder (default results/bench)")
+    b.add_argument("--out", type=out_path, default=None, help="output folder (default results/bench)")
     b.add_argument("--time-limit-factor", type=time_factor, default=1.0, metavar="F",
                    help="multiplies each benchmark module's time limit (quick: 240 s, bench_budgets 900 s); "
                         "0: no limit (default 1)")
@@ -559,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "profile.json (sailor), a folder or file DeviceType.<GPU>_tp<t>_bs<b>.json (metis)")
     i.add_argument("--format", default="pipedream", choices=("pipedream", "dapple", "sailor", "metis"),
                    help="the profile's format (default pipedream; formats: solver.io.importers)")
-    i.add_argument("-o", "--out", "--output", dest="out",
+    i.add_argument("-o", "--out", "--output", dest="out", type=out_path,
                    help="output CSV (default: <profile name>.csv in the current folder)")
     i.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     i.add_argument("--minibatch", type=positive_int, help="pipedream/dapple: the profiled minibatch (default: from "
@@ -567,7 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "columns (default: the smallest profiled)")
     i.add_argument("--kind", help=f"pipedream/dapple: the kind the profile was measured on (default {DEFAULT_KIND}); "
                                   "sailor/metis: GPU=KIND[,GPU=KIND] to map the profile's GPU names")
-    i.add_argument("--precision", help="the profile's precision, recorded in the table (e.g. fp32, fp16, bf16)")
+    i.add_argument("--precision", type=_precision, help="the profile's precision, recorded in the table (one of "
+                   f"{', '.join(sorted(PRECISIONS))})")
     i.add_argument("--activation-bytes", type=float, help="metis: bytes per sample after each layer, where the "
                                                           "profile has no activation_parameters_bytes")
     i.set_defaults(func=cmd_import_profile)

@@ -176,15 +176,23 @@ def blocking_file(path: Path) -> Path | None:
     return next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
 
 
+def _unwritable(path: Path) -> Path | None:
+    """The nearest of `path` and its parents that exists, when this process cannot create files
+    in it; else None."""
+    base = next(a for a in (path, *path.parents) if a.exists())
+    return None if os.access(base, os.W_OK | os.X_OK) else base
+
+
 def out_dir(folder: Path) -> Path:
-    """`folder`, created with its parents; UsageError naming --out when it cannot be."""
+    """`folder`, checked to be a folder this command can create or write in (UsageError naming
+    --out otherwise); not created here: the first file written makes it, so that a command that
+    fails before writing leaves no empty folder behind."""
     blocking = blocking_file(folder)
     if blocking is not None:
         raise UsageError(f"--out: cannot create folder {folder}: {blocking} is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out: cannot create folder {folder}: {e.strerror or e}") from None
+    denied = _unwritable(folder)
+    if denied is not None:
+        raise UsageError(f"--out: cannot write to {folder}: {denied} is not writable")
     return folder
 
 
@@ -198,17 +206,17 @@ def writable(folder: Path, names: tuple[str, ...]) -> None:
 
 
 def out_file(flag: str, path: Path, what: str) -> Path:
-    """`path`, a file to write, with its folder created; UsageError naming `flag` when it is a
-    folder or its folder cannot be made (`what`: the kind of file, for the message)."""
+    """`path`, a file to write, checked: not a folder, and its folder one this command can create
+    or write in (UsageError naming `flag` otherwise; `what`: the kind of file, for the message).
+    The folder is not created here: the write makes it."""
     if path.is_dir():
         raise UsageError(f"{flag}: {path} is a folder; give the path of the {what} file to write")
     blocking = blocking_file(path.parent)
     if blocking is not None:
         raise UsageError(f"{flag}: cannot write {path}: {blocking} is a file, not a folder")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"{flag}: cannot create folder {path.parent} for {path.name}: {e.strerror or e}") from None
+    denied = _unwritable(path.parent)
+    if denied is not None:
+        raise UsageError(f"{flag}: cannot write {path}: {denied} is not writable")
     return path
 
 

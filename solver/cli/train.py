@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import DynparError
 from ..online.policies import POLICY_NAMES
-from .argtypes import parsed, positive_int, v_weight
+from .argtypes import out_path, parsed, positive_int, v_weight
 from .output import UsageError, out_file
 
 
@@ -403,7 +403,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
                    help="cpu: time on the CPU with --threads; cuda: on GPU 0 (LOCAL_RANK when set), each "
                         "timing between device synchronisations")
-    p.add_argument("-o", "--out", default=None, help="output CSV (default FACTORY.csv)")
+    p.add_argument("-o", "--out", type=out_path, default=None, help="output CSV (default FACTORY.csv)")
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.set_defaults(func=cmd_profile)
 
@@ -411,7 +411,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("instance", help="instance TOML: devices, traces, budgets, the workload's layer table")
     t.add_argument("--model", required=True, help="MODULE:FACTORY returning a solver.runtime.TrainSpec")
     t.add_argument("--steps", type=positive_int, required=True, help="training iterations in all")
-    t.add_argument("--checkpoint-dir", required=True, help="checkpoint folder; resumed from when present")
+    t.add_argument("--checkpoint-dir", type=out_path, required=True, help="checkpoint folder; resumed from when present")
     t.add_argument("--iterations-per-slot", type=positive_int, default=None,
                    help="iterations between controller decisions (default: the instance's [train] "
                         "iterations_per_slot, else 10)")
@@ -435,7 +435,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="K=RHO,...: prior relative CPU-time rate of a device while K of the plan's devices compute "
                         "on its node (runtime.speeds; default 1, learned once a device ran alone and at K)")
     t.add_argument("--kill-at", default=None, help="failure drill DEVICE:STEP: that process kills itself (SIGKILL)")
-    t.add_argument("--out", default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
+    t.add_argument("--out", type=out_path, default=None, help="folder of slots.csv and summary.json (default: the checkpoint folder)")
     t.add_argument("--timeout", type=_seconds, default=60.0, help="collective timeout, seconds in [0.001, 1e9] (60)")
     t.add_argument("--engine", choices=("torch", "hand"), default="torch",
                    help="torch (default): multi-stage groups on torch.distributed.pipelining; hand: the hand-written GPipe")

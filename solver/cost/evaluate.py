@@ -52,7 +52,13 @@ def evaluate(plan: Plan, state: SlotState, coeffs: Sequence[GroupCoeffs] | None 
     model.plan.structure_violations; ValueError naming them otherwise; the rest of feasibility,
     memory and availability, is Plan.validate's job). coeffs: the groups' GroupCoeffs, if
     already known; check=False: the caller vouches for the structure (the search's own plans).
-    A plan with TP stages is evaluated on its units (model.units)."""
+    A plan with TP stages is evaluated on its units (model.units). TypeError unless plan is a
+    Plan and state a SlotState."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"evaluate: plan: expected a Plan, got {type(plan).__name__}: {plan!r:.80}")
+    if not isinstance(state, SlotState):
+        raise TypeError(f"evaluate: state: expected a SlotState (instance.state(t)), got "
+                        f"{type(state).__name__}: {state!r:.80}")
     if check:
         bad = structure_violations(plan, state.workload.num_layers, state.n, state.workload.batch,
                                    state.device_names)

@@ -32,6 +32,7 @@ for PipeDream's fixed file name graph.txt, after its folder.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,15 +94,25 @@ class ProfileGraph:
     edges: tuple[tuple[str, str], ...]
 
 
+FIELD_UNITS = {"forward_compute_time": "ms", "backward_compute_time": "ms", "activation_size": "bytes",
+               "parameter_size": "bytes"}
+"""The unit of each node field (for the whole profiled minibatch)."""
+
+
 def _float(path: Path, lineno: int, nid: str, field: str, text: str) -> float:
+    """A node field's value (a list [a; b] summed); InstanceError naming the file, line, node and
+    field unless it, and each element of a list, is a finite number >= 0."""
     text = text.strip()
+    where = f"{path}: line {lineno}: node {nid!r}: {field}"
     try:
-        if text.startswith("[") and text.endswith("]"):
-            return float(sum(float(x) for x in text[1:-1].split(";") if x.strip()))
-        return float(text)
+        parts = ([float(x) for x in text[1:-1].split(";") if x.strip()] if text.startswith("[") and text.endswith("]")
+                 else [float(text)])
     except ValueError:
-        raise InstanceError(f"{path}: line {lineno}: node {nid!r}: {field}: expected a number or a list [a; b], "
-                            f"got {text!r}") from None
+        raise InstanceError(f"{where}: expected a number or a list [a; b], got {text!r}") from None
+    if not all(math.isfinite(x) and x >= 0 for x in parts):
+        raise InstanceError(f"{where}: expected finite {FIELD_UNITS[field]} >= 0"
+                            f"{' (each element of the list)' if text.startswith('[') else ''}, got {text!r}")
+    return float(sum(parts))
 
 
 def _node_line_problem(rest: str) -> str:

@@ -97,7 +97,11 @@ class Plan:
         return tuple(g.share for g in self.groups)
 
     def validate(self, state: SlotState) -> list[Violation]:
-        """Every broken constraint of this plan in `state`; [] when feasible."""
+        """Every broken constraint of this plan in `state`; [] when feasible. TypeError unless
+        state is a SlotState."""
+        if not isinstance(state, SlotState):
+            raise TypeError(f"validate: state: expected a SlotState (instance.state(t)), got "
+                            f"{type(state).__name__}: {state!r:.80}")
         v: list[Violation] = []
         L = state.workload.num_layers
         B, u = state.workload.batch, state.workload.micro_batch

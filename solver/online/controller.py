@@ -45,7 +45,7 @@ from ..solve.inputs import check_V
 from ..subproblems.cache import SlotCache
 from .charge import Charge, charge_plan
 from .checkpoint import ControllerState, run_config
-from .policies import Decision, Ours, Policy, make_policy, with_lp_shares
+from .policies import POLICY_NAMES, Decision, Ours, Policy, make_policy, with_lp_shares
 from .preemption import preempted, risk_at
 from .pricing import BRACKET, FASTEST_TUNING, RESHARE, TIE, History, Price, lp_weight, margin, points
 from .queues import initial_queues, update_queues
@@ -118,6 +118,42 @@ def _decide_V(V: float | None, fastest: Callable[[], Any], horizon: int,
     return choose_V(fast.batch_time, horizon, tolerance, tracked) if fast.plan is not None else None
 
 
+def _check_arguments(*, options: Any, iterations_per_slot: Any, budget_tolerance: Any, preemption: Any,
+                     state_path: Any, policy: Any, callables: dict[str, Any], flags: dict[str, Any]) -> None:
+    """run_online's arguments by type and range: TypeError for a wrong type, ValueError for a value
+    out of range, each naming the argument and the value (before anything runs)."""
+    def kind(x: Any) -> str:
+        return f"{x!r:.80} ({type(x).__name__})"
+    if options is not None and not isinstance(options, SolveOptions):
+        raise TypeError(f"options: expected a SolveOptions or None, got {kind(options)}")
+    if not isinstance(policy, (str, Policy)):
+        raise TypeError(f"policy: expected a policy name (one of {', '.join(POLICY_NAMES)}) or a Policy, "
+                        f"got {kind(policy)}")
+    if isinstance(iterations_per_slot, bool) or not isinstance(iterations_per_slot, numbers.Integral):
+        raise TypeError(f"iterations_per_slot: expected an integer >= 1, got {kind(iterations_per_slot)}")
+    if iterations_per_slot < 1:
+        raise ValueError(f"iterations_per_slot: expected an integer >= 1, got {iterations_per_slot}")
+    if budget_tolerance is not None:
+        if isinstance(budget_tolerance, bool) or not isinstance(budget_tolerance, numbers.Real):
+            raise TypeError(f"budget_tolerance: expected a fraction in [0, 1) or None, got {kind(budget_tolerance)}")
+        if not 0 <= budget_tolerance < 1:
+            raise ValueError(f"budget_tolerance: expected a fraction in [0, 1) or None, got {budget_tolerance!r}")
+    if preemption is not None and not isinstance(preemption, Preemption):
+        raise TypeError(f"preemption: expected a Preemption(restart_s, checkpoint_every) or None, got "
+                        f"{kind(preemption)}")
+    if state_path is not None:
+        if not isinstance(state_path, (str, os.PathLike)):
+            raise TypeError(f"state_path: expected the path of a JSON file or None, got {kind(state_path)}")
+        if Path(state_path).is_dir():
+            raise ValueError(f"state_path: expected the path of a JSON file, got {str(state_path)!r} (a folder)")
+    for name, f in callables.items():
+        if f is not None and not callable(f):
+            raise TypeError(f"{name}: expected a function or None, got {kind(f)}")
+    for name, x in flags.items():
+        if not isinstance(x, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected True or False, got {kind(x)}")
+
+
 def run_online(instance: Instance, V: float | None = None, policy: str | Policy = "ours", *, options: Any = None,
                replan: bool = True, iterations_per_slot: int = 100, state_path: str | os.PathLike | None = None,
                start: int = 0, stop: int | None = None,
@@ -159,12 +195,10 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         check_V(V)
     if on_infeasible not in ("skip", "raise"):
         raise ValueError(f"on_infeasible must be 'skip' or 'raise', not {on_infeasible!r}")
-    if iterations_per_slot < 1:
-        raise ValueError(f"iterations_per_slot must be >= 1, got {iterations_per_slot}")
-    if budget_tolerance is not None and not (0 <= budget_tolerance < 1):
-        raise ValueError(f"budget_tolerance must be a fraction in [0, 1) or None, got {budget_tolerance}")
-    if V is not None and not (V >= 0 and V < float("inf")):
-        raise ValueError(f"V must be finite and >= 0 (or None for the default rule), got {V}")
+    _check_arguments(options=options, iterations_per_slot=iterations_per_slot, budget_tolerance=budget_tolerance,
+                     preemption=preemption, state_path=state_path, policy=policy,
+                     callables={"progress": progress, "on_resume": on_resume},
+                     flags={"replan": replan, "check_budgets": check_budgets, "availability_aware": availability_aware})
     pol = policy if isinstance(policy, Policy) else make_policy(
         policy, options=options, replan=replan, iterations_per_slot=iterations_per_slot)
     name = pol.name

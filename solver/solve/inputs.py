@@ -1,9 +1,9 @@
 """One rule for the inputs of solve_slot and solve_exact.
 
-- queues: None or () mean every queue is zero; otherwise exactly one finite number >= 0 per
-  budget of the state, in budget order and budget units (a list, tuple or 1-D array; bool and
-  str are not numbers here).
-- V: a finite real number >= 0 (seconds of batch time weigh V against one budget's worth of
+- queues: None or () mean every queue is zero; otherwise exactly one number in [0, QUEUE_MAX]
+  per budget of the state, in budget order and budget units (a list, tuple or 1-D array; bool
+  and str are not numbers here).
+- V: a real number in [0, V_MAX] (seconds of batch time weigh V against one budget's worth of
   cost); bool and str are rejected.
 - state: a SlotState (`instance.state(t)`), not the Instance itself.
 A wrong type raises TypeError, a wrong value ValueError; each message names the argument and
@@ -11,7 +11,6 @@ the value.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Mapping, Sequence
 
@@ -19,6 +18,17 @@ import numpy as np
 
 from ..cost.costs import budget_weights
 from ..model.state import SlotState
+
+
+V_MAX = 1e12
+"""Largest V (1/s). The objective's terms V T and Q_k c_k / Cbar_k overflow to inf and NaN near
+the float range (V = 1e308: the search then ranks plans on garbage). At 1e12 a picosecond of
+batch time already weighs a whole budget's worth; the default rule's eps H / T_ref
+(online.vrule: eps < 1, H <= 1e6 slots) stays below it for batch times above a microsecond."""
+QUEUE_MAX = 1e24
+"""Largest queue, or weight Q_k, in budgets' worth: V_MAX times 1e12, since priced runs hand the
+search V lambda_k (online.pricing: lambda_k in seconds of batch time per budget's worth). At
+it, Q_k c_k / Cbar_k stays below 1e60 for costs up to 1e24 and limits down to 1e-12."""
 
 
 def _is_real(x: object) -> bool:
@@ -35,12 +45,12 @@ def check_state(state: object) -> SlotState:
 
 
 def check_V(V: object) -> float:
-    """V as a float; TypeError unless a real number, ValueError unless finite and >= 0."""
+    """V as a float; TypeError unless a real number, ValueError unless in [0, V_MAX]."""
     if not _is_real(V):
-        raise TypeError(f"V: expected a finite real number >= 0, got {V!r} ({type(V).__name__})")
+        raise TypeError(f"V: expected a finite real number >= 0 and <= {V_MAX:g}, got {V!r} ({type(V).__name__})")
     v = float(V)
-    if not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"V: expected a finite real number >= 0, got {V!r}")
+    if not 0 <= v <= V_MAX:
+        raise ValueError(f"V: expected a finite real number >= 0 and <= {V_MAX:g}, got {V!r}")
     return v
 
 
@@ -63,11 +73,11 @@ def check_queues(state: SlotState, queues: Sequence[float] | None) -> np.ndarray
         raise ValueError(f"queues: expected {K} values (one per budget: {names}) or none, "
                          f"got {len(values)}: {tuple(values)!r}")
     for k, (q, b) in enumerate(zip(values, state.budgets)):
+        expected = f"queues[{k}] ({b.name}): expected a finite real number >= 0 and <= {QUEUE_MAX:g}"
         if not _is_real(q):
-            raise TypeError(f"queues[{k}] ({b.name}): expected a finite real number >= 0, "
-                            f"got {q!r} ({type(q).__name__})")
-        if not (math.isfinite(float(q)) and float(q) >= 0):
-            raise ValueError(f"queues[{k}] ({b.name}): expected a finite real number >= 0, got {q!r}")
+            raise TypeError(f"{expected}, got {q!r} ({type(q).__name__})")
+        if not 0 <= float(q) <= QUEUE_MAX:
+            raise ValueError(f"{expected}, got {q!r}")
     return budget_weights([b.limit for b in state.budgets], np.asarray(values, dtype=float))
 
 

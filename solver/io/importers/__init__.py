@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ...errors import InstanceError
+from ...model.workload import PRECISIONS
 from .table import Imported, write_table
 
 FORMATS = ("pipedream", "dapple", "sailor", "metis")
@@ -48,6 +49,8 @@ def import_any(fmt: str, path: str | Path, *, minibatch: int | None = None, kind
                             f"has its own (got {activation_bytes!r})")
     if activation_bytes is not None and not (math.isfinite(activation_bytes) and activation_bytes >= 0):
         raise InstanceError(f"--activation-bytes: expected a finite number of bytes >= 0, got {activation_bytes!r}")
+    if precision is not None and precision not in PRECISIONS:
+        raise InstanceError(f"--precision: expected one of {', '.join(sorted(PRECISIONS))}, got {precision!r}")
     single, mapping = parse_kinds(kind)
     if fmt in ("pipedream", "dapple"):
         if mapping:
