@@ -64,3 +64,37 @@ def test_too_many_devices_or_no_memory_is_none():
     assert frontier_cuts(state, (0, 1, 2, 3)) == []
     huge = random_state(1, n=2, L=4, scale=1e4)
     assert min_bottleneck_cuts(huge, (0, 1)) is None
+
+
+def _busy(state, devices, cuts, weights, schedule, recompute):
+    """The weighted busy joules per sample of a cut group, from the cost model's own numbers."""
+    from solver.cost.pipeline import group_coeffs
+    gc = group_coeffs(state, devices, cuts, schedule, recompute)
+    return float(np.dot(weights, gc.busy_j_per_sample))
+
+
+@given(seed=st.integers(0, 10**6), k=st.integers(2, 4), L=st.integers(2, 10),
+       variant=st.sampled_from([("gpipe", False), ("1f1b", False), ("gpipe", True), ("1f1b", True)]),
+       mult=st.sampled_from([None, 1, 4]), scale=st.sampled_from([1.0, 10.0]))
+def test_busy_cuts_fit_and_reach_the_least_busy_energy(seed, k, L, variant, mult, scale):
+    """Every cut set busy_cuts returns fits the share under its variant, and the least weighted
+    busy energy among them is the least over every cut set that fits (brute force)."""
+    from solver.subproblems.cuts import busy_cuts
+    state = random_state(seed, n=4, L=L, scale=scale)
+    rng = np.random.default_rng(seed)
+    devices = tuple(int(x) for x in rng.permutation(4)[:k])
+    weights = rng.uniform(0.0, 2.0, k) * (rng.random(k) < 0.8)
+    share = None if mult is None else state.workload.micro_batch * mult
+    need = state.workload.micro_batch if share is None else share
+    found = busy_cuts(state, devices, weights, share, schedule=variant[0], recompute=variant[1])
+    fits = [(*c, L) for c in itertools.combinations(range(1, L), k - 1)
+            if share_cap(state, devices, (*c, L), *variant) >= need] if k <= L else []
+    if not np.any(weights > 0) or not fits:
+        assert found == []
+        return
+    for c in found:
+        assert len(c) == k and c[-1] == L and all(a < b for a, b in zip((0, *c), c))
+        assert share_cap(state, devices, c, *variant) >= need
+    least = min(_busy(state, devices, c, weights, *variant) for c in fits)
+    got = min(_busy(state, devices, c, weights, *variant) for c in found)
+    assert got <= least * (1 + 1e-9) + 1e-15

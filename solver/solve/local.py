@@ -299,7 +299,9 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
     relocation of groups of up to orders.RELOCATE_UP_TO devices) with
     their min-bottleneck cuts for one micro-batch and for the group's share (under 1F1B or
     recomputation also those for its own per-stage peaks at that share, and every order's
-    frontier cut sets for those peaks), and the frontier cut sets of the current order (in those
+    frontier cut sets for those peaks), the frontier cut sets of the current order and, where the
+    objective weighs busy energy, its least-energy cut sets under its own variant
+    (Scorer.busy_cuts) (in those
     small slots also its cuts nudged by a few layers, nudged_cuts, and every order under each
     schedule variant that lifts its memory cap, schedules.variant_entries); one group at a time,
     keeping improvements (coordinate descent, at most `rounds` rounds). Where groups may train at
@@ -322,6 +324,7 @@ def polish(state: SlotState, sc: Scorer, cur: Scored, deadline: float, all_up_to
                         if c is not None:
                             yield (o, c, *how)
                 yield from ((d, c, *how) for c in sc.frontier(d, None, mb) + sc.frontier(d, share, mb))
+                yield from ((d, c, *how) for c in sc.busy_cuts(d, share, mb, variant))
                 if variant != ("gpipe", False) and len(d) > 1:
                     # 1F1B pays 2 max lam per sample on top of the stages: its best cuts trade
                     # alpha for beta more than GPipe's, so every order's frontier is tried

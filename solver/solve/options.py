@@ -4,12 +4,37 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from ..cost.evaluate import Evaluation
 from ..model.plan import Plan
 from ..status import Status
 from ..subproblems.cuts import RELAX
+from .inputs import QUEUE_MAX
+
+CAP_WEIGHT_MAX = 1e3 * QUEUE_MAX
+"""Largest SolveOptions.cap_weight (objective units per budget's worth): the budget tracker's
+1e3 (online.tracking.CAP_WEIGHT) times the largest queue or V T it scales, with the same room
+below overflow (solve.inputs)."""
+
+
+_AT_LEAST_ONE = frozenset({"max_depth", "max_depth_many", "local_starts", "oracle_frontier", "class_max",
+                           "class_min_size", "class_exact"})
+"""SearchTuning's counts for which 0 leaves nothing to search (no group depth, no start, no cut set,
+no device class or combination)."""
+_ABOVE_ZERO = frozenset({"cut_work_pairs", "tp_explore", "size_explore"})
+"""SearchTuning's numbers that must be > 0: a divisor (cut_work_pairs) and the fractions of the work
+budget a screen gets."""
+
+
+def _check_amount(name: str, x: object, positive: bool) -> None:
+    """TypeError unless x is a real number (not bool); ValueError unless finite and >= 0 (> 0
+    with `positive`)."""
+    expected = f"{name}: expected a finite number {'>' if positive else '>='} 0"
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{expected}, got {x!r} ({type(x).__name__})")
+    if not (math.isfinite(x) and (x > 0 if positive else x >= 0)):
+        raise ValueError(f"{expected}, got {x!r}")
 
 
 @dataclass(frozen=True)
@@ -161,6 +186,13 @@ class SearchTuning:
     cluster_thresholds: int = 4
     """Link-bandwidth thresholds of the cluster family (the fastest distinct ones): one
     grouping per threshold."""
+    busy_recut_share: float = 0.3
+    """Slots of up to `small_devices` devices: where busy joules make at least this part of the
+    incumbent's objective, every group score_groups builds is also re-cut for less busy energy
+    (Scorer.busy_recut; the polish re-cuts the best plans so in every slot)."""
+    busy_relax: tuple[float, ...] = (1.15, 1.7)
+    """Factors on the min-alpha thresholds under which Scorer.busy_cuts seeks least-energy cut
+    sets (besides the least-energy cut set under no threshold)."""
     local_starts: int = 3
     """Distinct best structures the local search starts from."""
     local_max_iter: int = 30
@@ -245,6 +277,32 @@ class SearchTuning:
     searched, the same plan: 0.28 s against 0.20 s at session 18, 0.166 s against 0.125 s at
     session 19)."""
 
+    def __post_init__(self) -> None:
+        """Each field checked against its default's type: integers >= 0 (>= 1 for the counts in
+        _AT_LEAST_ONE), numbers finite and >= 0 (> 0 for the divisors and fractions in
+        _ABOVE_ZERO), frontier_relax a non-empty tuple of finite numbers > 0; TypeError for a
+        wrong type, ValueError for a value out of range, each naming the field and the value."""
+        for f in fields(self):
+            x, name = getattr(self, f.name), f"SearchTuning.{f.name}"
+            if isinstance(f.default, bool):
+                if not isinstance(x, bool):
+                    raise TypeError(f"{name}: expected True or False, got {x!r} ({type(x).__name__})")
+            elif isinstance(f.default, int):
+                low = 1 if f.name in _AT_LEAST_ONE else 0
+                if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+                    raise TypeError(f"{name}: expected an integer >= {low}, got {x!r} ({type(x).__name__})")
+                if x < low:
+                    raise ValueError(f"{name}: expected an integer >= {low}, got {x!r}")
+            elif isinstance(f.default, float):
+                _check_amount(name, x, f.name in _ABOVE_ZERO)
+            else:
+                if not isinstance(x, tuple):
+                    raise TypeError(f"{name}: expected a tuple of finite numbers > 0, got {x!r} ({type(x).__name__})")
+                if not x:
+                    raise ValueError(f"{name}: expected a non-empty tuple of finite numbers > 0, got ()")
+                for i, r in enumerate(x):
+                    _check_amount(f"{name}[{i}]", r, True)
+
     def small(self, n: int, L: int) -> bool:
         """True for a small slot (n available devices, L layers)."""
         return n <= self.small_devices and L <= self.small_layers
@@ -300,7 +358,9 @@ class SolveOptions:
     whose plans the weights' searches alone reach only on the hull of the slot's frontier (None:
     no caps; the search's bounds stay valid, since the penalty is never negative). Counts and
     limits are checked when built (ValueError naming the field: iterations_per_slot, frontier
-    and max_groups integers >= 1, time_limit_s and max_structures numbers >= 0 or None)."""
+    and max_groups integers >= 1, time_limit_s and max_structures numbers >= 0 or None, each cap
+    in [-QUEUE_MAX, QUEUE_MAX] or inf, cap_weight in [0, CAP_WEIGHT_MAX]; the caps' count against
+    the budgets when solved)."""
 
     exact: bool = False
     max_groups: int | None = None
@@ -343,6 +403,27 @@ class SolveOptions:
         amount("max_structures")
         if not isinstance(self.tuning, SearchTuning):
             raise TypeError(f"tuning: expected a SearchTuning, got {type(self.tuning).__name__}")
+        self._check_caps()
+
+    def _check_caps(self) -> None:
+        """caps: None or a sequence of numbers in [-QUEUE_MAX, QUEUE_MAX] or inf (no cap);
+        cap_weight: a number in [0, CAP_WEIGHT_MAX]. Their count against the budgets is checked
+        by solve_slot, which knows the state."""
+        if self.caps is not None:
+            if isinstance(self.caps, (str, bytes)) or not hasattr(self.caps, "__len__"):
+                raise TypeError(f"caps: expected None or one number per budget, got {self.caps!r}")
+            for k, c in enumerate(self.caps):
+                expected = f"caps[{k}]: expected a number >= {-QUEUE_MAX:g} and <= {QUEUE_MAX:g} or inf (no cap)"
+                if isinstance(c, bool) or not isinstance(c, numbers.Real):
+                    raise TypeError(f"{expected}, got {c!r} ({type(c).__name__})")
+                if not (-QUEUE_MAX <= c <= QUEUE_MAX or c == math.inf):
+                    raise ValueError(f"{expected}, got {c!r}")
+        w = self.cap_weight
+        expected = f"cap_weight: expected a finite number >= 0 and <= {CAP_WEIGHT_MAX:g}"
+        if isinstance(w, bool) or not isinstance(w, numbers.Real):
+            raise TypeError(f"{expected}, got {w!r} ({type(w).__name__})")
+        if not 0 <= w <= CAP_WEIGHT_MAX:
+            raise ValueError(f"{expected}, got {w!r}")
 
 
 @dataclass(frozen=True)

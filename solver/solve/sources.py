@@ -36,6 +36,7 @@ FIXED = {
 }
 
 SUFFIXES = (("+aligned", "groups of equal depth cut alike"),
+            ("+busy", "re-cut to spend less busy energy"),
             ("+schedule-cuts", "re-cut for its 1F1B or recomputation memory"),
             ("+schedule", "1F1B or recomputation where memory binds"),
             ("+lp", "with re-optimised shares"), ("+mem", "re-cut to fit memory"),

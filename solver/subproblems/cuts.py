@@ -444,6 +444,49 @@ def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: Gro
     return _pareto_pick(state, devices, found, limit)
 
 
+def busy_cuts(state: SlotState, devices: Sequence[int], weights: Sequence[float], min_share: int | None = None,
+              *, cache: SlotCache | None = None, relax: Sequence[float] = RELAX, seeds: int = 2,
+              schedule: str = "gpipe", recompute: bool = False) -> list[Cuts]:
+    """Cut sets of an ordered group that spend little weighted busy energy: per stage j,
+    weights[j] (the objective's weight of one joule on stage j's device, > 0 somewhere) times
+    its device's busy power above idle (W) times the seconds per sample it computes (forward
+    plus backward, plus the forward again under recomputation). The min-bottleneck cuts balance
+    seconds, but where energy weighs, moving layers from a power-hungry stage to an efficient
+    one pays even at a longer bottleneck. Candidates: min-sum DPs of that weighted energy under
+    the thresholds (X, Y) of the `seeds` best min-alpha frontier points relaxed by each factor
+    of `relax` (as frontier_cuts), and with no threshold; memory as min_bottleneck_cuts for
+    `min_share` samples under the variant (schedule, recompute). Distinct, in that order;
+    [] when no cut set fits or no weight is positive."""
+    w = np.asarray(weights, dtype=float)
+    if len(devices) < 2 or not np.any(w > 0):
+        return []
+    sc = slot_cache(state, cache)
+    key = ("busy", tuple(w.tolist()), tuple(relax), int(seeds), min_share, schedule, bool(recompute))
+
+    def compute() -> tuple[Cuts, ...]:
+        ga = sc.group_arrays(devices, min_share, schedule, recompute)
+        if ga is None:
+            return ()
+        pts = _alpha_frontier(ga)
+        if not pts:
+            return ()
+        rate = w * state.extra_power_w[np.asarray(ga.devices, dtype=int)]
+        joules = rate[:, None] * _work(ga)
+        free = np.where(np.isfinite(ga.lam), 0.0, INF)
+        found: dict[Cuts, None] = {}
+        for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:seeds]:
+            for r in relax:
+                cons = [(ga.Fp, ga.lam, r * a, False), (ga.Gp, ga.lam, r * b, False)]
+                _, cuts = _minmax_dp(ga, joules, free, cons, minsum=True, memo=False)
+                if cuts is not None:
+                    found[cuts] = None
+        _, cuts = _minmax_dp(ga, joules, free, minsum=True, memo=False)
+        if cuts is not None:
+            found[cuts] = None
+        return tuple(found)
+    return list(sc.twin_cuts(key, devices, compute))
+
+
 def _pareto_pick(state: SlotState, devices: Sequence[int], found: set[Cuts], limit: int) -> list[Cuts]:
     """frontier_cuts' answer from its candidate cut sets: their (alpha, beta) Pareto front,
     min-alpha first, thinned to `limit` points spread along it."""
