@@ -11,9 +11,11 @@ from enum import StrEnum
 class Status(StrEnum):
     """What a result means.
 
-    OPTIMAL: proven optimal for the model (or for the restricted set the message names);
-    FEASIBLE: every constraint holds, optimality not proven (heuristic search, or a run whose
-    every slot has a feasible plan); PARTIAL: a run in which some slots had no feasible plan
+    OPTIMAL: proven optimal (for the model: the oracle's "exact for the model"; an LP or MILP
+    solved to optimality);
+    FEASIBLE: every constraint holds, optimality not proven (heuristic search, the oracle's
+    optimum over a restricted set of cut sets that the message names, or a run whose every slot
+    has a feasible plan); PARTIAL: a run in which some slots had no feasible plan
     (they are listed, and skipped); INFEASIBLE: no feasible plan exists or none was found
     (the message says why); ERROR: a solver or worker failed (the message says which).
     """

@@ -179,6 +179,16 @@ def test_solve_json(capsys):
     assert len(doc["group_times_s"]) == len(plan.groups) and doc["sync_time_s"] >= 0
 
 
+def test_solve_shows_the_instance_notes(tmp_path, capsys):
+    """A static figure the trace replaces is noted by `solve` as by `run`, in text and JSON."""
+    path = default_copy(tmp_path, toml_edit=lambda s: s.replace('name = "v100-0"\n', 'name = "v100-0"\nprice_per_hour = 100\n', 1))
+    note = "devices[0].price_per_hour of v100-0 (100 USD per hour) is replaced by the price_per_hour column"
+    assert main(["solve", str(path), "--slot", "0"]) == 0
+    assert f"note: {note}" in capsys.readouterr().out
+    assert main(["solve", str(path), "--slot", "0", "--json"]) == 0
+    assert any(n.startswith(note) for n in json.loads(capsys.readouterr().out)["notes"])
+
+
 def test_solve_json_of_an_empty_slot(tmp_path, capsys):
     path = default_copy(tmp_path, unavailable_at_0=ALL_DEVICES)
     assert main(["solve", str(path), "--slot", "0", "--json"]) == 1

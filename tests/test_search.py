@@ -204,6 +204,11 @@ def test_tuning_is_honoured():
     assert "every cut set" in exact.message
     frontier = solve_exact(state, (1.0, 0.5), tuning=SearchTuning(oracle_all_cuts_limit=0))
     assert "frontier" in frontier.message and frontier.objective >= exact.objective * (1 - 1e-12)
+    left_open = solve_exact(random_state(0, n=4, L=8, scale=10.0), (1.0, 3.0),
+                            tuning=SearchTuning(oracle_all_cuts_limit=0))     # the certificate leaves groupings open
+    assert left_open.success and "not certified" in left_open.message
+    for r in (exact, frontier, left_open):     # OPTIMAL only where proven for the model
+        assert (r.status == "optimal") == ("exact for the model" in r.message), r.message
 
 
 def test_result_contract():

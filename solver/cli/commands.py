@@ -225,8 +225,16 @@ def _solve_json(inst, slot: int, V: float, queues: Sequence[float], res) -> dict
         "group_times_s": list(ev.group_times) if ev is not None else None,
         "sync_time_s": ev.sync_time if ev is not None else None,
         "solve_time_s": res.solve_time, "candidates": res.candidates,
-        "notes": list(res.plan.notes(inst.state(slot))) if res.plan is not None else list(inst.state(slot).notes),
+        "notes": list(_solve_notes(inst, inst.state(slot), res)),
     }
+
+
+def _solve_notes(inst, state, res) -> tuple[str, ...]:
+    """What a solve's figures rest on: the instance's own notes (what its reader noted: traces
+    that replace static figures, fields a measured kind does not use, tables found beside it)
+    and the plan's (or, with no plan, the slot's) measurement notes."""
+    own = res.plan.notes(state) if res.plan is not None else state.notes
+    return tuple(dict.fromkeys(tuple(inst.workload.notes) + tuple(own)))
 
 
 def _solve_plot(args: argparse.Namespace, inst, state, res) -> Path | None:
@@ -266,6 +274,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         return 0 if res.plan is not None else 1
     print(f"slot {args.slot} of {inst.name}: status {res.status} ({res.message}); "
           f"{res.candidates} candidates in {res.solve_time * 1e3:.1f} ms")
+    for n in _solve_notes(inst, state, res):
+        print(f"note: {n}")
     if res.plan is None:
         return 1
     print(res.plan.describe(state))

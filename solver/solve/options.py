@@ -435,8 +435,8 @@ class SlotResult:
     migration / iterations when re-planning is charged) with T the closed-form batch time
     less the optimizer step (evaluation.batch_time - evaluation.optimizer_time: the search
     does not weigh the step, docs/MODEL.md section 8) and c_k at that T; status: a Status,
-    OPTIMAL from the oracle (for the model, or for the frontier cut sets the message names),
-    FEASIBLE from the search,
+    OPTIMAL from the oracle where it is exact for the model, FEASIBLE from the search and from
+    the oracle where it is optimal only over the frontier cut sets its message names,
     INFEASIBLE with plan None and the reason in message; message: what was done, in words;
     solve_time, migration_time: seconds; candidates: structures scored; candidate_pool:
     (Plan, batch_time, costs) when asked, at the closed form (as the search scores them); lower_bound: a value no plan's objective is below

@@ -153,7 +153,9 @@ def solve_exact(state: SlotState, queues: Sequence[float] | None = (), V: float 
         what = frontier_note(state, Q, sc.variants)       # the frontier is not exact there: no certificate
     else:
         what = _certified(sc, avail, options_of, lambda g: _rescue_options(sc, g, tune), tune)
-    return slot_result(state, sc, Q, V, Status.OPTIMAL, f"oracle: {what}; {sc.count} structures scored", t0)
+    # OPTIMAL only where proven for the model; the optimum over a restricted set of cut sets is FEASIBLE
+    status = Status.OPTIMAL if what.startswith("exact for the model") else Status.FEASIBLE
+    return slot_result(state, sc, Q, V, status, f"oracle: {what}; {sc.count} structures scored", t0)
 
 
 def _rescue_options(sc: Scorer, g: tuple[int, ...], tune: SearchTuning) -> tuple[list[tuple] | None, list[tuple]]:
