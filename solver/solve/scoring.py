@@ -270,7 +270,8 @@ class Scorer:
         got = self._busy_floor.get(key)
         if got is None:
             st, d = self.state, sorted(key)
-            per = (st.layer_fwd_seconds[d] + st.layer_bwd_seconds[d]) * (self._busy_w[d] * st.extra_power_w[d])[:, None]
+            rate = self._busy_w[d] * st.extra_power_w[d]
+            per = (st.layer_fwd_seconds[d] + st.layer_bwd_seconds[d]) * rate[:, None]
             got = self._busy_floor[key] = float(per.min(axis=0).sum()) * (1.0 - 1e-9)
         return got
 
@@ -292,8 +293,12 @@ class Scorer:
         """`best` or better: each group of s re-cut in turn by busy_cuts under GPipe and every
         variant, for its share in `best` (where best scored s; one group: the whole batch; else
         one micro-batch). Where energy weighs, the least-energy cuts can put more layers on an
-        efficient device than the bottleneck allows (audit slot: VGG-16 on a T4 and a K80 under
-        1F1B, cut at 13 of 16 layers, 12.9% below the search's plan at the balanced cut 8)."""
+        efficient device than the bottleneck allows (an outside audit's slot: the optimum is a
+        1F1B pipeline of a T4 and a K80 cut at 13 of VGG-16's 16 layers, where the balanced cut
+        is 8). Skipped where busy joules are less than SearchTuning.busy_recut_share of the
+        incumbent's objective, or where a bound shows no re-cut can beat it: for a structure
+        `best` scored, its objective less the busy joules above each group's floor
+        (busy_floor); else device_bound plus the whole batch at the least group floor."""
         if self.busy_share() < self.tuning.busy_recut_share:
             return best
         shares = [g.share for g in best.plan.groups] if best is not None and best.structure == s else None
