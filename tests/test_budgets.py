@@ -561,3 +561,22 @@ def test_budget_limits_are_positive_numbers():
     inst = random_instance(3, n=3, L=4, slots=2)
     with pytest.raises(ValueError, match=r"calibrate_budgets: frac=-50 puts budget '\w+''s limit at"):
         calibrate_budgets(inst, -50)
+
+
+def test_slack_note_names_the_slack_plan_and_the_plan_run():
+    """Money barely attainable on the default instance (0.00125 USD): where the slack plan (the
+    least summed cost) is not admissible the note says so and gives the plan run's use beside it,
+    which can be below the slack plan's (an outside audit read "even the cheapest plan uses
+    107.4%" of a slot that ran a plan at 100.6%)."""
+    inst = load_instance(Path(__file__).resolve().parents[1] / "instances" / "default.toml")
+    money, energy = inst.budgets
+    limit = 0.00125
+    inst = replace(inst.head(6), budgets=(replace(money, limit=limit), energy))
+    run = run_online(inst)
+    notes = [n for n in run.notes if "the slack plan" in n and "budget money" in n]
+    assert len(notes) == 1, run.notes
+    t = int(notes[0].split()[1].rstrip(":"))
+    row = run.rows.iloc[t]
+    assert f"uses {100 * row['cheapest_money'] / limit:.1f}% of budget money" in notes[0]
+    assert f"the plan run {100 * row['cost_money'] / limit:.1f}%" in notes[0], notes[0]
+    assert row["cost_money"] < row["cheapest_money"]

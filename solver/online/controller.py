@@ -338,8 +338,6 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             ch = charge(d.plan)
             if tracker is not None:
                 ch0 = charge(slack) if slack is not None else None
-                if ch0 is not None:
-                    tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs)
                 tr = track(tracker, d.plan, ch, W, Vt,
                            lambda q: pol.solve(state, q, Vt, prev, keep_candidates=priced, cache=cache), charge,
                            slack,
@@ -355,6 +353,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                     d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
                                  d.solve_time + tr.extra_solve_time)
                 ch = tr.charge
+                if ch0 is not None:
+                    tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs, ch.costs)
                 tracker.record(ch.costs)
                 extra.update({f"cheapest_{b.name}": (ch0.costs[k] if ch0 else float("nan"))
                               for k, b in enumerate(instance.budgets)}, tracker=tr.how)

@@ -337,15 +337,18 @@ class Tracker:
         self.excess = [float(e + y) for e, y in zip(self.excess, self.use(costs))]
         self.executed += 1
 
-    def note_slack(self, t: int, names: Sequence[str], costs: Sequence[float]) -> None:
-        """Note once per budget a slot whose slack plan is not admissible."""
-        y, a = self.use(costs), self.allowance()
+    def note_slack(self, t: int, names: Sequence[str], costs: Sequence[float], run: Sequence[float]) -> None:
+        """Note once per budget a slot whose slack plan (costs) is not admissible, with the use of
+        the plan run (run: its charged costs), before the slot is recorded. The slack plan is the
+        least sum over budgets, so one budget alone may have a cheaper plan (the one run, even)."""
+        y, a, z = self.use(costs), self.allowance(), self.use(run)
         for k, name in enumerate(names):
             if y[k] > a[k] + 1e-12 and not self.noted[k]:
                 self.noted[k] = True
-                self.notes.append(f"slot {t}: even the cheapest plan uses {_pct(y[k] + 1)} of budget "
-                                  f"{name} with {100 * a[k] / max(self.horizon, 1):.2f}% of the run's tolerance "
-                                  f"left; guarantee (c) does not cover {name} from here")
+                self.notes.append(f"slot {t}: the slack plan (the least summed cost over the budgets) uses "
+                                  f"{_pct(y[k] + 1)} of budget {name} with {100 * a[k] / max(self.horizon, 1):.2f}% "
+                                  f"of the run's tolerance left, the plan run {_pct(z[k] + 1)}; guarantee (c) does "
+                                  f"not cover {name} from here")
 
     def to_dict(self) -> dict:
         return {"tolerance": self.tolerance, "horizon": self.horizon, "limits": list(self.limits),
