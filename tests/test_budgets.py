@@ -580,3 +580,52 @@ def test_slack_note_names_the_slack_plan_and_the_plan_run():
     assert f"uses {100 * row['cheapest_money'] / limit:.1f}% of budget money" in notes[0]
     assert f"the plan run {100 * row['cost_money'] / limit:.1f}%" in notes[0], notes[0]
     assert row["cost_money"] < row["cheapest_money"]
+
+
+def test_tolerance_zero_under_the_default_rule_is_noted():
+    """An outside audit: a tolerance of 0 made the default V rule (v = eps H) give V = 0, the
+    cheapest plans, with no word. A tolerance of 0 is meaningful (every budget within its limit;
+    bench_budgets' trade-off runs it), so the run keeps it and says so in a note; with V given, or
+    another tolerance, no such note."""
+    inst = slack_instance(2, 0.3, slots=3)
+    zero = run_online(inst, budget_tolerance=0.0)
+    assert zero.summary["V"] == 0.0
+    line = next(n for n in zero.notes if n.startswith("budget tolerance 0: the default rule"))
+    assert "V = 0" in line and "cheapest plans" in line and "--V" in line and line in zero.summary["notes"]
+    for kw in ({"budget_tolerance": 0.0, "V": 1.0}, {"budget_tolerance": 0.01}):
+        assert not any("budget tolerance 0" in n for n in run_online(inst, **kw).notes), kw
+    assert not any("budget tolerance 0" in n for n in run_online(inst, policy="even-dp", budget_tolerance=0.0).notes)
+
+
+def test_plain_controller_says_a_budget_cannot_be_met():
+    """An outside audit: with the tracker off (budget_tolerance=None, CLI --budget-tolerance off)
+    no pre-flight ran and an unattainable budget ended 39% over with no word. The plain
+    controller now runs the check for its notes only (its rows are unchanged) and names the
+    budget with the figures; check_budgets=False skips it."""
+    inst = slack_instance(5, 0.2, slots=4)
+    money, energy = inst.budgets
+    c0 = [evaluate(cheapest_plan(inst.state(t)), inst.state(t)).costs[0] for t in range(inst.num_slots)]
+    inst = replace(inst, budgets=(replace(money, limit=0.5 * min(c0)), energy))
+    run = run_online(inst, budget_tolerance=None)
+    quiet = run_online(inst, budget_tolerance=None, check_budgets=False)
+    cols = [c for c in run.rows.columns if c != "solve_time"]
+    pd.testing.assert_frame_equal(run.rows[cols], quiet.rows[cols], check_exact=True)
+    assert quiet.notes == () and "preflight_cheapest_money" not in quiet.summary
+    [line] = [n for n in run.notes if "money" in n]
+    pre = preflight(inst, range(inst.num_slots), 0.0)
+    assert line.startswith("budget money cannot be met on average: ") and f"{pre.cheapest_avg[0]:.6g} USD" in line
+    assert "tracker" not in line and line in run.message
+    assert run.summary["attainable_money"] is False and run.summary["attainable_energy"] is True
+
+
+def test_queue_pricing_says_what_pulls_an_unattainable_budget_down():
+    """With pricing "queue" an unattainable budget is left to its queue: a note says so, and the
+    default pricing has no such note."""
+    inst = load_instance(Path(__file__).resolve().parents[1] / "instances" / "default.toml")
+    money, energy = inst.budgets
+    inst = replace(inst.head(3), budgets=(replace(money, limit=0.0010), energy))
+    queue = run_online(inst, pricing="queue")
+    assert queue.summary["attainable_money"] is False
+    assert any(n.startswith("pricing 'queue': only the queue pulls money down") for n in queue.notes), queue.notes
+    history = run_online(inst)
+    assert not any(n.startswith("pricing 'queue'") for n in history.notes)

@@ -598,3 +598,68 @@ def test_tp_degrees_on_an_instance_without_servers_is_noted(tmp_path, capsys):
         assert "note: --tp-degrees 3: instance 'default' declares no [[servers]]" in err, err
         assert main(cmd) == 0
         assert "--tp-degrees" not in capsys.readouterr().err
+
+
+def test_run_header_counts_in_words(tmp_path, capsys):
+    """An outside audit: the run header said '1 devices' of a one-device instance."""
+    (tmp_path / "one.toml").write_text('name = "one"\nnum_slots = 1\n[workload]\nmodel = "vgg16"\nbatch = 32\n'
+                                       'micro_batch = 8\n[[devices]]\nname = "v"\nkind = "V100-SXM2-16GB"\n')
+    assert main(["run", str(tmp_path / "one.toml"), "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    assert "instance one: 1 device, 1 slot, workload" in capsys.readouterr().out
+    assert main(["run", DEFAULT, "--slots", "2", "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    assert "instance default: 6 devices, 2 slots, workload" in capsys.readouterr().out
+
+
+def test_solve_prints_each_note_once(capsys):
+    """An outside audit: `dynpar solve` printed the plan's notes twice (its own note lines, then
+    Plan.describe's)."""
+    assert main(["solve", str(REPO / "instances" / "pipedream_resnet50.toml"), "--slot", "0"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    assert any("are FLOP estimates" in n for n in notes)
+    assert len(notes) == len(set(notes)), notes
+
+
+def test_unattainable_budget_is_noted_without_the_tracker(tmp_path, capsys):
+    """An outside audit: a money budget below every slot's cheapest plan was said by a tracked
+    run only; `compare` and `run --budget-tolerance off` (and a baseline's run) said nothing. Each
+    now prints the pre-flight line, compare once for all its policies (within its 1% criterion)."""
+    path = default_copy(tmp_path, toml_edit=lambda s: s.replace("limit = 0.0017", "limit = 0.0010"))
+    out = str(tmp_path / "r")
+    assert main(["compare", str(path), "--slots", "2", "--policies", "even-dp,v-zero", "--out", out, "--no-plots"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "cannot be met" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: budget money cannot be met on average within 1%: "), notes
+    for extra in (["--budget-tolerance", "off"], ["--policy", "even-dp"]):
+        assert main(["run", str(path), "--slots", "2", "--out", out, "--no-plots", *extra]) == 0
+        notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: budget money")]
+        assert len(notes) == 1 and "cannot be met on average: " in notes[0] and "over its limit 0.001" in notes[0], extra
+        policy = extra[1] if extra[0] == "--policy" else "ours"
+        saved = json.loads((tmp_path / "r" / "default" / policy / "summary.json").read_text())["notes"]
+        assert saved == [notes[0][len("note: "):]], extra
+
+
+def test_budget_tolerance_zero_is_noted(tmp_path, capsys):
+    """--budget-tolerance 0 under the default V rule gives V = 0 (the cheapest plans): a note."""
+    assert main(["run", DEFAULT, "--slots", "1", "--out", str(tmp_path), "--no-plots", "--budget-tolerance", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "note: budget tolerance 0: the default rule V = eps H / T_ref gives V = 0" in out
+
+
+def test_skipped_slots_are_gaps_in_the_files_and_the_plot(tmp_path, capsys, monkeypatch):
+    """An outside audit: slots with no plan had cost 0 in slots.csv and run.png (the plotted running
+    average ended near 0.00104 USD where summary.json said 0.00156). Their time and cost cells are
+    now empty, the plot leaves them out, and its running average ends at summary.json's."""
+    import solver.cli.plots.run as run_plot
+    figs = []
+    monkeypatch.setattr(run_plot, "save", lambda fig, path: figs.append(fig) or Path(path))
+    path = default_copy(tmp_path, unavailable_at_0=ALL_DEVICES)
+    assert main(["run", str(path), "--slots", "3", "--out", str(tmp_path / "r")]) == 0
+    folder = tmp_path / "r" / "default" / "ours"
+    rows = list(csv.DictReader((folder / "slots.csv").open()))
+    assert rows[0]["status"] == "infeasible"
+    assert all(rows[0][c] == "" for c in ("batch_time_s", "migration_time_s", "cost_money_usd", "cost_energy_j"))
+    summary = json.loads((folder / "summary.json").read_text())
+    money = figs[0].axes[1]
+    per_iteration, running = (line.get_ydata() for line in money.get_lines()[:2])
+    assert pytest.approx(running[-1], rel=1e-12) == summary["avg_cost_money_usd"]
+    assert all(v != v for v in (per_iteration[0], running[0]))    # NaN: a gap, not 0
+    assert summary["avg_solve_time_s"] == pytest.approx(sum(float(r["solve_time_s"]) for r in rows[1:]) / 2)

@@ -126,8 +126,8 @@ def test_a_declared_kind_may_carry_measured_columns(tmp_path):
     inst = load_instance(write(tmp_path, body, ",fwd_s:GH-96,bwd_s:GH-96", rows))
     st = inst.state(0)
     assert st.layer_fwd_seconds[0].tolist() == [1e-3] * 4
-    assert st.notes == ("kind T4: layer table 'layers' has no measured times for it (measured: GH-96); its times "
-                        "are FLOP estimates",)
+    assert st.notes == ("kind T4: layer table 'layers' has no measured times for it at tp 1 and micro-batch 4 "
+                        "(measured there: GH-96); its times at tp 1 and micro-batch 4 are FLOP estimates",)
     assert inst.notes == st.notes
 
 
@@ -314,8 +314,17 @@ def test_solve_json_lists_the_plans_notes(tmp_path, capsys):
     p = write(tmp_path, devices([("t", "T4", "n")]), ",fwd_s:V100-SXM2-16GB,bwd_s:V100-SXM2-16GB", rows)
     assert main(["solve", str(p), "--slot", "0", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
-    assert notes == ["kind T4: layer table 'layers' has no measured times for it (measured: V100-SXM2-16GB); its "
-                     "times are FLOP estimates"]
+    assert notes == ["kind T4: layer table 'layers' has no measured times for it at tp 1 and micro-batch 4 "
+                     "(measured there: V100-SXM2-16GB); its times at tp 1 and micro-batch 4 are FLOP estimates"]
+    # times of T4 at tp 2 only: the note says where it is measured, not that it is measured nowhere
+    p = write(tmp_path, devices([("t", "T4", "n")]), ",fwd_s:V100-SXM2-16GB,bwd_s:V100-SXM2-16GB,"
+              "fwd_s:T4@mbs4@tp2,bwd_s:T4@mbs4@tp2,param_bytes@tp2,stash_bytes@tp2",
+              [r + ",1e-3,2e-3,1e6,1e6" for r in rows])
+    assert main(["solve", str(p), "--slot", "0", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["kind T4: layer table 'layers' has no measured times for it at tp 1 and micro-batch 4 "
+                     "(measured there: V100-SXM2-16GB; its times are measured at tp 2 (micro-batch 4)); its times "
+                     "at tp 1 and micro-batch 4 are FLOP estimates"]
 
 
 def test_declared_peak_at_the_workloads_precision(tmp_path):

@@ -197,8 +197,35 @@ def test_sailor_one_gpu_file(tmp_path):
     shutil.copytree(root / "profiles" / "Toy" / "A100-40", root / "profiles" / "Toy" / "V100-16")
     imp = import_any("sailor", root / "profiles" / "Toy", kind="V100-16=MyGPU")
     assert "MyGPU" in imp.kinds
-    assert any("--kind V100-16=MyGPU: not in the hardware table" in n for n in imp.notes)
+    assert any(n.startswith("kind MyGPU: not in the packaged hardware table") and 'like = "<a packaged kind>"' in n
+               for n in imp.notes)
     assert not any("hardware table" in n for n in import_any("sailor", root / "profiles" / "Toy").notes)
+
+
+def test_sailor_kind_outside_the_hardware_table_is_noted_with_its_declaration(tmp_path, capsys):
+    """GH-96 (no row in models/hardware.csv) written as fwd_s:GH-96: the import says so and how to
+    declare it; an instance of A100s alone then loads with that [[kinds]] entry, and without it
+    is refused naming the column (the loader knows no kind GH-96, devices of it or not)."""
+    from solver.io.instance import load_instance
+    root = sailor_root(tmp_path)
+    shutil.rmtree(root / "profiles" / "Toy" / "GH-96")
+    shutil.copytree(root / "profiles" / "Toy" / "A100-40", root / "profiles" / "Toy" / "GH-96")
+    out = tmp_path / "toy.csv"
+    assert main(["import-profile", "--format", "sailor", str(root / "profiles" / "Toy"), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    note = next(line for line in (printed.out + printed.err).splitlines() if "kind GH-96: not in" in line)
+    assert note.startswith("note: kind GH-96: not in the packaged hardware table (models/hardware.csv)")
+    assert 'kind = "GH-96", like = "H100-SXM5-80GB", memory_gb = 96' in note and "'fwd_s:GH-96'" in note
+    assert "# " + note in out.read_text()                     # and in the table itself
+    assert not any("A100" in line and "not in the packaged" in line for line in printed.out.splitlines())
+    body = ('name = "toy"\nnum_slots = 1\n[workload]\nmodel = "toy.csv"\nbatch = 4\nmicro_batch = 1\n'
+            '[[devices]]\nname = "a0"\nkind = "A100-SXM4-40GB"\n')
+    (tmp_path / "bare.toml").write_text(body)
+    with pytest.raises(InstanceError, match="column 'fwd_s:GH-96' matches no device kind"):
+        load_instance(tmp_path / "bare.toml")
+    (tmp_path / "declared.toml").write_text(body + '[[kinds]]\nkind = "GH-96"\nlike = "H100-SXM5-80GB"\n'
+                                                   'memory_gb = 96\n')
+    assert "GH-96" in load_instance(tmp_path / "declared.toml").workload.measured
 
 
 @pytest.mark.parametrize("model", ["GPT-Neo-2.7", "LLAMA-3-8"])
@@ -212,6 +239,7 @@ def test_real_sailor_profiles(shared_data, tmp_path, model):
     if model == "LLAMA-3-8":
         assert "fwd_s:V100-SXM2-16GB@mbs1@tp4" in header and "V100-SXM2-16GB" not in wl.measured
         assert "param_bytes@tp4" in header
+        assert '# note: kind GH-96: not in the packaged hardware table' in out.read_text()
     else:
         assert {"A100-SXM4-40GB", "V100-SXM2-16GB"} <= set(wl.measured) and "GH-96" not in header
 

@@ -21,6 +21,7 @@ from solver.online import charge_plan, run_online, summarise
 from solver.baselines import even_split
 from solver.online.policies import POLICY_NAMES
 from solver.online.queues import queue_bound, update_queues
+from solver.solve import SolveOptions
 from solver.io.synthetic import random_instance
 
 _CACHE: dict = {}
@@ -261,3 +262,54 @@ def test_online_runs_compare_by_value():
     assert run != other and run != "run"
     with pytest.raises(TypeError, match="unhashable"):
         hash(run)
+
+
+@pytest.mark.parametrize("tolerance", [0.01, None])
+def test_skipped_slots_have_no_cost_and_averages_agree(tolerance, tmp_path):
+    """An outside audit: a slot with no plan had cost 0 (batch time NaN), so a plain mean of the
+    rows was not summary.json's average, and avg_solve_time alone averaged over every slot. Now
+    every plan figure of a skipped row is NaN, each summary average is the plain mean of its
+    column (the executed slots), the queue law holds (queues unchanged there) and a resumed run
+    reproduces the NaN rows exactly."""
+    inst = tight(3, 0.3, slots=6)
+    avail = inst.available.copy()
+    avail[[2, 3], :] = False
+    inst = replace(inst, available=avail)
+    run = run_online(inst, budget_tolerance=tolerance)
+    df, s = run.rows, run.summary
+    skipped = df["status"] == "infeasible"
+    assert list(df.index[skipped]) == [2, 3] and s["executed_slots"] == 4
+    plan_cols = ["batch_time", "charged_time", "migration_time", "preemption_time", "risk_time",
+                 *[f"cost_{b.name}" for b in inst.budgets]]
+    assert df.loc[skipped, plan_cols].isna().all().all()
+    assert df.loc[~skipped, plan_cols].notna().all().all()
+    for col, key in [("charged_time", "avg_batch_time"), ("batch_time", "avg_plan_time"),
+                     ("migration_time", "avg_migration_time"), ("solve_time", "avg_solve_time"),
+                     *[(f"cost_{b.name}", f"avg_cost_{b.name}") for b in inst.budgets]]:
+        expected = df.loc[~skipped, col].mean()
+        assert s[key] == pytest.approx(expected, rel=1e-12), key
+        if col != "solve_time":
+            assert df[col].mean() == pytest.approx(s[key], rel=1e-12), key    # NaN rows drop out
+    _check_rows(df, inst)
+    p = tmp_path / "state.json"
+    run_online(inst, budget_tolerance=tolerance, state_path=p, stop=3)
+    rest = run_online(inst, budget_tolerance=tolerance, state_path=p).rows
+    cols = [c for c in df.columns if c != "solve_time"]
+    pd.testing.assert_frame_equal(rest[cols], df[cols], check_exact=True)
+
+
+def test_resume_with_other_settings_says_each_in_words(tmp_path):
+    """An outside audit: a resume with other settings printed a dict of tuples ({'V': (None, 2.0)}).
+    Now each setting that differs is named with the value saved and the value requested."""
+    inst = random_instance(3, n=3, L=5, slots=2)
+    p = tmp_path / "state.json"
+    run_online(inst, state_path=p, stop=1)
+    with pytest.raises(ValueError) as e:
+        run_online(inst, V=2.0, budget_tolerance=None, replan=False, state_path=p,
+                   options=SolveOptions(tp_degrees=(1, 2)))
+    msg = str(e.value)
+    assert f"controller state {p} belongs to another run: " in msg and "(None" not in msg and "{" not in msg
+    for part in ("V: saved the default rule, requested 2", "budget tolerance: saved 1%, requested off",
+                 "pricing: saved history, requested queue", "re-planning cost: saved charged, requested not charged",
+                 "search options: tp_degrees saved (1, 2, 4, 8), requested (1, 2)"):
+        assert part in msg, (part, msg)

@@ -388,6 +388,19 @@ def test_time_limit_is_one_deadline_for_the_whole_solve(tmp_path):
         solve_slot(s, V=1.0, options=SolveOptions(exact=True, time_limit_s=1.0))
 
 
+def test_degree_one_is_always_searched_and_the_message_says_so(tmp_path):
+    """tp_degrees=(2,) searches degree 1 too (the descent starts there, a pool's leftovers stay
+    alone): the same result as (1, 2), here a plan with stages of degree 1 beside a pair, and the
+    message says degree 1 was searched although not asked for; (1, 2) does not say it."""
+    s = instance(tmp_path, FOUR, memory_gb=16).state(0)
+    only_two = solve_slot(s, V=1.0, options=SolveOptions(tp_degrees=(2,)))
+    with_one = solve_slot(s, V=1.0, options=SolveOptions(tp_degrees=(1, 2)))
+    assert only_two.plan == with_one.plan and only_two.objective == with_one.objective
+    assert 1 in {1 + len(p) for g in only_two.plan.groups for p in g.tp_peers}
+    assert "TP: degrees 2 (degree 1 is always searched too), " in only_two.message
+    assert "always searched" not in with_one.message
+
+
 def test_tp_degrees_checked(tmp_path):
     inst = instance(tmp_path, FOUR)
     with pytest.raises(ValueError, match="tp_degrees: expected a non-empty sequence of integers >= 1"):

@@ -190,3 +190,83 @@ def test_profile_bad_model_exits_2(tmp_path: Path, capsys, model: str) -> None:
     assert _rc(["profile", model, "--kind", "cpu", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dynpar: error: --model: ") and repr(model) in err and not out.exists()
+
+
+def _checkpoint_at(inst: Path, ck: Path, step: int) -> None:
+    """A complete checkpoint of this test's job (iterations_per_slot 4) at `step`, as ckpt.save
+    publishes it (meta.json with the job's identity; no block is read before a worker starts)."""
+    import json
+    from solver.io.instance import load_instance
+    from solver.runtime.trainer import TrainConfig
+    ident = TrainConfig(MODEL, 8, str(ck), 4).identity(load_instance(inst))
+    (ck / f"ckpt-{step:08d}").mkdir(parents=True)
+    (ck / f"ckpt-{step:08d}" / "meta.json").write_text(json.dumps({"identity": ident, "step": step}))
+    (ck / "LATEST").write_text(f"ckpt-{step:08d}")
+
+
+@pytest.mark.parametrize("done,hint", [
+    (8, "a larger --steps, up to num_slots * iterations_per_slot = 12, trains on from it"),
+    (12, "every slot of instance 'cpu4' is trained, 3 x 4 iterations: to train on, raise num_slots in"),
+])
+def test_train_nothing_to_train_says_what_trains_on(inst: Path, tmp_path: Path, capsys, no_workers,
+                                                    done: int, hint: str) -> None:
+    """At or past --steps: the hint names what extends the run; once every slot of the instance is
+    trained, a larger --steps would be refused (at most num_slots * iterations_per_slot), so the
+    hint is the instance's num_slots instead."""
+    ck = tmp_path / "ck"
+    _checkpoint_at(inst, ck, done)
+    assert _train(inst, ck) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"nothing to train: the newest checkpoint in {ck} is at step {done}") and hint in out, out
+    if done == 12:
+        assert "a larger --steps" not in out
+
+
+def test_train_unwritable_checkpoint_dir_exits_2_before_any_worker(inst: Path, tmp_path: Path, capsys,
+                                                                    no_workers) -> None:
+    """A checkpoint folder that cannot be created is one line naming the flag, exit 2 (it was a
+    worker's FileNotFoundError, exit 1); the probe leaves nothing behind."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    assert _train(inst, Path("/proc/dynpar-no-such")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dynpar: error: --checkpoint-dir: cannot create or write folder "
+                                               "'/proc/dynpar-no-such'"), err
+    ck = tmp_path / "ck"
+    assert _train(inst, ck, "--out", "/proc/dynpar-no-such") == 2
+    assert "--out: cannot create or write folder" in capsys.readouterr().err
+    assert not ck.exists() and not list(tmp_path.glob(".dynpar-probe-*"))
+
+
+def wrong_shape():
+    """mlp64 with 6 input features (its first Linear takes 8)."""
+    import torch
+    from torch.utils.data import TensorDataset
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.data = TensorDataset(torch.zeros(64, 6, dtype=torch.float64), torch.zeros(64, 4, dtype=torch.float64))
+    return spec
+
+
+def wrong_dtype():
+    """mlp64 (float64) on float32 samples."""
+    import torch
+    from torch.utils.data import TensorDataset
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.data = TensorDataset(torch.zeros(64, 8), torch.zeros(64, 4))
+    return spec
+
+
+@pytest.mark.parametrize("factory,why", [("wrong_shape", "(1x6 and 8x32)"), ("wrong_dtype", "dtype")])
+def test_train_data_that_does_not_fit_the_model_exits_2_before_any_worker(inst: Path, tmp_path: Path, capsys,
+                                                                           no_workers, factory: str, why: str) -> None:
+    """The first sample's shape and dtype are checked against the model in the parent, as
+    `dynpar profile` does: one line, exit 2 (it was 'rank 0: SpecError', exit 1)."""
+    ck = tmp_path / "ck"
+    assert _rc(["train", str(inst), "--model", f"tests.test_train_cli:{factory}", "--steps", "8",
+                "--iterations-per-slot", "4", "--checkpoint-dir", str(ck)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dynpar: error: model: block 0 (Linear) fails on its input") \
+        and why in err[0], err
+    assert not ck.exists()

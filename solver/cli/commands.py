@@ -86,6 +86,18 @@ def compile_note() -> None:
               "cached afterwards)", file=sys.stderr, flush=True)
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 device', '2 devices'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _budget_notes(inst: "Instance", tolerance: float, options=None) -> tuple[str, ...]:
+    """The pre-flight lines (online.controller.budget_check) of a command whose runs the budget
+    tracker does not keep: budgets no plan meets on average within (1 + tolerance) of the limit."""
+    from ..online.controller import budget_check
+    return budget_check(inst, tolerance, options)[1] if inst.budgets else ()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..model import plan_from_json
     from ..online import run_online
@@ -97,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = out_dir(Path(args.out) / inst.name / args.policy)
     writable(out, ("slots.csv", "summary.json", "run.png", "devices.png", "controller_state.json"))
     v_text = "default rule" if args.V is None else f"{args.V:g}"
-    print(f"instance {inst.name}: {inst.n} devices, {inst.num_slots} slots, workload "
+    print(f"instance {inst.name}: {_count(inst.n, 'device')}, {_count(inst.num_slots, 'slot')}, workload "
           f"{inst.workload.name} ({inst.workload.num_layers} layers, B={inst.workload.batch}, "
           f"u={inst.workload.micro_batch}), policy {args.policy}, V={v_text}, budget tolerance "
           f"{'off' if args.budget_tolerance is None else f'{100 * args.budget_tolerance:g}%'}"
@@ -123,14 +135,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     def resumed(at: int) -> None:
         print(f"resuming from {saved} at slot {at} of {inst.num_slots}" if at < inst.num_slots else
               f"{saved}: the run is complete (every slot ran); its results are written again", flush=True)
-    run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan,
-                     options=SolveOptions(tp_degrees=_tp_degrees(args, inst), classes=args.classes),
+    options = SolveOptions(tp_degrees=_tp_degrees(args, inst), classes=args.classes)
+    run = run_online(inst, V=args.V, policy=args.policy, replan=not args.no_replan, options=options,
                      state_path=saved if args.resumable else None,
                      progress=progress(f"{inst.name} {args.policy} V={v_text}"),
                      budget_tolerance=args.budget_tolerance, pricing=args.pricing,
                      preemption=args.preemption, availability_aware=not args.ignore_hazards, on_resume=resumed)
     df = run.rows
-    for note in run.notes:
+    # ours runs the pre-flight check itself (tracked or not); the baselines and ablations are checked here
+    checked = () if args.policy == "ours" else _budget_notes(inst, 0.0, options)
+    for note in (*run.notes, *checked):
         print(f"note: {note}", flush=True)
     if run.V is not None:
         print(f"V in force: {run.V.describe()}")
@@ -144,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n".join(x for x in text.splitlines() if not (x.startswith("note: ") and x[6:] in inst.notes)))
     units = slot_columns(inst.budgets)
     table = with_units(df, units)
-    summary = run.summary
+    summary = {**run.summary, "notes": [*run.summary["notes"], *checked]}
     summary = {summary_keys(inst.budgets).get(k, k): v for k, v in summary.items()}
     written = [write_atomic(out / "slots.csv", table.to_csv(index=False)),
                write_atomic(out / "summary.json", dumps(summary) + "\n")]
@@ -165,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         shown = "; ".join(_slot_reason(int(r.slot), r.message) for r in skipped.head(5).itertuples())
         more = f"; and {len(skipped) - 5} more (status column of slots.csv)" if len(skipped) > 5 else ""
         print(f"\n{len(skipped)} of {len(df)} slot(s) had no feasible plan and were skipped (no cost charged, "
-              f"queues unchanged): {shown}{more}")
+              f"their time and cost columns empty, left out of every average; queues unchanged): {shown}{more}")
     if _plots_wanted(args):
         from .plots import plot_device_map, plot_run
         written += plot_run(df, inst, out) + plot_device_map(df, inst, out)
@@ -274,11 +288,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         return 0 if res.plan is not None else 1
     print(f"slot {args.slot} of {inst.name}: status {res.status} ({res.message}); "
           f"{res.candidates} candidates in {res.solve_time * 1e3:.1f} ms")
-    for n in _solve_notes(inst, state, res):
+    notes = _solve_notes(inst, state, res)
+    for n in notes:
         print(f"note: {n}")
     if res.plan is None:
         return 1
-    print(res.plan.describe(state))
+    # Plan.describe ends with the plan's notes, printed above already
+    print("\n".join(x for x in res.plan.describe(state).splitlines() if not (x.startswith("note: ") and x[6:] in notes)))
     print(f"predicted batch time {res.batch_time:.6g} s"
           + "".join(f", {b.name} {c:.6g} {UNIT_WORDS[b.kind]}" for b, c in zip(inst.budgets, res.costs))
           + f", objective {res.objective:.6g}")
@@ -311,14 +327,16 @@ def _policies(text: str) -> list[str] | None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..online.compare import compare_policies
+    from ..online.gain import MEET_TOLERANCE_PCT, within_budget_note
     policies = _policies(args.policies)
     inst = _load(args.instance, args.slots)
     out = out_dir(Path(args.out) / inst.name)
     writable(out, ("compare.csv", "compare.png"))
+    for note in _budget_notes(inst, MEET_TOLERANCE_PCT / 100):    # once, for every policy
+        print(f"note: {note}", flush=True)
     table = compare_policies(inst, V=args.V, policies=policies, progress=lambda label: progress(label))
     shown = with_units(table, compare_columns(inst.budgets))
     print(table_text(shown))
-    from ..online.gain import within_budget_note
     from .plots.common import policy_label
     print("\n" + within_budget_note(table, label=policy_label))
     written = [write_atomic(out / "compare.csv", shown.to_csv(index=False))]
@@ -450,8 +468,8 @@ def _tp_degrees(args: argparse.Namespace, inst: "Instance") -> tuple[int, ...]:
     return args.tp_degrees
 
 
-TP_HELP = ("tensor-parallel degrees a stage may have, comma-separated (default 1,2,4,8; used where the "
-           "instance declares servers; 1: no tensor parallelism)")
+TP_HELP = ("tensor-parallel degrees a stage may have besides 1 (always searched), comma-separated (default "
+           "1,2,4,8; used where the instance declares servers; 1: no tensor parallelism)")
 
 
 NEGATIVE = re.compile(r"^-\.?\d")
@@ -522,7 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "V = tolerance x slots / fastest batch time (docs/BUDGETS.md)")
     r.add_argument("--budget-tolerance", type=_tolerance, default=0.01, metavar="FRACTION",
                    help="keep every budget within (1 + FRACTION) of its limit over the run (default 0.01 = 1%%; "
-                        "'off': the plain drift-plus-penalty controller)")
+                        "0: within the limit, and the default V rule then gives V = 0, the cheapest plans, "
+                        "unless --V is given (a note says so); 'off': the plain drift-plus-penalty controller)")
     r.add_argument("--pricing", choices=("history", "queue"), default=None,
                    help="how ours prices the budgets: history (the offline LP's price over the slots seen so "
                         "far) or queue (the virtual queues, the article's controller); default: history with "

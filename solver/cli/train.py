@@ -15,8 +15,8 @@ Spawns one process per device on this machine, or, under torchrun, is one of its
 (the device from --device-map and LOCAL_RANK: solver.runtime.binding). Writes slots.csv
 and summary.json (like `dynpar run`, plus measured columns) and checkpoints in DIR; the
 same command again resumes from the newest checkpoint. Every option is checked (train_config)
-before any process starts or any file is written: a bad value is one line naming the flag,
-exit status 2.
+before any process starts or any file is written, and so are the factory's model and first
+sample (_check_blocks): a bad value is one line naming the flag, exit status 2.
 """
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import DynparError
 from ..online.policies import POLICY_NAMES
 from .argtypes import out_path, parsed, positive_int, v_weight
-from .output import UsageError, out_file
+from .output import UsageError, blocking_file, out_file
 
 
 def _torch(command: str) -> None:
@@ -137,12 +138,31 @@ def _check_model(ref: str) -> None:
         raise UsageError(str(e)) from None
 
 
-def _check_blocks(ref: str, inst: Any) -> None:
-    """UsageError unless the model that `ref`'s factory builds has as many pipeline blocks as the
-    instance's workload has layers (the factory is called once here, before any process starts)."""
-    from ..runtime.spec import SpecError, check_layer_count, listed_blocks, load_factory
+def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
+    """UsageError unless the model and data of `ref`'s factory pass, here, the checks every worker
+    would make first: the runtime's refusals (spec.check_semantics), as many pipeline blocks as
+    the instance's workload has layers, data giving batches of the workload's size, and the first
+    sample passing through every block (its shape and dtype fit the model: one forward pass of
+    one sample on CPU, on copies in eval mode, spec.input_shapes; under the factory's autocast
+    with --accelerator cpu, left to the workers with cuda and autocast, CPU autocast not being
+    CUDA's). The factory is called once here, before any process starts."""
+    import torch
+
+    from ..runtime.spec import Batches, SpecError, check_layer_count, check_semantics, input_shapes, listed_blocks
+    from ..runtime.spec import load_factory
     try:
-        check_layer_count(len(listed_blocks(load_factory(ref).model)), inst.workload.name, inst.workload.num_layers)
+        spec = load_factory(ref)
+        blocks = listed_blocks(spec.model)
+        check_semantics(blocks)
+        check_layer_count(len(blocks), inst.workload.name, inst.workload.num_layers)
+        data = Batches(spec.data, inst.workload.batch)
+        if accelerator == "cpu" or spec.autocast is None:
+            try:
+                x = data.example()
+            except Exception as e:      # the factory's dataset, failing as a worker's would
+                raise SpecError(f"data: reading sample 0 failed: {type(e).__name__}: "
+                                f"{' '.join(str(e).split()) or 'no message'}") from None
+            input_shapes(blocks, x, spec.autocast_context(torch.device("cpu")) if accelerator == "cpu" else None)
     except SpecError as e:
         raise UsageError(str(e)) from None
 
@@ -170,8 +190,24 @@ def _run_devices(text: str, names: list[str], inst_name: str) -> list[str] | Non
 
 
 def _folder(flag: str, path: str | None) -> None:
-    if path and Path(path).exists() and not Path(path).is_dir():
+    """UsageError naming `flag` and `path` unless it is a folder this process can create and
+    write in: not a file, and a probe folder can be made in it or in its nearest existing
+    parent (made and removed at once: os.access alone passes /proc and read-only mounts for
+    root)."""
+    if not path:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
         raise UsageError(f"{flag}: expected a folder, got {path!r} (a file)")
+    blocking = blocking_file(p)
+    if blocking is not None:
+        raise UsageError(f"{flag}: cannot create folder {path!r}: {blocking} is a file, not a folder")
+    base = next(a for a in (p, *p.parents) if a.exists())
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dynpar-probe-", dir=base))
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot create or write folder {path!r}: {base} refuses new entries "
+                         f"({e.strerror or type(e).__name__})") from None
 
 
 def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | None]:
@@ -245,6 +281,17 @@ def _resumes_at(cfg: Any, inst: Any) -> int | None:
     return int(meta["step"])
 
 
+def _train_on(done: int, per_slot: int, inst: Any, path: str) -> str:
+    """What trains on from a checkpoint at step `done`: a larger --steps while the instance has
+    slots left (--steps <= num_slots * iterations_per_slot), else more slots in the instance
+    file (--iterations-per-slot and the instance's name are the job's identity: ckpt.same_job)."""
+    most = inst.num_slots * per_slot
+    if done < most:
+        return f"a larger --steps, up to num_slots * iterations_per_slot = {most}, trains on from it"
+    return (f"every slot of instance {inst.name!r} is trained, {inst.num_slots} x {per_slot} iterations: to train on, "
+            f"raise num_slots in {path} (same name, traces covering the new slots) and --steps with it")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     _torch("train")
     from ..io.instance import load_instance
@@ -257,8 +304,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     done = _resumes_at(cfg, inst)
     if done is not None and done >= cfg.steps:
         print(f"nothing to train: the newest checkpoint in {args.checkpoint_dir} is at step {done}, and --steps is "
-              f"{cfg.steps} (a larger --steps trains on from it); {out / 'slots.csv'} and "
-              f"{out / 'summary.json'} are unchanged")
+              f"{cfg.steps} ({_train_on(done, cfg.iterations_per_slot, inst, args.instance)}); "
+              f"{out / 'slots.csv'} and {out / 'summary.json'} are unchanged")
         return 0
     if done is not None and os.environ.get("RANK", "0") == "0":   # under torchrun: rank 0 says it
         print(f"resuming at step {done} of {cfg.steps} from the newest checkpoint in {args.checkpoint_dir}",
@@ -272,7 +319,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"wrote {out / 'slots.csv'}, {out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
         return 0
     from ..runtime.launch import launch
-    _check_blocks(cfg.model, inst)
+    _check_blocks(cfg.model, inst, cfg.accelerator)
     ran = launch(inst, cfg, devices)
     print(f"trained {args.steps} iterations on {', '.join(ran)}; wrote {out / 'slots.csv'}, "
           f"{out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")

@@ -27,6 +27,10 @@ SAILOR_KINDS = {"A100-40": "A100-SXM4-40GB", "A100-80": "A100-SXM4-80GB", "V100-
                 "GH-96": "GH-96"}
 """Sailor's GPU names -> this package's hardware kinds (GH-96, a GH200 96 GB, has no row)."""
 
+SAILOR_DECLARE = {"GH-96": 'kind = "GH-96", like = "H100-SXM5-80GB", memory_gb = 96 (a GH200 with 96 GB, as '
+                           'benchmarks/bench_sailor_cluster.py declares it)'}
+"""The [[kinds]] fields an instance may declare for a Sailor kind the hardware table lacks."""
+
 
 @dataclass(frozen=True)
 class SailorProfile:

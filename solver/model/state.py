@@ -25,8 +25,10 @@ def measurement_notes(devices, workload: Workload) -> tuple[str, ...]:
     notes = ()
     if workload.measured:
         missing = sorted({d.kind for d in devices} - set(workload.measured))
-        notes = tuple(f"kind {k}: layer table {workload.name!r} has no measured times for it (measured: "
-                      f"{', '.join(sorted(workload.measured))}); its times are FLOP estimates" for k in missing)
+        at = f"tp {workload.tp_degree} and micro-batch {workload.micro_batch}"
+        notes = tuple(f"kind {k}: layer table {workload.name!r} has no measured times for it at {at} (measured there: "
+                      f"{', '.join(sorted(workload.measured))}{measured_elsewhere(workload, k)}); its times at {at} "
+                      "are FLOP estimates" for k in missing)
     if workload.optimizer_step == "measured":
         kinds = {d.kind for d in devices}
         notes += tuple(f"layer table {workload.name!r}: measured optimizer-step seconds of kind {k} are 0 for "
@@ -37,6 +39,18 @@ def measurement_notes(devices, workload: Workload) -> tuple[str, ...]:
                   f"{', opt_s:'.join(sorted(workload.optimizer_seconds))}), not charged: optimizer_step is "
                   f"{workload.optimizer_step!r} (set optimizer_step = \"measured\" in [workload] to charge them)",)
     return notes
+
+
+def measured_elsewhere(workload: Workload, kind: str) -> str:
+    """'; its times are measured at tp 2 (micro-batch 1), tp 4 (micro-batch 1, 2)' where the
+    table times `kind` at other micro-batch sizes (Workload.measured_by_micro_batch, at tp 1) or
+    TP degrees (tp_variants); '' where it times it nowhere."""
+    at: dict[int, set[int]] = {}
+    for t, per_u in [(1, workload.measured_by_micro_batch)] + [(t, v.by_micro_batch) for t, v in
+                                                               sorted(workload.tp_variants.items())]:
+        at.setdefault(t, set()).update(u for u, per in per_u.items() if kind in per)
+    where = [f"tp {t} (micro-batch {', '.join(map(str, sorted(us)))})" for t, us in sorted(at.items()) if us]
+    return f"; its times are measured at {', '.join(where)}" if where else ""
 
 
 TP_ALLREDUCES = 2

@@ -8,7 +8,8 @@ online.tracking (every budget within 1% over the run wherever the cheapest plan 
 meets it), after a pre-flight check that says in one line when a budget cannot be met, and
 prices the budgets from the run's history (online.pricing: the offline LP's duals over the
 slots seen so far) instead of the queues. budget_tolerance=None is the plain drift-plus-penalty
-controller of the article. Baselines and
+controller of the article; it still runs the pre-flight check for its notes (budget_check:
+a budget no plan meets on average is named; its plans are unchanged). Baselines and
 ablations are never tracked (they ignore the budgets, or are the controller's ablations); their
 overshoot is reported as it is.
 
@@ -16,9 +17,9 @@ Horizon. H is the number of slots from `start` to the instance's last slot; `sto
 the run (a resumed run continues towards the same H).
 
 Infeasible slots. When a policy has no feasible plan (status "infeasible"), the slot is
-recorded as a skip row by default (on_infeasible="skip"): no plan, no cost, batch time NaN,
-and the queues unchanged. No iteration ran, and the budgets are averages per iteration, so
-crediting the limit for an idle slot would let the controller overspend later. Skip rows are
+recorded as a skip row by default (on_infeasible="skip"): no plan, its times and costs NaN
+(not 0: a plain mean over the rows is then the summary's), and the queues unchanged. No
+iteration ran, and the budgets are averages per iteration, so crediting the limit for an idle slot would let the controller overspend later. Skip rows are
 left out of every average and out of the horizon of the bounds. on_infeasible="raise" raises
 InfeasibleSlotError naming the slot and the reason instead.
 
@@ -58,6 +59,11 @@ from .vrule import VChoice, choose_V, given_V
 def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charge | None,
          q_before: Sequence[float], q_after: Sequence[float], objective: float, prev_row: dict | None,
          extra: dict) -> dict:
+    """One slot's row. Times in seconds (batch_time, charged_time, risk_time per iteration;
+    migration_time, preemption_time per slot), cost_<budget> per iteration (USD or J), queues in
+    budgets' worth, avg_/over_/bound_ over the slots run so far. A slot with no plan (`ch` None,
+    status "infeasible") ran no iteration: its plan figures (times and costs) are NaN, not 0, so
+    that a plain mean over the rows is the mean over the slots that ran (as online.summary's)."""
     row: dict[str, Any] = {"slot": t, "policy": policy, "V": float(V)}
     p = d.plan if ch is not None else None
     row["plan"] = p.summary(state) if p is not None else ""
@@ -66,12 +72,12 @@ def _row(t: int, policy: str, V: float, state: SlotState, d: Decision, ch: Charg
     row["n_devices"] = len(p.devices) if p is not None else 0
     nan = float("nan")
     row["batch_time"] = ch.batch_time if ch else nan
-    row["migration_time"] = ch.migration_time if ch else 0.0
+    row["migration_time"] = ch.migration_time if ch else nan
     row["charged_time"] = ch.charged_time if ch else nan
-    row["preemption_time"] = ch.preemption_time if ch else 0.0
-    row["risk_time"] = ch.risk_time if ch else 0.0
+    row["preemption_time"] = ch.preemption_time if ch else nan
+    row["risk_time"] = ch.risk_time if ch else nan
     for k, b in enumerate(state.budgets):
-        row[f"cost_{b.name}"] = ch.costs[k] if ch else 0.0
+        row[f"cost_{b.name}"] = ch.costs[k] if ch else nan
     for k, b in enumerate(state.budgets):
         row[f"queue_{b.name}_before"] = float(q_before[k])
         row[f"queue_{b.name}_after"] = float(q_after[k])
@@ -168,7 +174,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     (online.vrule). options: SolveOptions for the search (its replan / iterations_per_slot are
     overridden by the arguments here). budget_tolerance: fraction, every budget within
     (1 + tolerance) of its limit over the run for "ours" (online.tracking); None: no tracking.
-    check_budgets: the pre-flight check of the budgets against the cheapest plans (tracked runs).
+    check_budgets: the pre-flight check of the budgets against the cheapest plans (tracked runs,
+    and the plain controller "ours" with budget_tolerance None, where it only adds notes).
     pricing: how "ours" prices the budgets: "history" (online.pricing: the offline LP's price
     over the slots seen so far, the search's weights V * price) or "queue" (the queues, the
     article's drift-plus-penalty); None: "history" for a tracked run, else "queue".
@@ -221,8 +228,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     if state_path is not None and Path(state_path).exists():
         cs = ControllerState.load(state_path)
         if cs.config != config:
-            diff = {k: (cs.config.get(k), v) for k, v in config.items() if cs.config.get(k) != v}
-            raise ValueError(f"controller state {state_path} belongs to another run: {diff}")
+            raise ValueError(f"controller state {state_path} belongs to another run: {_config_diff(cs.config, config)}"
+                             f" (delete it to start afresh, or run with the saved settings)")
         pol.load_state_dict(cs.policy_state)
         if on_resume is not None:
             on_resume(cs.next_slot)
@@ -240,8 +247,11 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     vc = VChoice.from_dict(cs.extra["V"]) if cs.extra.get("V") else None
 
     pre: Preflight | None = None
+    check: tuple[Preflight, tuple[str, ...]] | None = None    # the plain controller's: notes only
     if tracked and check_budgets:
         pre = preflight(instance, range(first, instance.num_slots), tol, opts)
+    elif check_budgets and limits and isinstance(pol, Ours) and pol.queue_mode == "real":
+        check = budget_check(instance, 0.0, opts, range(first, instance.num_slots))
     tracker: Tracker | None = None
     if tracked:
         tracker = (Tracker.from_dict(cs.extra["tracker"]) if cs.extra.get("tracker") else
@@ -377,7 +387,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         if progress is not None:
             progress(done, total)
     return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None, pol,
-                   mode if isinstance(pol, Ours) else None)
+                   mode if isinstance(pol, Ours) else None, check)
 
 
 def _preemption_time(preempt: Preemption | None, prev: Plan | None, state: SlotState, last: dict | None,
@@ -552,9 +562,17 @@ def shown_V(pol: Policy, vc: VChoice | None) -> float:
 
 
 def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker: Tracker | None,
-            pre: Preflight | None, tolerance: float | None, pol: Policy, pricing: str | None = None) -> OnlineRun:
+            pre: Preflight | None, tolerance: float | None, pol: Policy, pricing: str | None = None,
+            check: tuple[Preflight, tuple[str, ...]] | None = None) -> OnlineRun:
+    """The OnlineRun of `rows`: status, message, summary and notes. Notes: the default rule's V = 0
+    (VChoice.zero_note, for ours), the pre-flight lines (`pre`: the tracked run's; `check`: the
+    plain controller's, budget_check), then the tracker's."""
     status, message = run_status(rows)
-    notes = tuple(pre.lines if pre else ()) + tuple(tracker.notes if tracker else ())
+    V = shown_V(pol, vc)
+    ruled = vc is not None and V == vc.V     # the rule's V is the one in force (not v-inf / v-zero's)
+    zero = vc.zero_note() if ruled and isinstance(pol, Ours) else None
+    notes = ((zero,) if zero else ()) + tuple(pre.lines if pre else ()) + _queue_priced(pre, pricing, instance) \
+        + (check[1] if check else ()) + tuple(tracker.notes if tracker else ())
     s = summarise(rows, instance, tolerance=tolerance)
     if tracker is not None and s.get("preempted_slots"):
         notes += (f"{s['preempted_slots']} slot(s) paid a preemption; those losses are costs no plan of their slot "
@@ -565,18 +583,137 @@ def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker:
         message += "; average cost vs limit: " + ", ".join(over)
     if notes:
         message += "; " + "; ".join(notes)
-    V = shown_V(pol, vc)
-    ruled = vc is not None and V == vc.V     # the rule's V is the one in force (not v-inf / v-zero's)
     s.update({"status": str(status), "success": status.success, "message": message, "notes": list(notes),
               "V": V, "V_rule": vc.to_dict() if ruled else None,
               "budget_tolerance": tolerance, "pricing": pricing,
               "tracker_binding_slots": tracker.binding if tracker else 0})
-    if pre is not None:
-        for k, b in enumerate(instance.budgets):
+    for k, b in enumerate(instance.budgets):
+        if pre is not None:
             s[f"preflight_cheapest_{b.name}"] = pre.cheapest_avg[k]
             s[f"attainable_{b.name}"] = pre.attainable[k]
             s[f"tracked_limit_{b.name}"] = pre.targets[k]
+        elif check is not None:     # at tolerance 0: the limit itself
+            s[f"preflight_cheapest_{b.name}"] = check[0].cheapest_avg[k]
+            s[f"attainable_{b.name}"] = check[0].attainable[k]
     return OnlineRun(rows, s, status, message, vc if ruled else None, notes)
+
+
+def _queue_priced(pre: Preflight | None, pricing: str | None, instance: Instance) -> tuple[str, ...]:
+    """Under pricing "queue", a tracked run's unattainable budgets are pulled down by their queues
+    alone (the tracker judges the attainable ones), which over a short run end above the cheapest
+    achievable average (an outside audit: the default instance with money at 0.0010 over 6 slots
+    ended +39.0% where the cheapest plans reach +23.9%, and history pricing +24.0%)."""
+    if pre is None or pricing != "queue" or all(pre.attainable):
+        return ()
+    names = ", ".join(b.name for b, a in zip(instance.budgets, pre.attainable) if not a)
+    return (f"pricing 'queue': only the queue pulls {names} down (the tracker keeps the attainable budgets), so "
+            f"a short run can end above the cheapest achievable average; pricing 'history' (the tracked default) "
+            f"spends as little on {names} as it can",)
+
+
+def budget_check(instance: Instance, tolerance: float = 0.0, options: SolveOptions | None = None,
+                 slots: Sequence[int] | None = None) -> tuple[Preflight, tuple[str, ...]]:
+    """The pre-flight check (tracking.preflight) for runs the budget tracker does not keep (the
+    plain controller, the baselines, `dynpar compare`): the cheapest plans of `slots` (default
+    all) against each budget, and one line per budget, or group of budgets, that no run can keep
+    within (1 + tolerance) of its limit on average (`unmet_notes`)."""
+    pre = preflight(instance, range(instance.num_slots) if slots is None else slots, tolerance, options)
+    return pre, unmet_notes(pre, instance, tolerance)
+
+
+def unmet_notes(pre: Preflight, instance: Instance, tolerance: float) -> tuple[str, ...]:
+    """The figures of `pre` for budgets no plan can meet on average within (1 + tolerance) of the
+    limit (USD or J per iteration), one line per budget (and one for budgets that can be met
+    alone but not together), with nothing about a tracker (tracking.preflight's lines say what
+    the tracker does about them)."""
+    within = f" within {100 * tolerance:g}%" if tolerance else ""
+    lines = []
+    for k, b in enumerate(instance.budgets):
+        if not pre.tracked[k]:
+            best, unit = pre.cheapest_avg[k], "USD" if b.kind == "money" else "J"
+            lines.append(f"budget {b.name} cannot be met on average{within}: the least average the cheapest plans of "
+                         f"the slots reach is {best:.6g} {unit} per iteration, {100 * (best / b.limit - 1):+.1f}% "
+                         f"over its limit {b.limit:.6g} (pre-flight check)")
+    together = [b.name for k, b in enumerate(instance.budgets) if pre.tracked[k] and not pre.attainable[k]]
+    if together:
+        lines.append(f"budgets {' and '.join(together)} cannot be met together on average{within} (each can "
+                     f"alone; pre-flight check over the slots' cheapest plans)")
+    return tuple(lines)
+
+
+_SETTING_WORDS = {"V": "V", "budget_tolerance": "budget tolerance", "pricing": "pricing", "policy": "policy",
+                  "replan": "re-planning cost", "iterations_per_slot": "iterations per slot",
+                  "num_slots": "slots", "instance": "instance", "budgets": "budgets", "options": "search options",
+                  "preemption": "preemption"}
+
+
+def _setting_text(key: str, value: Any) -> str:
+    """A saved run's setting `key` (checkpoint.run_config) in words."""
+    if value is None:
+        return {"V": "the default rule", "budget_tolerance": "off (no budget tracker)"}.get(key, "none")
+    if key == "budget_tolerance":
+        return f"{100 * float(value):g}%"
+    if key == "replan":
+        return "charged" if value else "not charged"
+    if key == "budgets":
+        return ", ".join(f"{n} <= {lim:g}" for n, _, lim in value) or "none"
+    if key == "preemption":
+        restart, every, aware = value
+        return f"{restart:g} s restart, checkpoint every {every} iterations, hazards {'weighed' if aware else 'ignored'}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _config_diff(saved: dict, now: dict) -> str:
+    """Each setting where a saved run (`saved`, checkpoint.run_config) and this call differ, in
+    words: 'V: saved the default rule, requested 2'."""
+    parts = []
+    for key in dict.fromkeys([*now, *saved]):
+        a, b = saved.get(key), now.get(key)
+        if a == b:
+            continue
+        if key == "inputs":
+            parts.append("inputs: the instance's workload, devices, traces, network or budgets differ from the "
+                         "saved run's")
+        elif key == "options":
+            parts.append("search options: " + _options_diff(str(a), str(b)))
+        else:
+            parts.append(f"{_SETTING_WORDS.get(key, key)}: saved {_setting_text(key, a)}, requested "
+                         f"{_setting_text(key, b)}")
+    return "; ".join(parts)
+
+
+def _fields(text: str) -> dict[str, str]:
+    """The top-level fields of a dataclass repr: 'A(x=1, t=(1, 2), u=B(y=3))' -> {'x': '1',
+    't': '(1, 2)', 'u': 'B(y=3)'}; {} for text that is not one ('None')."""
+    if not text.endswith(")") or "(" not in text:
+        return {}
+    body, out, depth, start = text[text.index("(") + 1:-1], {}, 0, 0
+    for i, ch in enumerate(body + ","):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            key, _, value = body[start:i].strip().partition("=")
+            if value:
+                out[key] = value
+            start = i + 1
+    return out
+
+
+def _options_diff(saved: str, now: str, prefix: str = "") -> str:
+    """The fields where two SolveOptions reprs differ, 'name saved X, requested Y' (nested
+    SearchTuning fields as tuning.name; None is the defaults, as run_online reads it)."""
+    default = repr(SolveOptions()) if not prefix else ""
+    a, b = _fields(default if saved == "None" else saved), _fields(default if now == "None" else now)
+    parts = []
+    for key in dict.fromkeys([*b, *a]):
+        x, y = a.get(key, "absent"), b.get(key, "absent")
+        if x != y:
+            nested = _fields(x) and _fields(y)
+            parts.append(_options_diff(x, y, f"{prefix}{key}.") if nested else f"{prefix}{key} saved {x}, requested {y}")
+    return ", ".join(parts) or f"saved {_short(saved)}, requested {_short(now)}"
+
+
+def _short(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:

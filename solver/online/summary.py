@@ -10,12 +10,14 @@ from .queues import overshoot_bound
 
 
 def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = None) -> dict:
-    """Averages over the executed (non-skipped) slots.
+    """Averages over the executed slots (those with a plan; a skipped slot, status "infeasible",
+    ran no iteration and is left out of every average below).
 
     avg_batch_time: seconds per iteration, amortised migration included (charged_time);
     avg_plan_time: the plans' own batch time; avg_migration_time: seconds per slot;
     avg_preemption_time: seconds per slot lost to preemptions (online.preemption), and
-    preempted_slots: how many slots paid one;
+    preempted_slots: how many slots paid one; avg_solve_time: seconds the policy took to plan a
+    slot, over the same executed slots (a skipped slot's search time is in its row's solve_time);
     per budget `name`: avg_cost_<name>, limit_<name>, overshoot_<name> = (avg - limit)/limit
     (a fraction; negative = under budget), final_queue_<name>, bound_<name> = Q(T)/T (guarantee
     (a): avg / limit - 1 <= Q(T)/T) and bound_ok_<name>; slots, executed_slots, infeasible_slots.
@@ -34,7 +36,7 @@ def summarise(df: pd.DataFrame, instance: Instance, tolerance: float | None = No
     if "preemption_time" in ok:
         out["avg_preemption_time"] = float(ok["preemption_time"].mean()) if H else nan
         out["preempted_slots"] = int((ok["preemption_time"] > 0).sum())
-    out["avg_solve_time"] = float(df["solve_time"].mean()) if len(df) else nan
+    out["avg_solve_time"] = float(ok["solve_time"].mean()) if H else nan
     for b in instance.budgets:
         avg = float(ok[f"cost_{b.name}"].mean()) if H else nan
         qT = float(df[f"queue_{b.name}_after"].iloc[-1]) if len(df) else 0.0

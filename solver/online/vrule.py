@@ -56,6 +56,15 @@ class VChoice:
         return (f"V = {self.V:.4g} 1/s = v / T_ref with v = eps H = {self.v:.4g}, T_ref = {self.T_ref:.4g} s "
                 f"(horizon {self.horizon} slots, {eps})")
 
+    def zero_note(self) -> str | None:
+        """One line when the default rule gave V = 0 (a tolerance of 0: v = eps H = 0), which
+        weighs batch time not at all (the cheapest plans); None otherwise."""
+        if self.rule == "given" or self.V != 0:
+            return None
+        return ("budget tolerance 0: the default rule V = eps H / T_ref gives V = 0, so batch time carries no "
+                "weight and ours takes the cheapest plans; fix V (--V, run_online's V=) to keep every budget "
+                "at its limit while weighing batch time, or give a tolerance > 0 (off / None: no budget tracker)")
+
     def to_dict(self) -> dict:
         return {"V": self.V, "v": self.v, "T_ref": self.T_ref, "horizon": self.horizon,
                 "tolerance": self.tolerance, "rule": self.rule}

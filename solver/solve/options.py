@@ -342,7 +342,8 @@ class SolveOptions:
     recomputation may be chosen in TP configurations too (False: a search on a state with TP
     units of more than one device chooses none there, for a runtime that recomputes stages
     of one device only); tp_degrees: tensor-parallel
-    degrees a stage may have (solve.tp; used only where the instance declares servers; (1,): no TP);
+    degrees a stage may have besides 1, which is always searched too (solve.tp; used only where
+    the instance declares servers; (1,): no TP);
     classes: "both" (the default): where a slot's available devices form a pool of few large
     classes of interchangeable devices (solve.classes; SearchTuning.class_from_devices etc. say
     when), the class-level search runs beside the device-level search and the better plan is

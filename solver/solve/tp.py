@@ -26,6 +26,12 @@ units of allowed sizes.
 TP is considered only where the instance declares servers (a TP stage lies inside one server)
 and some server holds two or more available devices of one kind; elsewhere the solve is the
 degree-1 one, unchanged.
+
+Degree 1 is always searched, whatever SolveOptions.tp_degrees holds: the descent starts from
+degree 1 everywhere, a pool's devices left over by its units stay alone, and degree 1's own
+result is kept where it wins (SearchTuning.tp_recheck), so that TP never loses to no TP. The
+degrees > 1 of tp_degrees are those a stage may have besides 1 (`--tp-degrees 4`: stages of
+degree 1 or 4); the message says so when tp_degrees leaves 1 out.
 """
 from __future__ import annotations
 
@@ -232,6 +238,8 @@ class Descent:
     visited: list[SlotState] = field(default_factory=list)
     """The unit states of the configurations visited (searched or skipped by their bound), the
     slot's own first."""
+    degrees: tuple[int, ...] = ()
+    """The degrees asked for (SolveOptions.tp_degrees), for the message."""
 
 
 Bound = Callable[[SlotState], float]
@@ -254,7 +262,8 @@ def search_configurations(state: SlotState, degrees: Sequence[int], explore: Sol
     units (all_unit_sets, SearchTuning.tp_all_sets_up_to), every one of them after the descent."""
     allowed = allowed_degrees(state, degrees)
     one = configuration({k: 1 for k in allowed})
-    out = Descent(plain, one, state, cache, bounds=[plain.lower_bound], visited=[state])
+    out = Descent(plain, one, state, cache, bounds=[plain.lower_bound], visited=[state],
+                  degrees=tuple(sorted(set(degrees))))
     tried = {tuple(sorted(configuration_units(state, one)))}
 
     most = max((len(p) for p in same_kind_pools(state).values()), default=0) // 2
@@ -344,7 +353,8 @@ def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotSt
     """The chosen configuration's result, with the whole solve's time, the smallest lower bound
     of the configurations visited (a bound over those, not over every way of forming units)
     and the configuration in the message (Descent.degree_one / kept_previous: what beat the
-    descent's choice). bound: where the descent's bounds hold for one
+    descent's choice; the degrees asked for when they leave out 1, which is searched anyway:
+    module doc). bound: where the descent's bounds hold for one
     micro-batch size only and the result may use others, the bound of a unit state over
     every size (solve.bounds.slot_lower_bound), taken over the visited configurations instead."""
     finite = [b for b in (found.bounds if bound is None else map(bound, found.visited)) if not math.isnan(b)]
@@ -357,6 +367,8 @@ def tp_result(best: SlotResult, found: Descent, solve_time: float, state: SlotSt
     elif found.kept_previous:
         chosen = f"the previous plan's units (keeping it beat the descent's {chosen})"
     late = f", {found.late} configurations or full searches not started (time limit)" if found.late else ""
-    msg = f"{best.message}; TP: {found.runs + 1} configurations searched{skipped}{late} (coordinate descent over " \
-          f"{how}), chosen: {chosen}; lower bound over the configurations visited"
+    asked = f"degrees {', '.join(map(str, found.degrees))} (degree 1 is always searched too), " \
+        if found.degrees and 1 not in found.degrees else ""
+    msg = f"{best.message}; TP: {asked}{found.runs + 1} configurations searched{skipped}{late} (coordinate descent " \
+          f"over {how}), chosen: {chosen}; lower bound over the configurations visited"
     return replace(best, solve_time=solve_time, lower_bound=lb, message=msg)

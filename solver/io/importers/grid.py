@@ -19,12 +19,14 @@ def from_grid(name: str, source: str, names: Sequence[str], param: Sequence[floa
               stash: Sequence[float], input_bytes: float, variants: dict[tuple[str, int, int], Times],
               base_tp: int, *, minibatch: int | None = None, notes: Sequence[str] = (),
               bytes_at: dict | None = None, precision: str | None = None,
-              optimizer: dict[tuple[str, int, int], tuple[float, ...]] | None = None) -> Imported:
+              optimizer: dict[tuple[str, int, int], tuple[float, ...]] | None = None,
+              declare: dict[str, str] | None = None) -> Imported:
     """The plain columns at micro-batch size `minibatch` (default: the smallest timed at
     base_tp) and TP degree base_tp; FLOPs from the reference kind's seconds x TP degree x its
     sustained FLOP/s (an estimate for kinds without measurements: a note says so). optimizer:
     (kind, mbs, tp) -> optimizer-step seconds per layer; those at the plain columns' size and
-    degree are kept."""
+    degree are kept. A kind the packaged hardware table lacks gets a note (`undeclared_notes`;
+    `declare`: kind -> the [[kinds]] fields to suggest for it)."""
     if not variants:
         raise InstanceError(f"{source}: no measured times")
     sizes = sorted({b for _, b, t in variants if t == base_tp}) or sorted({b for _, b, _ in variants})
@@ -52,6 +54,18 @@ def from_grid(name: str, source: str, names: Sequence[str], param: Sequence[floa
                    for n, f, b, o, h, p in zip(names, fw, bw, out, stash, param))
     notes.append(f"fwd_flops, bwd_flops: {ref[0]}'s seconds at micro-batch {ref[1]}, tp {ref[2]} x {ref[2]} x "
                  f"{EFFICIENCY:g} x its peak FP32 FLOP/s: estimates, used only for kinds without measured times")
+    notes += undeclared_notes(sorted({k for k, _, _ in variants} - set(table)), declare or {})
     wl = Workload(name, layers, mbs, mbs, 4.0, float(input_bytes), measured)
     steps = {k: v for (k, b, t), v in (optimizer or {}).items() if b == mbs and t == base_tp}
     return Imported(wl, mbs, base_tp, source, dict(variants), dict(bytes_at or {}), tuple(notes), precision, steps)
+
+
+def undeclared_notes(kinds: Sequence[str], declare: dict[str, str]) -> list[str]:
+    """One note per written kind that the packaged hardware table (models/hardware.csv) lacks:
+    the instance loader refuses a measured column of a kind it does not know, whether or not a
+    device is of that kind, so an instance using the table declares it in [[kinds]]; the
+    fields suggested are `declare[kind]`, else a `like` to fill in."""
+    return [f"kind {k}: not in the packaged hardware table (models/hardware.csv): an instance using this table "
+            f"declares it in [[kinds]] even where no device is of that kind (else the loader refuses column "
+            f"'fwd_s:{k}'): " + declare.get(k, f'kind = "{k}", like = "<a packaged kind>" (and its own '
+                                               f'memory_gb, peak_tflops, ...)') for k in kinds]

@@ -8,7 +8,8 @@ solver.io.sailor). PATH is the model folder `profiles/<MODEL>` (every GPU), one 
 one profile.json (that GPU only); `<root>` is the nearest ancestor holding llm_info.json.
 
 Written: per sample, seconds = measured / mbs under the kind of solver.io.sailor.SAILOR_KINDS
-(GH-96 stays GH-96: declare it in the instance's [[kinds]]; `--kind GPU=KIND` overrides);
+(GH-96 stays GH-96: declare it in the instance's [[kinds]], as a note says for every kind
+written that models/hardware.csv lacks; `--kind GPU=KIND` overrides);
 out_bytes = act_output_bytes, stash_bytes = act_mem_bytes, param_bytes = params_bytes at the
 smallest TP degree of llm_info.json (1), the other degrees in `@tp<t>` columns; the
 optimizer-step seconds per layer as `opt_s:<kind>` (at the plain columns' size and degree:
@@ -27,8 +28,7 @@ import re
 from pathlib import Path
 
 from ...errors import InstanceError
-from ..hardware import load_hardware
-from ..sailor import SAILOR_KINDS, load_json, read_sailor_profile
+from ..sailor import SAILOR_DECLARE, SAILOR_KINDS, load_json, read_sailor_profile
 from .grid import from_grid
 from .table import Imported, Times
 
@@ -83,10 +83,6 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     if unused:
         raise InstanceError(f"--kind: {', '.join(unused)}: no such GPU in {folder}; its GPUs: {', '.join(gpus)}")
     names = dict(SAILOR_KINDS, **(kinds or {}))
-    table = load_hardware()
-    unknown = [f"{g}={k}" for g, k in sorted((kinds or {}).items()) if k not in table]
-    kinds_note = [f"--kind {', '.join(unknown)}: not in the hardware table; an instance using this table declares "
-                  f"{'that kind' if len(unknown) == 1 else 'those kinds'} in its [[kinds]]"] if unknown else []
     wanted = None if gpu is None else names.get(gpu, gpu)
     variants: dict[tuple[str, int, int], Times] = {}
     steps: dict[tuple[str, int, int], tuple[float, ...]] = {}
@@ -111,7 +107,7 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
         if extra:
             notes.append(f"{prof_file.parent.name}: tp {', '.join(map(str, extra))} timed but llm_info.json has no "
                          f"bytes for {model} at that degree: not imported")
-    notes = _grouped(notes) + kinds_note
+    notes = _grouped(notes)
     notes.append("bytes as recorded in llm_info.json (4 bytes per float, an fp32 table; with optimizer_factor 4: "
                  "16 bytes of model state per parameter)")
     notes.append("optimizer-step seconds (Sailor's third figure per layer): opt_s:<kind> columns at the plain "
@@ -122,4 +118,4 @@ def import_sailor(path: str | Path, minibatch: int | None = None, kinds: dict[st
     source = f"Sailor profile {model} ({root})"
     return from_grid(model, source, base.names, base.param_bytes, base.out_bytes, base.saved_bytes,
                      base.input_bytes, variants, base_tp, minibatch=minibatch, notes=notes, bytes_at=bytes_at,
-                     precision=precision, optimizer=steps)
+                     precision=precision, optimizer=steps, declare=SAILOR_DECLARE)
