@@ -325,6 +325,15 @@ def test_no_folder_is_left_by_a_failed_command(tmp_path):
         assert "Traceback" not in p.stderr and not (tmp_path / "p").exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder that refuses new entries")
+def test_out_that_cannot_be_created_is_refused_before_any_work():
+    """A review: --out under /proc passed the writability check (os.access is true there for
+    root), so the run did its work and then failed on the first write, without naming --out."""
+    p = run_cli("run", DEFAULT, "--slots", "2", "--no-plots", "--policy", "even-dp", "--out", "/proc/dynpar-x")
+    assert p.returncode == 2 and "slot" not in p.stdout, p.stdout
+    one_error_line(p, "--out: cannot create or write folder /proc/dynpar-x")
+
+
 def test_import_profile_names_the_graph_node_and_flag(tmp_path):
     """A bad node field is named in graph.txt (node, field, value), not as a derived column of the
     output file, which is not written; --precision is checked as a flag."""

@@ -67,10 +67,13 @@ def test_too_many_devices_or_no_memory_is_none():
 
 
 def _busy(state, devices, cuts, weights, schedule, recompute):
-    """The weighted busy joules per sample of a cut group, from the cost model's own numbers."""
+    """The weighted busy joules per sample of a cut group, from the cost model's own numbers
+    (weights: per stage, per busy second including the device's busy power, as
+    solve.oracle_cuts.busy_weights gives them)."""
     from solver.cost.pipeline import group_coeffs
     gc = group_coeffs(state, devices, cuts, schedule, recompute)
-    return float(np.dot(weights, gc.busy_j_per_sample))
+    power = state.extra_power_w[list(devices)]
+    return float(np.dot(np.asarray(weights) / power, gc.busy_j_per_sample))
 
 
 @given(seed=st.integers(0, 10**6), k=st.integers(2, 4), L=st.integers(2, 10),

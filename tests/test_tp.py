@@ -687,3 +687,15 @@ def test_cut_dps_hold_the_models_memory_rule_on_tp_units_under_every_variant(tmp
                     assert int(ends[pos, a]) == last, (schedule, recompute, share, pos, a)
                     recomputing_helps |= int(ends[pos, a]) > int(plain[pos, a])
     assert recomputing_helps
+
+
+def test_oracle_over_tp_unit_sets_is_optimal_only_where_each_is_exact():
+    """A review: the oracle over every way of forming TP units kept its best unit set's status,
+    `optimal`, where other unit sets were solved exactly only relative to their frontier cut sets
+    (a better plan may lie off those); it is `feasible` there now."""
+    from solver.solve.oracle import solve_exact
+    from solver.solve.options import SearchTuning
+    s = _audit_tp_state(5557000, 4, 20, 4, 1, 3.0, ["V100", "T4"])
+    ex = solve_exact(s, None, 1.0, tp_degrees=(1, 2), tuning=SearchTuning(oracle_all_cuts_limit=1000))
+    assert ex.success and "exact only relative" in ex.message
+    assert ex.status == "feasible"

@@ -176,11 +176,16 @@ def blocking_file(path: Path) -> Path | None:
     return next((a for a in (path, *path.parents) if a.exists() and not a.is_dir()), None)
 
 
-def _unwritable(path: Path) -> Path | None:
-    """The nearest of `path` and its parents that exists, when this process cannot create files
-    in it; else None."""
+def refused(path: Path) -> str | None:
+    """Why this process cannot create `path` or write in it, or None: a probe folder is made in
+    the nearest of `path` and its parents that exists and removed at once (os.access alone passes
+    /proc and read-only mounts for root)."""
     base = next(a for a in (path, *path.parents) if a.exists())
-    return None if os.access(base, os.W_OK | os.X_OK) else base
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dynpar-probe-", dir=base))
+    except OSError as e:
+        return f"{base} refuses new entries ({e.strerror or type(e).__name__})"
+    return None
 
 
 def out_dir(folder: Path) -> Path:
@@ -190,9 +195,9 @@ def out_dir(folder: Path) -> Path:
     blocking = blocking_file(folder)
     if blocking is not None:
         raise UsageError(f"--out: cannot create folder {folder}: {blocking} is a file, not a folder")
-    denied = _unwritable(folder)
-    if denied is not None:
-        raise UsageError(f"--out: cannot write to {folder}: {denied} is not writable")
+    why = refused(folder)
+    if why is not None:
+        raise UsageError(f"--out: cannot create or write folder {folder}: {why}")
     return folder
 
 
@@ -214,9 +219,9 @@ def out_file(flag: str, path: Path, what: str) -> Path:
     blocking = blocking_file(path.parent)
     if blocking is not None:
         raise UsageError(f"{flag}: cannot write {path}: {blocking} is a file, not a folder")
-    denied = _unwritable(path.parent)
-    if denied is not None:
-        raise UsageError(f"{flag}: cannot write {path}: {denied} is not writable")
+    why = refused(path.parent)
+    if why is not None:
+        raise UsageError(f"{flag}: cannot write {path}: {why}")
     return path
 
 

@@ -24,14 +24,13 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import DynparError
 from ..online.policies import POLICY_NAMES
 from .argtypes import out_path, parsed, positive_int, v_weight
-from .output import UsageError, blocking_file, out_file
+from .output import UsageError, blocking_file, out_file, refused
 
 
 def _torch(command: str) -> None:
@@ -144,8 +143,9 @@ def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
     the instance's workload has layers, data giving batches of the workload's size, and the first
     sample passing through every block (its shape and dtype fit the model: one forward pass of
     one sample on CPU, on copies in eval mode, spec.input_shapes; under the factory's autocast
-    with --accelerator cpu, left to the workers with cuda and autocast, CPU autocast not being
-    CUDA's). The factory is called once here, before any process starts."""
+    with --accelerator cpu; left to the workers with cuda, whose factory may build its model on
+    the GPU and whose autocast is not CPU's). The factory is called once here, before any process
+    starts; under torchrun (train_worker per rank) each rank makes these checks as it starts."""
     import torch
 
     from ..runtime.spec import Batches, SpecError, check_layer_count, check_semantics, input_shapes, listed_blocks
@@ -156,7 +156,7 @@ def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
         check_semantics(blocks)
         check_layer_count(len(blocks), inst.workload.name, inst.workload.num_layers)
         data = Batches(spec.data, inst.workload.batch)
-        if accelerator == "cpu" or spec.autocast is None:
+        if accelerator == "cpu":     # a factory for cuda may build its model on the GPU
             try:
                 x = data.example()
             except Exception as e:      # the factory's dataset, failing as a worker's would
@@ -191,9 +191,7 @@ def _run_devices(text: str, names: list[str], inst_name: str) -> list[str] | Non
 
 def _folder(flag: str, path: str | None) -> None:
     """UsageError naming `flag` and `path` unless it is a folder this process can create and
-    write in: not a file, and a probe folder can be made in it or in its nearest existing
-    parent (made and removed at once: os.access alone passes /proc and read-only mounts for
-    root)."""
+    write in: not a file, and output.refused finds nothing."""
     if not path:
         return
     p = Path(path)
@@ -202,12 +200,9 @@ def _folder(flag: str, path: str | None) -> None:
     blocking = blocking_file(p)
     if blocking is not None:
         raise UsageError(f"{flag}: cannot create folder {path!r}: {blocking} is a file, not a folder")
-    base = next(a for a in (p, *p.parents) if a.exists())
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".dynpar-probe-", dir=base))
-    except OSError as e:
-        raise UsageError(f"{flag}: cannot create or write folder {path!r}: {base} refuses new entries "
-                         f"({e.strerror or type(e).__name__})") from None
+    why = refused(p)
+    if why is not None:
+        raise UsageError(f"{flag}: cannot create or write folder {path!r}: {why}")
 
 
 def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | None]:

@@ -61,7 +61,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost.costs import budget_device
 from ..model.memory import MEM_RTOL, share_cap
 from ..model.state import SlotState
 from .ratio_kernel import exact_ratio, least_ratio
@@ -119,21 +118,6 @@ def price_weights(state: SlotState, Q: np.ndarray) -> np.ndarray:
             w += Q[k] * np.asarray(state.price, dtype=float)
         elif Q[k] > 0 and b.kind == "energy":
             w += Q[k] * np.array([dev.idle_power_w for dev in state.devices])
-    return w
-
-
-def busy_weights(state: SlotState, Q: np.ndarray) -> np.ndarray:
-    """Per device (available or not): the objective's weight of one joule it spends busy above
-    idle (cost.costs: Q_k over energy budgets, plus Q_k times the named device's fraction over
-    device-energy budgets; 1/J in the units of Q)."""
-    w = np.zeros(state.n)
-    for k, b in enumerate(state.budgets):
-        if Q[k] > 0 and b.kind == "energy":
-            w += Q[k]
-        elif Q[k] > 0 and b.kind == "device_energy":
-            i, frac = budget_device(state, b.device)
-            if i >= 0:
-                w[i] += Q[k] * frac
     return w
 
 

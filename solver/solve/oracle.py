@@ -241,7 +241,9 @@ def _exact_over_units(state: SlotState, queues, V: float, all_cuts: bool | None,
         return SlotResult.infeasible(f"slot {state.t}: no set of TP units (degrees {tuple(degrees)}) can hold the "
                                      f"model ({state.workload.name}) with one micro-batch", time.perf_counter() - t0)
     finite = [b for b in bounds if not math.isnan(b)]
+    # OPTIMAL only where every unit set's optimum is exact for the model (else a better plan may lie off one's frontier)
     return replace(best, solve_time=time.perf_counter() - t0, lower_bound=min(finite) if finite else best.lower_bound,
+                   status=Status.FEASIBLE if restricted else best.status,
                    message=(f"oracle over all {count} ways of forming TP units of degrees {tuple(degrees)}: "
                             + (f"exact only relative to the frontier cut sets of {restricted} of them (a plan "
                                f"off those may be better), for the model on the others" if restricted else

@@ -33,10 +33,11 @@ from ..model.state import SlotState
 from ..status import Status
 from ..subproblems.cache import SlotCache, slot_cache
 from ..subproblems.cuts import busy_cuts, frontier_cuts, min_bottleneck_cuts
-from .bounds import busy_weights, price_weights, slot_lower_bound
+from .bounds import price_weights, slot_lower_bound
 from ..subproblems.shares import solve_shares
 from ..subproblems.water import water_fill
 from .options import SlotResult, SolveOptions
+from .oracle_cuts import busy_weights
 from .orders import Ordered, group_orders, memory_order, nn_order, speed_order
 from .symmetry import Symmetry
 from .schedules import (allowed_variants, entry, entry_micro_batch, plain, relieve_by_schedule, relieve_each,
@@ -120,7 +121,7 @@ class Scorer:
         self._sync_memo: dict = {}          # per ordered group: sync_lower_bound's terms
         self._binding: dict = {}            # per structure: binding_wants
         self._w_dev = price_weights(state, Q)     # per device: price / idle-power weight in W
-        self._busy_w = busy_weights(state, Q)     # per device: weight of one busy joule in q
+        self._busy_w = busy_weights(state, Q)     # per device: weight of one busy second per sample in q
         self._busy: dict[tuple, list[tuple[int, ...]]] = {}
         self._busy_share: tuple[Scored | None, float] = (None, 0.0)      # the incumbent, its busy_share
         self._busy_floor: dict[frozenset, float] = {}
@@ -248,7 +249,7 @@ class Scorer:
 
     def busy_cuts(self, devices: Ordered, min_share: int | None = None, micro_batch: int | None = None,
                   variant: tuple[str, bool] = ("gpipe", False)) -> list[tuple[int, ...]]:
-        """subproblems.cuts.busy_cuts of an ordered group at the objective's busy-joule weights
+        """subproblems.cuts.busy_cuts of an ordered group at the objective's busy-second weights
         ([] where none weighs), under the best min-alpha point relaxed by SearchTuning.busy_relax;
         each first call is charged twice cut_work, as frontier."""
         if not self.busy_weighted or len(devices) < 2:
@@ -263,15 +264,15 @@ class Scorer:
         return self._busy[key]
 
     def busy_floor(self, devices: Ordered) -> float:
-        """A lower bound on the objective's busy-joule term per sample of a group of these devices,
-        any order and cuts: per layer, the least over its members of weight x busy power above
-        idle x forward plus backward seconds."""
+        """A lower bound on the objective's busy-joule term per sample of a group of these devices
+        at the workload's micro-batch size (not at others: their per-sample seconds differ), any
+        order and cuts: per layer, the least over its members of weight x busy power above idle x
+        forward plus backward seconds."""
         key = frozenset(devices)
         got = self._busy_floor.get(key)
         if got is None:
             st, d = self.state, sorted(key)
-            rate = self._busy_w[d] * st.extra_power_w[d]
-            per = (st.layer_fwd_seconds[d] + st.layer_bwd_seconds[d]) * rate[:, None]
+            per = (st.layer_fwd_seconds[d] + st.layer_bwd_seconds[d]) * self._busy_w[d][:, None]
             got = self._busy_floor[key] = float(per.min(axis=0).sum()) * (1.0 - 1e-9)
         return got
 
@@ -286,8 +287,12 @@ class Scorer:
         return self._busy_share[1]
 
     def _busy_paid(self, e: tuple) -> float:
-        """The objective's busy-joule term per sample of a structure entry."""
-        return float(np.dot(self._busy_w[list(e[0])], self.coeffs(*e).busy_j_per_sample))
+        """The objective's busy-joule term per sample of a structure entry: per stage, its
+        weight (busy_weights) times its busy seconds (forward plus backward, plus the forward
+        again under recomputation, as cost.pipeline's busy_j_per_sample)."""
+        gc = self.coeffs(*e)
+        busy = gc.fwd + gc.bwd + (gc.fwd if gc.recompute else 0.0)
+        return float(np.dot(self._busy_w[list(e[0])], busy))
 
     def busy_recut(self, s: Structure, best: Scored | None, source: str, prune: bool) -> Scored | None:
         """`best` or better: each group of s re-cut in turn by busy_cuts under GPipe and every
@@ -296,9 +301,13 @@ class Scorer:
         efficient device than the bottleneck allows (an outside audit's slot: the optimum is a
         1F1B pipeline of a T4 and a K80 cut at 13 of VGG-16's 16 layers, where the balanced cut
         is 8). Skipped where busy joules are less than SearchTuning.busy_recut_share of the
-        incumbent's objective, or where a bound shows no re-cut can beat it: for a structure
-        `best` scored, its objective less the busy joules above each group's floor
-        (busy_floor); else device_bound plus the whole batch at the least group floor."""
+        incumbent's objective; for a structure `best` scored, where its objective less the busy
+        joules above each group's floor (busy_floor) is no better than the incumbent (an estimate,
+        not a bound: a re-cut is scored with fresh shares and may change a group's time and
+        memory cap; on 48 small slots it skipped no re-cut that would have won); else where
+        device_bound plus the whole batch at the least group floor is above the incumbent (a
+        bound, at the workload's micro-batch size, where every structure score_groups builds
+        is)."""
         if self.busy_share() < self.tuning.busy_recut_share:
             return best
         shares = [g.share for g in best.plan.groups] if best is not None and best.structure == s else None

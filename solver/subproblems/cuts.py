@@ -448,9 +448,10 @@ def busy_cuts(state: SlotState, devices: Sequence[int], weights: Sequence[float]
               *, cache: SlotCache | None = None, relax: Sequence[float] = RELAX, seeds: int = 2,
               schedule: str = "gpipe", recompute: bool = False) -> list[Cuts]:
     """Cut sets of an ordered group that spend little weighted busy energy: per stage j,
-    weights[j] (the objective's weight of one joule on stage j's device, > 0 somewhere) times
-    its device's busy power above idle (W) times the seconds per sample it computes (forward
-    plus backward, plus the forward again under recomputation). The min-bottleneck cuts balance
+    weights[j] (the objective's weight of one busy second per sample on stage j's device, its
+    busy power above idle included: solve.oracle_cuts.busy_weights; > 0 somewhere) times the
+    seconds per sample it computes (forward plus backward, plus the forward again under
+    recomputation). The min-bottleneck cuts balance
     seconds, but where energy weighs, moving layers from a power-hungry stage to an efficient
     one pays even at a longer bottleneck. Candidates: min-sum DPs of that weighted energy under
     the thresholds (X, Y) of the `seeds` best min-alpha frontier points relaxed by each factor
@@ -470,8 +471,7 @@ def busy_cuts(state: SlotState, devices: Sequence[int], weights: Sequence[float]
         pts = _alpha_frontier(ga)
         if not pts:
             return ()
-        rate = w * state.extra_power_w[np.asarray(ga.devices, dtype=int)]
-        joules = rate[:, None] * _work(ga)
+        joules = w[:, None] * _work(ga)
         free = np.where(np.isfinite(ga.lam), 0.0, INF)
         found: dict[Cuts, None] = {}
         for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:seeds]:
