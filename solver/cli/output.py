@@ -188,16 +188,16 @@ def refused(path: Path) -> str | None:
     return None
 
 
-def out_dir(folder: Path) -> Path:
+def out_dir(folder: Path, flag: str = "--out") -> Path:
     """`folder`, checked to be a folder this command can create or write in (UsageError naming
-    --out otherwise); not created here: the first file written makes it, so that a command that
+    `flag` otherwise); not created here: the first file written makes it, so that a command that
     fails before writing leaves no empty folder behind."""
     blocking = blocking_file(folder)
     if blocking is not None:
-        raise UsageError(f"--out: cannot create folder {folder}: {blocking} is a file, not a folder")
+        raise UsageError(f"{flag}: cannot create folder {folder}: {blocking} is a file, not a folder")
     why = refused(folder)
     if why is not None:
-        raise UsageError(f"--out: cannot create or write folder {folder}: {why}")
+        raise UsageError(f"{flag}: cannot create or write folder {folder}: {why}")
     return folder
 
 

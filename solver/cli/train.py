@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import DynparError
 from ..online.policies import POLICY_NAMES
 from .argtypes import out_path, parsed, positive_int, v_weight
-from .output import UsageError, blocking_file, out_file, refused
+from .output import UsageError, out_dir, out_file
 
 
 def _torch(command: str) -> None:
@@ -191,18 +191,13 @@ def _run_devices(text: str, names: list[str], inst_name: str) -> list[str] | Non
 
 def _folder(flag: str, path: str | None) -> None:
     """UsageError naming `flag` and `path` unless it is a folder this process can create and
-    write in: not a file, and output.refused finds nothing."""
+    write in (output.out_dir)."""
     if not path:
         return
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UsageError(f"{flag}: expected a folder, got {path!r} (a file)")
-    blocking = blocking_file(p)
-    if blocking is not None:
-        raise UsageError(f"{flag}: cannot create folder {path!r}: {blocking} is a file, not a folder")
-    why = refused(p)
-    if why is not None:
-        raise UsageError(f"{flag}: cannot create or write folder {path!r}: {why}")
+    out_dir(p, flag)
 
 
 def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | None]:
