@@ -288,13 +288,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
         return 0 if res.plan is not None else 1
     print(f"slot {args.slot} of {inst.name}: status {res.status} ({res.message}); "
           f"{res.candidates} candidates in {res.solve_time * 1e3:.1f} ms")
-    notes = _solve_notes(inst, state, res)
-    for n in notes:
+    for n in _solve_notes(inst, state, res):
         print(f"note: {n}")
     if res.plan is None:
         return 1
-    # Plan.describe ends with the plan's notes, printed above already
-    print("\n".join(x for x in res.plan.describe(state).splitlines() if not (x.startswith("note: ") and x[6:] in notes)))
+    print(res.plan.describe(state, notes=False))      # its notes are among those printed above
     print(f"predicted batch time {res.batch_time:.6g} s"
           + "".join(f", {b.name} {c:.6g} {UNIT_WORDS[b.kind]}" for b, c in zip(inst.budgets, res.costs))
           + f", objective {res.objective:.6g}")

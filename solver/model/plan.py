@@ -144,8 +144,9 @@ class Plan:
                                                   f"{used:.4g} B > {cap:.4g} B"))
         return v
 
-    def describe(self, state: SlotState) -> str:
-        """Readable multi-line summary: groups, stages with layer ranges, shares, and notes."""
+    def describe(self, state: SlotState, notes: bool = True) -> str:
+        """Readable multi-line summary: groups, stages with layer ranges, shares, and (with
+        `notes`) the plan's notes."""
         lines = []
         for gi, g in enumerate(self.groups):
             stages = ", ".join(f"{'+'.join(state.devices[x].name for x in u)}[{a}:{b}]"
@@ -154,7 +155,8 @@ class Plan:
             how = "" if (g.schedule, g.recompute) == ("gpipe", False) else \
                 f" ({g.schedule}{', recompute' if g.recompute else ''})"
             lines.append(f"group {gi}: share {g.share:>5} | {stages}{how}")
-        lines += [f"note: {n}" for n in self.notes(state)]
+        if notes:
+            lines += [f"note: {n}" for n in self.notes(state)]
         return "\n".join(lines)
 
     def notes(self, state: SlotState) -> tuple[str, ...]:

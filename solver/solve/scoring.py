@@ -122,6 +122,8 @@ class Scorer:
         self._binding: dict = {}            # per structure: binding_wants
         self._w_dev = price_weights(state, Q)     # per device: price / idle-power weight in W
         self._busy_w = busy_weights(state, Q)     # per device: weight of one busy second per sample in q
+        self.busy_weighted = bool(np.any(self._busy_w > 0))
+        """Whether the objective weighs some device's busy joules (an energy budget's queue > 0)."""
         self._busy: dict[tuple, list[tuple[int, ...]]] = {}
         self._busy_share: tuple[Scored | None, float] = (None, 0.0)      # the incumbent, its busy_share
         self._busy_floor: dict[frozenset, float] = {}
@@ -242,11 +244,6 @@ class Scorer:
                                                 schedule=variant[0], recompute=variant[1])
         return self._frontier[key]
 
-    @property
-    def busy_weighted(self) -> bool:
-        """Whether the objective weighs some device's busy joules (an energy budget's queue > 0)."""
-        return bool(np.any(self._busy_w > 0))
-
     def busy_cuts(self, devices: Ordered, min_share: int | None = None, micro_batch: int | None = None,
                   variant: tuple[str, bool] = ("gpipe", False)) -> list[tuple[int, ...]]:
         """subproblems.cuts.busy_cuts of an ordered group at the objective's busy-second weights
@@ -266,8 +263,8 @@ class Scorer:
     def busy_floor(self, devices: Ordered) -> float:
         """A lower bound on the objective's busy-joule term per sample of a group of these devices
         at the workload's micro-batch size (not at others: their per-sample seconds differ), any
-        order and cuts: per layer, the least over its members of weight x busy power above idle x
-        forward plus backward seconds."""
+        order and cuts: per layer, the least over its members of its busy-second weight
+        (busy_weights: busy power above idle included) x forward plus backward seconds."""
         key = frozenset(devices)
         got = self._busy_floor.get(key)
         if got is None:

@@ -427,21 +427,29 @@ def _frontier_cuts(state: SlotState, devices: Sequence[int], limit: int, ga: Gro
     pts = _alpha_frontier(ga)
     if not pts:
         return []
-    found = {p[2] for p in pts}
-    work = _work(ga)
     lam2 = ga.cache.get("lam2")
     if lam2 is None:
         lam2 = ga.cache["lam2"] = 2.0 * ga.lam
+    found = {p[2] for p in pts} | set(_relaxed_minsum(ga, pts, _work(ga), lam2, relax, seeds))
+    return _pareto_pick(state, devices, found, limit)
+
+
+def _relaxed_minsum(ga: GroupArrays, pts: list[tuple[float, float, Cuts]], prefix: np.ndarray, bound: np.ndarray,
+                    relax: Sequence[float], seeds: int, memo: bool = True) -> list[Cuts]:
+    """The cut sets of least sum over stages of `prefix` (plus `bound` on the boundaries) under
+    the thresholds X <= r a, Y <= r b of the `seeds` best (least a + b) min-alpha frontier points
+    `pts` for each factor r of `relax`, then under none; distinct, in that order."""
+    found: dict[Cuts, None] = {}
     for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:seeds]:
         for r in relax:
             cons = [(ga.Fp, ga.lam, r * a, False), (ga.Gp, ga.lam, r * b, False)]
-            _, cuts = _minmax_dp(ga, work, lam2, cons, minsum=True)
+            _, cuts = _minmax_dp(ga, prefix, bound, cons, minsum=True, memo=memo)
             if cuts is not None:
-                found.add(cuts)
-    _, cuts = _minmax_dp(ga, work, lam2, minsum=True)
+                found[cuts] = None
+    _, cuts = _minmax_dp(ga, prefix, bound, minsum=True, memo=memo)
     if cuts is not None:
-        found.add(cuts)
-    return _pareto_pick(state, devices, found, limit)
+        found[cuts] = None
+    return list(found)
 
 
 def busy_cuts(state: SlotState, devices: Sequence[int], weights: Sequence[float], min_share: int | None = None,
@@ -451,13 +459,11 @@ def busy_cuts(state: SlotState, devices: Sequence[int], weights: Sequence[float]
     weights[j] (the objective's weight of one busy second per sample on stage j's device, its
     busy power above idle included: solve.oracle_cuts.busy_weights; > 0 somewhere) times the
     seconds per sample it computes (forward plus backward, plus the forward again under
-    recomputation). The min-bottleneck cuts balance
-    seconds, but where energy weighs, moving layers from a power-hungry stage to an efficient
-    one pays even at a longer bottleneck. Candidates: min-sum DPs of that weighted energy under
-    the thresholds (X, Y) of the `seeds` best min-alpha frontier points relaxed by each factor
-    of `relax` (as frontier_cuts), and with no threshold; memory as min_bottleneck_cuts for
-    `min_share` samples under the variant (schedule, recompute). Distinct, in that order;
-    [] when no cut set fits or no weight is positive."""
+    recomputation). The min-bottleneck cuts balance seconds, but where energy weighs, moving
+    layers from a power-hungry stage to an efficient one pays even at a longer bottleneck.
+    Candidates: _relaxed_minsum of that weighted energy (as frontier_cuts' of the fill-and-drain
+    work); memory as min_bottleneck_cuts for `min_share` samples under the variant (schedule,
+    recompute). [] when no cut set fits or no weight is positive."""
     w = np.asarray(weights, dtype=float)
     if len(devices) < 2 or not np.any(w > 0):
         return []
@@ -471,19 +477,8 @@ def busy_cuts(state: SlotState, devices: Sequence[int], weights: Sequence[float]
         pts = _alpha_frontier(ga)
         if not pts:
             return ()
-        joules = w[:, None] * _work(ga)
-        free = np.where(np.isfinite(ga.lam), 0.0, INF)
-        found: dict[Cuts, None] = {}
-        for a, b, _ in sorted(pts, key=lambda p: p[0] + p[1])[:seeds]:
-            for r in relax:
-                cons = [(ga.Fp, ga.lam, r * a, False), (ga.Gp, ga.lam, r * b, False)]
-                _, cuts = _minmax_dp(ga, joules, free, cons, minsum=True, memo=False)
-                if cuts is not None:
-                    found[cuts] = None
-        _, cuts = _minmax_dp(ga, joules, free, minsum=True, memo=False)
-        if cuts is not None:
-            found[cuts] = None
-        return tuple(found)
+        free = np.where(np.isfinite(ga.lam), 0.0, INF)      # boundaries cost no busy joules
+        return tuple(_relaxed_minsum(ga, pts, w[:, None] * _work(ga), free, relax, seeds, memo=False))
     return list(sc.twin_cuts(key, devices, compute))
 
 
