@@ -207,6 +207,8 @@ def test_v_rule_and_tracker_arguments():
         default_v(0, 0.01)
     with pytest.raises(ValueError, match="reference batch time"):
         choose_V(0.0, 10, 0.01)
+    with pytest.raises(ValueError, match=r"default V rule gives V = .* expected at most 1e\+12: give V"):
+        choose_V(1e-12, 1000, 0.01)     # 1e13 1/s: solve_slot would refuse it, unnamed
     with pytest.raises(ValueError, match="tolerance"):
         Tracker(-0.1, 10, (1.0,), (True,))
     inst = random_instance(0, n=3, L=4, slots=2, budgets=(Budget("money", "money", 1.0),))

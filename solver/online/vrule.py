@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..solve.inputs import V_MAX
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ def choose_V(T_ref: float, horizon: int, tolerance: float, tracked: bool = True)
     if not (T_ref > 0 and math.isfinite(T_ref)):
         raise ValueError(f"choose_V: reference batch time must be positive and finite, got {T_ref}")
     v = default_v(horizon, tolerance)
+    if v / float(T_ref) > V_MAX:
+        raise ValueError(f"the default V rule gives V = eps H / T_ref = {v:g} / {T_ref:g} s = {v / T_ref:.4g} 1/s "
+                         f"(tolerance {tolerance:g}, horizon {horizon} slots, fastest batch time {T_ref:g} s), "
+                         f"expected at most {V_MAX:g}: give V (--V) or a smaller tolerance")
     return VChoice(v / float(T_ref), v, float(T_ref), int(horizon), float(tolerance),
                    "default" if tracked else "default-untracked")
 
