@@ -145,6 +145,22 @@ def test_profiler_exact_bytes() -> None:
     assert conv.layers[0].out_bytes == 2 * 25 * 4
 
 
+def test_profiler_leaves_the_callers_model_untouched() -> None:
+    """profile_module times a private copy by default: the caller's BatchNorm statistics and
+    gradients are as they were (an outside audit: running statistics moved by 0.42 and
+    gradients were cleared); private=False times the model itself."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))
+    m(torch.randn(8, 4)).sum().backward()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    grads = [p.grad.clone() for p in m.parameters()]
+    profile_module(m, torch.randn(8, 4), "cpu", batch=16, micro_batch=8, repeats=1)
+    assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())
+    assert all(p.grad is not None and torch.equal(p.grad, g) for p, g in zip(m.parameters(), grads))
+    profile_module(m, torch.randn(8, 4), "cpu", batch=16, micro_batch=8, repeats=1, private=False)
+    assert not torch.equal(m[1].running_mean, before["1.running_mean"])
+
+
 def tiny_state(mem: float) -> SlotState:
     wl = profile_module(make_model(), torch.randn(4, 6, dtype=torch.float64), "emu", B, U, repeats=1)
     devs = tuple(Device(f"d{i}", "emu", 1e9, mem, 100.0, 30.0, 0.0) for i in range(4))

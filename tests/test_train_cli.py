@@ -270,3 +270,97 @@ def test_train_data_that_does_not_fit_the_model_exits_2_before_any_worker(inst: 
     assert len(err) == 1 and err[0].startswith("dynpar: error: model: block 0 (Linear) fails on its input") \
         and why in err[0], err
     assert not ck.exists()
+
+
+def optimizer_not_one():
+    """mlp64 whose optimizer factory returns a string."""
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.make_optimizer = lambda params: "sgd"
+    return spec
+
+
+def optimizer_with_closure():
+    """mlp64 under LBFGS, whose step needs a closure."""
+    import torch
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.make_optimizer = lambda params: torch.optim.LBFGS(params)
+    return spec
+
+
+def loss_not_callable():
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.loss = "mse"
+    return spec
+
+
+def loss_per_sample():
+    """A loss that returns one value per sample (reduction='none')."""
+    import torch
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.loss = torch.nn.MSELoss(reduction="none")
+    return spec
+
+
+def loss_summed():
+    """A sum over the micro-batch: its gradient scales with the micro-batch size the plan picks."""
+    import torch
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    spec.loss = torch.nn.MSELoss(reduction="sum")
+    return spec
+
+
+def loss_token_mean():
+    """mlp64's 4 outputs read as 4 tokens: a token mean of squared errors that skips targets
+    equal to 0, with a different number of them per sample (as ignore_index padding does), so
+    the batch's loss is not the mean of its samples' losses."""
+    import torch
+    from torch.utils.data import TensorDataset
+    from solver.runtime.examples import mlp64
+    spec = mlp64()
+    x, y = spec.data.tensors
+    y = y.clone()
+    for j in range(len(y)):
+        y[j, : j % 4] = 0.0          # sample j counts 4 - j % 4 of its 4 targets
+    spec.data = TensorDataset(x, y)
+
+    def loss(out, target):
+        keep = target != 0
+        return ((out - target) ** 2)[keep].sum() / keep.sum()
+    spec.loss = loss
+    return spec
+
+
+@pytest.mark.parametrize("factory,why", [
+    ("optimizer_not_one", "make_optimizer: expected a torch.optim.Optimizer (step, zero_grad, state_dict, "
+                          "load_state_dict), got str"),
+    ("optimizer_with_closure", "make_optimizer: LBFGS.step() fails when called with no closure"),
+    ("loss_not_callable", "loss: expected a callable"),
+    ("loss_per_sample", "loss: expected a scalar floating-point tensor"),
+    ("loss_summed", "loss: expected the mean over the micro-batch of a per-sample loss"),
+    ("loss_token_mean", "loss: expected the mean over the micro-batch of a per-sample loss"),
+])
+def test_train_optimizer_and_loss_the_runtime_cannot_train_exit_2_before_any_worker(
+        inst: Path, tmp_path: Path, capsys, no_workers, factory: str, why: str) -> None:
+    """Each was a rank-0 error after the workers had started (exit 1, a step-0 checkpoint left
+    that then blocked the folder), or, for the token mean, a run whose parameters depended on
+    the plan's micro-batch size (an outside audit: 0.036 off full-batch training)."""
+    ck = tmp_path / "ck"
+    assert _rc(["train", str(inst), "--model", f"tests.test_train_cli:{factory}", "--steps", "8",
+                "--iterations-per-slot", "4", "--checkpoint-dir", str(ck)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dynpar: error: ") and why in err[0], err
+    assert not ck.exists()
+
+
+def test_profile_optimizer_the_runtime_cannot_step_exits_2(tmp_path: Path, capsys) -> None:
+    """It was a traceback from the optimizer's timing."""
+    out = tmp_path / "p.csv"
+    assert _rc(["profile", "tests.test_train_cli:optimizer_not_one", "--kind", "cpu", "--repeats", "1",
+                "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dynpar: error: make_optimizer: ") and not out.exists(), err

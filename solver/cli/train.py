@@ -139,19 +139,22 @@ def _check_model(ref: str) -> None:
 
 def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
     """UsageError unless the model and data of `ref`'s factory pass, here, the checks every worker
-    would make first: the runtime's refusals (spec.check_semantics), as many pipeline blocks as
-    the instance's workload has layers, data giving batches of the workload's size, and the first
-    sample passing through every block (its shape and dtype fit the model: one forward pass of
-    one sample on CPU, on copies in eval mode, spec.input_shapes; under the factory's autocast
-    with --accelerator cpu; left to the workers with cuda, whose factory may build its model on
-    the GPU and whose autocast is not CPU's). The factory is called once here, before any process
-    starts; under torchrun (train_worker per rank) each rank makes these checks as it starts."""
+    would make first: an optimizer that steps with no closure (spec.check_optimizer), the
+    runtime's refusals (spec.check_semantics), as many pipeline blocks as the instance's workload
+    has layers, data giving batches of the workload's size, and the first samples passing through
+    every block to a loss that is the mean of per-sample losses (spec.check_loss; their shape and
+    dtype fit the model: forward passes on CPU, on copies in eval mode, under the factory's
+    autocast; with --accelerator cuda these are left to the workers, whose factory may build its
+    model on the GPU and whose autocast is not CPU's). The factory is called once here, before
+    any process starts; under torchrun (train_worker per rank) each rank makes these checks as
+    it starts."""
     import torch
 
-    from ..runtime.spec import Batches, SpecError, check_layer_count, check_semantics, input_shapes, listed_blocks
-    from ..runtime.spec import load_factory
+    from ..runtime.spec import Batches, SpecError, check_layer_count, check_loss, check_optimizer, check_semantics
+    from ..runtime.spec import input_shapes, listed_blocks, load_factory
     try:
         spec = load_factory(ref)
+        check_optimizer(spec.make_optimizer)
         blocks = listed_blocks(spec.model)
         check_semantics(blocks)
         check_layer_count(len(blocks), inst.workload.name, inst.workload.num_layers)
@@ -162,7 +165,8 @@ def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
             except Exception as e:      # the factory's dataset, failing as a worker's would
                 raise SpecError(f"data: reading sample 0 failed: {type(e).__name__}: "
                                 f"{' '.join(str(e).split()) or 'no message'}") from None
-            input_shapes(blocks, x, spec.autocast_context(torch.device("cpu")) if accelerator == "cpu" else None)
+            input_shapes(blocks, x, spec.autocast_context(torch.device("cpu")))
+            check_loss(blocks, spec.loss, data, autocast=spec.autocast)
     except SpecError as e:
         raise UsageError(str(e)) from None
 
@@ -382,15 +386,17 @@ def _profile(args: argparse.Namespace, out: Path) -> Any:
     from ..runtime.profiler import profile_module
     from ..runtime.tp_profile import profile_tp_group, profile_tp_local
     from ..runtime.seeding import batch_context
-    from ..runtime.spec import Batches, blocks_of, load_factory
+    from ..runtime.spec import Batches, blocks_of, check_optimizer, load_factory
     from ..runtime.placement import place
     spec = load_factory(args.model)
+    check_optimizer(spec.make_optimizer)
     dev, _ = place(args.accelerator, 0)
     blocks = nn.Sequential(*blocks_of(spec.model)).to(dev)
     x = Batches(spec.data, args.batch).rows(0, 0, args.micro_batch)[0].to(dev)
     with batch_context(0), spec.autocast_context(x.device):
         wl = profile_module(blocks, x, args.kind, args.batch, args.micro_batch, args.repeats,
-                            name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer)
+                            name=args.model.rpartition(":")[2], make_optimizer=spec.make_optimizer,
+                            private=False)    # blocks_of's copies
     degrees = tuple(getattr(args, "tp_degrees", ()) or ())
     if degrees:
         variants = {}

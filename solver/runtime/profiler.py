@@ -133,7 +133,8 @@ def optimizer_seconds(mod: nn.Module, make_optimizer, repeats: int, sync=lambda:
 
 def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch: int,
                    micro_batch: int, repeats: int = 5, name: str = "profiled",
-                   opt_factor: float = 4.0, make_optimizer=None, exclude: Any = None) -> Workload:
+                   opt_factor: float = 4.0, make_optimizer=None, exclude: Any = None,
+                   private: bool = True) -> Workload:
     """Measure `model` on `example` (a batch of n samples) on this device and return a
     Workload of its layers with measured={kind: (fwd s/sample, bwd s/sample)}.
     batch / micro_batch: the global batch and micro-batch of the training job (samples).
@@ -141,7 +142,12 @@ def profile_module(model: nn.Sequential, example: torch.Tensor, kind: str, batch
     = {kind: per-layer step seconds per iteration}. Each block runs one untimed forward and
     one untimed backward pass before its timed ones. exclude: a TP collective clock
     (tensor_parallel.CollectiveClock) whose seconds are left out of every timed pass (TP
-    shards in a live process group: `profile_tp`)."""
+    shards in a live process group: `profile_tp`). private: time a deep copy of `model`, so the
+    caller's model is untouched (False: time `model` itself, whose BatchNorm statistics then
+    move and whose gradients are cleared, for callers that pass their own copy and cannot hold
+    two)."""
+    if private:
+        model = copy.deepcopy(model)
     n = int(example.shape[0])
     if n < 1:
         raise ValueError("the example needs at least one sample")

@@ -5,9 +5,12 @@ The factory is called with no argument in every process and returns a TrainSpec 
 tuple (model, loss, make_optimizer, data)):
 - model: an nn.Sequential, or a module with a `pipeline_blocks()` method returning the
   blocks in execution order (each block's output is the next block's only input);
-- loss: callable (output, target) -> mean loss over the micro-batch;
+- loss: callable (output, target) -> mean loss over the micro-batch: the mean of a per-sample
+  loss, since the runtime weighs micro-batches by their sample counts (check_loss refuses a
+  sum, or a token mean over samples with different numbers of counted tokens);
 - make_optimizer: callable (iterable of parameters) -> torch.optim.Optimizer, element-wise
-  (SGD, momentum, Adam: the runtime keeps one optimizer per block);
+  (SGD, momentum, Adam: the runtime keeps one optimizer per block), stepped once per iteration
+  with no closure (check_optimizer);
 - data: an object with `get(i) -> (x, y)` giving global batch i (TensorBatches), or a
   map-style dataset (`__len__`, `__getitem__(j) -> (x_j, y_j)`); batch i is then the samples
   (i*B .. i*B+B-1) mod len, and each process reads only the rows of its own group.
@@ -223,6 +226,86 @@ def tp_refusal(make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Op
         return None
     return (f"optimizer {type(opt).__name__} is not element-wise (TP shards a parameter, and its update must "
             f"not read other elements; element-wise: {', '.join(ELEMENTWISE_OPTIMIZERS)})")
+
+
+def _why(e: Exception) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split()) or 'no message'}"
+
+
+def check_optimizer(make_optimizer: Callable[[Iterable[nn.Parameter]], Any]) -> None:
+    """SpecError naming make_optimizer unless it builds, on a probe parameter, an optimizer with
+    step, zero_grad, state_dict and load_state_dict whose step() runs with no closure (the
+    runtime steps each block's optimizer once per iteration that way; LBFGS, which needs a
+    closure, is refused here rather than in a worker)."""
+    probe = nn.Parameter(torch.zeros(2))
+    try:
+        opt = make_optimizer([probe])
+    except Exception as e:
+        raise SpecError(f"make_optimizer: fails on a probe parameter: {_why(e)}") from None
+    missing = [m for m in ("step", "zero_grad", "state_dict", "load_state_dict") if not callable(getattr(opt, m, None))]
+    if missing:
+        raise SpecError(f"make_optimizer: expected a torch.optim.Optimizer (step, zero_grad, state_dict, "
+                        f"load_state_dict), got {type(opt).__name__} without {', '.join(missing)}")
+    probe.grad = torch.zeros_like(probe)
+    try:
+        opt.step()
+    except Exception as e:
+        raise SpecError(f"make_optimizer: {type(opt).__name__}.step() fails when called with no closure, as the "
+                        f"runtime calls it once per iteration: {_why(e)}") from None
+
+
+LOSS_RTOL = {torch.float64: 1e-9, torch.float32: 1e-5}
+"""Relative tolerance of check_loss's per-sample mean test by the output's dtype (2e-2 for
+16-bit outputs and autocast: the batched and one-sample passes round differently)."""
+
+
+def check_loss(blocks: Sequence[nn.Module], loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               data: "Batches", samples: int = 4, autocast: torch.dtype | None = None) -> None:
+    """SpecError naming `loss` unless, on the first `samples` samples of batch 0 (a forward
+    pass on CPU, on private copies in eval mode, under torch.autocast with `autocast` when
+    given), loss(output, target) is a real scalar tensor equal to the mean of the samples' own
+    losses (within LOSS_RTOL).
+
+    The runtime splits a batch into groups' shares and micro-batches of sizes the plan picks
+    and weighs each micro-batch's loss by its sample count, which is single-process training
+    only for a per-sample mean. A loss that weighs samples otherwise (a sum, or a token mean
+    where samples have different numbers of counted tokens, e.g. ignore_index padding) would
+    train differently under every plan, so it is refused here."""
+    if not callable(loss):
+        raise SpecError(f"loss: expected a callable (output, target) -> mean loss over the micro-batch, got "
+                        f"{type(loss).__name__}")
+    try:
+        x, y = data.rows(0, 0, max(1, min(int(samples), data.batch)))
+    except Exception as e:      # the factory's dataset, failing as a worker's would
+        raise SpecError(f"data: reading the first samples of batch 0 failed: {_why(e)}") from None
+    context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
+    with torch.no_grad(), context:
+        for i, b in enumerate(blocks):
+            x = forward_checked(copy.deepcopy(b).eval(), x, i)
+        whole = _loss_value(loss, x, y, "the first samples")
+        if len(x) < 2:
+            return
+        each = [_loss_value(loss, x[j:j + 1], y[j:j + 1], f"sample {j}") for j in range(len(x))]
+    mean = sum(each) / len(each)
+    rtol = LOSS_RTOL.get(x.dtype, 2e-2) if autocast is None else 2e-2
+    if abs(whole - mean) > rtol * max(abs(whole), abs(mean), 1e-12):
+        raise SpecError(f"loss: expected the mean over the micro-batch of a per-sample loss (the runtime weighs "
+                        f"micro-batches by their sample counts), got {whole:.6g} on samples 0-{len(x) - 1} of batch 0 "
+                        f"where their own losses average {mean:.6g}: a sum, or a token mean over samples with "
+                        f"different numbers of counted tokens (ignore_index padding), trains differently under "
+                        f"every plan; average each sample's tokens first, then the samples")
+
+
+def _loss_value(loss: Callable, out: torch.Tensor, target: torch.Tensor, what: str) -> float:
+    try:
+        v = loss(out, target)
+    except Exception as e:
+        raise SpecError(f"loss: fails on the model's output for {what} of batch 0: {_why(e)}") from None
+    if not isinstance(v, torch.Tensor) or v.numel() != 1 or not v.is_floating_point():
+        shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+        raise SpecError(f"loss: expected a scalar floating-point tensor (the mean loss over the micro-batch), got "
+                        f"{shape} for {what} of batch 0")
+    return float(v.detach().reshape(()).item())
 
 
 class Batches:

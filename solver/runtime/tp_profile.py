@@ -73,7 +73,7 @@ def profile_tp_local(model: nn.Sequential, example: torch.Tensor, kind: str, t: 
     from .tensor_parallel import local_only
     shards = _shards(model, t, 0)
     with local_only():
-        wl = profile_module(shards, example, kind, batch, micro_batch, repeats, name=f"tp{t}")
+        wl = profile_module(shards, example, kind, batch, micro_batch, repeats, name=f"tp{t}", private=False)
     return _variant(wl, micro_batch, kind)
 
 
@@ -95,7 +95,8 @@ def _rank(rank: int, factory: str, kind: str, t: int, batch: int, micro_batch: i
         x = Batches(spec.data, batch).rows(0, 0, micro_batch)[0]
         dist.barrier()
         with batch_context(0), spec.autocast_context(x.device):
-            wl = profile_module(shards, x, kind, batch, micro_batch, repeats, name=f"tp{t}", exclude=clock)
+            wl = profile_module(shards, x, kind, batch, micro_batch, repeats, name=f"tp{t}", exclude=clock,
+                                    private=False)
         f, b = wl.measured[kind]
         Path(folder, f"rank{rank}.json").write_text(json.dumps({
             "fwd": list(f), "bwd": list(b), "param_bytes": [float(v) for v in wl.param_bytes],

@@ -56,7 +56,8 @@ from .layout import StageRole, buckets, flat_holders, layer_units, roles
 from .pipeline import pipeline_step, sync_and_step
 from .placement import place, synchronizer
 from .replan import LayerState, meta_template, migrate, new_layer
-from .spec import Batches, SpecError, blocks_of, check_layer_count, input_shapes, load_factory, tp_refusal
+from .spec import (Batches, SpecError, blocks_of, check_layer_count, check_loss, check_optimizer, input_shapes,
+                   load_factory, tp_refusal)
 from .speeds import Speeds, contexts, shares_of
 from .tensor_parallel import (
     CollectiveClock,
@@ -507,11 +508,13 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
            dev: torch.device, quota: cpuquota.Quota | None = None) -> None:
     wl = inst.workload
     spec = load_factory(cfg.model)
-    spec.make_optimizer([torch.nn.Parameter(torch.zeros(1))])  # lazy imports before any timing
+    check_optimizer(spec.make_optimizer)     # also its lazy imports, before any timing
     blocks = blocks_of(spec.model)
     L, B = len(blocks), wl.batch
     check_layer_count(L, wl.name, wl.num_layers)
     data = Batches(spec.data, B)
+    if dev.type == "cpu":       # a factory for cuda may build its model on the GPU
+        check_loss(blocks, spec.loss, data, autocast=spec.autocast)
     feed = RowFeed(data, dev)
     shapes = input_shapes(blocks, data.example(), spec.autocast_context(dev))
     templates = [meta_template(b) for b in blocks]
