@@ -60,9 +60,12 @@ def toml(folder: Path, batch: int, micro: int, model: str = "GPT-Neo-2.7", kinds
     table = model.lower().replace("-", "_").replace(".", "") + ".csv"
     write_table(import_any("sailor", DATA / "profiles" / model), folder / table)
     lines = [f'name = "sailor_{table[:-4]}"', "num_slots = 1", "", "[workload]", f'model = "{table}"',
-             f"batch = {batch}", f"micro_batch = {micro}", "", "[network]", "inter_server_latency_ms = 0.1", "",
-             # the tables also hold GH200-96 times (no such devices here): its kind must be declared
-             "[[kinds]]", 'kind = "GH-96"', 'like = "H100-SXM5-80GB"', "memory_gb = 96", ""]
+             f"batch = {batch}", f"micro_batch = {micro}", "", "[network]", "inter_server_latency_ms = 0.1", ""]
+    header = next(ln for ln in (folder / table).read_text().splitlines() if ln and not ln.startswith("#"))
+    if "GH-96" in kinds or "GH-96" in header:
+        # a table with GH200-96 times (some Sailor profiles have none), or such devices: its kind must be
+        # declared, and only then (the loader refuses a declared kind that nothing uses)
+        lines += ["[[kinds]]", 'kind = "GH-96"', 'like = "H100-SXM5-80GB"', "memory_gb = 96", ""]
     devs = []
     for gpu in kinds:
         for node in range(nodes):
