@@ -216,6 +216,17 @@ def test_v_rule_and_tracker_arguments():
         run_online(inst, budget_tolerance=1.5)
 
 
+def test_slack_note_of_a_budget_tracked_to_another_level_says_so() -> None:
+    """Budgets that conflict are tracked to a level above their limits; the slot note's uses are
+    of that level and it says so (an outside audit read 49.7% of a 50 J budget that was 41.2 J)."""
+    tr = Tracker(0.01, 10, (2.0, 4.0), (True, True))
+    tr.excess = [0.5, 0.0]
+    tr.note_slack(3, ["energy", "money"], (3.0, 4.0), (2.5, 4.0), limits=(1.0, 4.0))
+    assert tr.notes == ["slot 3: the slack plan (the least summed cost over the budgets) uses 150.0% of the level "
+                        "budget energy is tracked to (2, 200.0% of its limit 1) with -4.00% of the run's tolerance "
+                        "left, the plan run 125.0%; guarantee (c) does not cover energy from here"]
+
+
 def test_v_rule_says_when_the_tracker_is_off() -> None:
     from solver.online.vrule import choose_V
     on, off = choose_V(2.0, 50, 0.01), choose_V(2.0, 50, 0.01, tracked=False)

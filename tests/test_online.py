@@ -313,3 +313,9 @@ def test_resume_with_other_settings_says_each_in_words(tmp_path):
                  "pricing: saved history, requested queue", "re-planning cost: saved charged, requested not charged",
                  "search options: tp_degrees saved (1, 2, 4, 8), requested (1, 2)"):
         assert part in msg, (part, msg)
+    # another slot count alone: the traces differ because of it, not the instance (an outside audit)
+    longer = random_instance(3, n=3, L=5, slots=3)
+    with pytest.raises(ValueError) as e:
+        run_online(longer, state_path=p)
+    msg = str(e.value)
+    assert "slots: saved 2, requested 3" in msg and "as the slot count does" in msg and "workload" not in msg, msg

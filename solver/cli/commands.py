@@ -594,7 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="small subset (minutes)")
     b.add_argument("--out", type=out_path, default=None, help="output folder (default results/bench)")
     b.add_argument("--time-limit-factor", type=time_factor, default=1.0, metavar="F",
-                   help="multiplies each benchmark module's time limit (quick: 240 s, bench_budgets 900 s); "
+                   help="multiplies each benchmark module's time limit (3600 s, bench_budgets 4 h; with --quick "
+                        "240 s, bench_budgets 900 s); "
                         "0: no limit (default 1)")
     b.set_defaults(func=cmd_bench)
 

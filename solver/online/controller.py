@@ -364,7 +364,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                                  d.solve_time + tr.extra_solve_time)
                 ch = tr.charge
                 if ch0 is not None:
-                    tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs, ch.costs)
+                    tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs, ch.costs,
+                                       [b.limit for b in instance.budgets])
                 tracker.record(ch.costs)
                 extra.update({f"cheapest_{b.name}": (ch0.costs[k] if ch0 else float("nan"))
                               for k, b in enumerate(instance.budgets)}, tracker=tr.how)
@@ -671,7 +672,10 @@ def _config_diff(saved: dict, now: dict) -> str:
         a, b = saved.get(key), now.get(key)
         if a == b:
             continue
-        if key == "inputs":
+        if key == "inputs" and saved.get("num_slots") != now.get("num_slots"):
+            parts.append("inputs: the traces differ from the saved run's, as the slot count does (a run's traces "
+                         "are cut to its slots)")
+        elif key == "inputs":
             parts.append("inputs: the instance's workload, devices, traces, network or budgets differ from the "
                          "saved run's")
         elif key == "options":

@@ -337,16 +337,23 @@ class Tracker:
         self.excess = [float(e + y) for e, y in zip(self.excess, self.use(costs))]
         self.executed += 1
 
-    def note_slack(self, t: int, names: Sequence[str], costs: Sequence[float], run: Sequence[float]) -> None:
+    def note_slack(self, t: int, names: Sequence[str], costs: Sequence[float], run: Sequence[float],
+                   limits: Sequence[float] | None = None) -> None:
         """Note once per budget a slot whose slack plan (costs) is not admissible, with the use of
         the plan run (run: its charged costs), before the slot is recorded. The slack plan is the
-        least sum over budgets, so one budget alone may have a cheaper plan (the one run, even)."""
+        least sum over budgets, so one budget alone may have a cheaper plan (the one run, even).
+        limits: the budgets' own limits; where the tracker keeps a budget to another level (budgets
+        that conflict, `preflight`), the note says its uses are of that level, and which it is."""
         y, a, z = self.use(costs), self.allowance(), self.use(run)
         for k, name in enumerate(names):
             if y[k] > a[k] + 1e-12 and not self.noted[k]:
                 self.noted[k] = True
+                of = f"budget {name}"
+                if limits is not None and abs(self.limits[k] - limits[k]) > 1e-12 * abs(limits[k]):
+                    of = (f"the level budget {name} is tracked to ({self.limits[k]:.4g}, {_pct(self.limits[k] / limits[k])} "
+                          f"of its limit {limits[k]:.4g})")
                 self.notes.append(f"slot {t}: the slack plan (the least summed cost over the budgets) uses "
-                                  f"{_pct(y[k] + 1)} of budget {name} with {100 * a[k] / max(self.horizon, 1):.2f}% "
+                                  f"{_pct(y[k] + 1)} of {of} with {100 * a[k] / max(self.horizon, 1):.2f}% "
                                   f"of the run's tolerance left, the plan run {_pct(z[k] + 1)}; guarantee (c) does "
                                   f"not cover {name} from here")
 
