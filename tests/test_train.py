@@ -148,6 +148,10 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
         assert r["queue_money_after"] == pytest.approx(q)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["slots"] == 3 and summary["restarts"] == 1
+    # the loop's controller is the queue controller, and the run says so (an outside audit: money
+    # ended +414% with nothing said)
+    assert summary["pricing"] == "queue" and summary["budget_tolerance"] is None and summary["V"] == 1.0
+    assert len(summary["notes"]) == 1 and "without dynpar run's budget tracker" in summary["notes"][0]
 
     # the same command once more: nothing left to train, said so, and nothing touched (it had
     # emptied the newest checkpoint of its blocks and counted a restart)

@@ -304,16 +304,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     if done is not None and os.environ.get("RANK", "0") == "0":   # under torchrun: rank 0 says it
         print(f"resuming at step {done} of {cfg.steps} from the newest checkpoint in {args.checkpoint_dir}",
               flush=True)
+    from ..runtime.trainer import budget_note
+    note = budget_note(inst, cfg)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from ..runtime.binding import from_env
         from ..runtime.trainer import train_worker
         me = from_env(inst, args.device_map, args.node)
+        if note and int(os.environ["RANK"]) == 0:
+            print(f"note: {note}", file=sys.stderr, flush=True)
         train_worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://", inst, cfg, me)
         if int(os.environ["RANK"]) == 0:
             print(f"wrote {out / 'slots.csv'}, {out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
         return 0
     from ..runtime.launch import launch
     _check_blocks(cfg.model, inst, cfg.accelerator)
+    if note:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     ran = launch(inst, cfg, devices)
     print(f"trained {args.steps} iterations on {', '.join(ran)}; wrote {out / 'slots.csv'}, "
           f"{out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")

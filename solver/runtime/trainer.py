@@ -769,11 +769,28 @@ def _checkpoint(cfg: TrainConfig, step: int, rank: int, held: dict[int, LayerSta
     ckpt.save(cfg.checkpoint_dir, step, rank, held, holders, meta, packs)
 
 
+def budget_note(instance: Instance, cfg: TrainConfig) -> str | None:
+    """The line that says how the training loop's controller keeps the instance's budgets (None
+    without budgets or with given plans): by its queues alone, not as `dynpar run` does."""
+    if not instance.budgets or cfg.plans:
+        return None
+    return (f"budgets ({', '.join(b.name for b in instance.budgets)}): dynpar train's controller prices them by "
+            f"their virtual queues on the measured costs at V = {cfg.V:g} (--V; the article's drift-plus-penalty "
+            "controller), without dynpar run's budget tracker, history price and scale-free V: the average cost "
+            "is bounded only by guarantee (a), the final queue over the slots (bound_<budget> in summary.json), "
+            "not kept within 1% (docs/TRAIN.md)")
+
+
 def _write_results(ctl: Controller, inst: Instance, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     df = rows_frame(ctl.rows)
     df.to_csv(out / "slots.csv", index=False)
     summary = summarise(df, inst)
+    summary["V"] = float(ctl.cfg.V)
+    summary["pricing"] = "queue" if inst.budgets else None
+    summary["budget_tolerance"] = None
+    note = budget_note(inst, ctl.cfg)
+    summary["notes"] = [note] if note else []
     if len(df):
         summary["avg_measured_batch_time"] = float(df["measured_batch_time"].mean())
         summary["restarts"] = int(ctl.restarts)
