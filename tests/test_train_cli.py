@@ -131,6 +131,31 @@ def test_train_under_torchrun_checks_before_the_worker(inst: Path, tmp_path: Pat
     assert not (tmp_path / "ck").exists()
 
 
+@pytest.mark.parametrize("error,line", [
+    (RuntimeError("[../third_party/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500"),
+     "dynpar: error: rank 1: a peer's connection closed (RuntimeError): another rank failed or was killed"),
+    (ValueError("bad\nthing"), "dynpar: error: rank 1: ValueError: bad thing; traceback in "),
+])
+def test_train_rank_under_torchrun_fails_in_one_line(inst: Path, tmp_path: Path, capsys, monkeypatch,
+                                                     error: Exception, line: str) -> None:
+    """Under torchrun each rank is its own process: a failed rank says why in one line (exit 1)
+    and leaves its traceback in the checkpoint folder; a rank whose peer was killed says so
+    instead of a gloo traceback (an outside audit's kill -9 drill printed the peers' tracebacks)."""
+    import solver.runtime.trainer as trainer_mod
+
+    def fail(*a, **k):
+        raise error
+    monkeypatch.setattr(trainer_mod, "train_worker", fail)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    ck = tmp_path / "ck"
+    assert _train(inst, ck, "--device-map", "0=p0,1=p1") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert "Traceback" in (ck / "rank-1.trace").read_text()
+
+
 def test_train_good_options_reach_the_launcher_parsed(inst: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     """Valid values pass the checks unchanged (the launcher stubbed: nothing spawned); a negative
     value after its flag is its value, and --kill-at may name a device not in --devices (a

@@ -312,7 +312,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         me = from_env(inst, args.device_map, args.node)
         if note and int(os.environ["RANK"]) == 0:
             print(f"note: {note}", file=sys.stderr, flush=True)
-        train_worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://", inst, cfg, me)
+        try:
+            train_worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://", inst, cfg, me)
+        except DynparError:
+            raise
+        except Exception as e:      # one line per rank, as spawned runs give; the traceback to a file
+            return _rank_failed(int(os.environ["RANK"]), e, Path(args.checkpoint_dir))
         if int(os.environ["RANK"]) == 0:
             print(f"wrote {out / 'slots.csv'}, {out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
         return 0
@@ -324,6 +329,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"trained {args.steps} iterations on {', '.join(ran)}; wrote {out / 'slots.csv'}, "
           f"{out / 'summary.json'}; checkpoints in {args.checkpoint_dir}")
     return 0
+
+
+def _rank_failed(rank: int, e: Exception, folder: Path) -> int:
+    """A torchrun rank's failure in one line on stderr (exit 1), its traceback in
+    folder/rank-<rank>.trace: a collective's error on a rank whose peer failed or was killed
+    (launch.peer_closed) is said to be that, not the cause."""
+    import traceback
+
+    from ..runtime.launch import peer_closed
+    why = " ".join(str(e).split())[:600] or "no message"
+    trace = folder / f"rank-{rank}.trace"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        trace.write_text(traceback.format_exc())
+        where = f"; traceback in {trace}"
+    except OSError:
+        where = ""
+    if peer_closed(why):
+        print(f"dynpar: error: rank {rank}: a peer's connection closed ({type(e).__name__}): another rank failed "
+              f"or was killed, and its own line says why; torchrun restarts the job where --max-restarts allows, "
+              f"and the same command resumes from the newest checkpoint{where}", file=sys.stderr)
+    else:
+        print(f"dynpar: error: rank {rank}: {type(e).__name__}: {why}{where}", file=sys.stderr)
+    return 1
 
 
 def _degrees(text: str | None) -> tuple[int, ...]:

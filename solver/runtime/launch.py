@@ -99,7 +99,7 @@ def launch(instance: Instance, cfg: TrainConfig, device_names: Sequence[str] | N
         # the cause: the first error written that is not a peer's connection closing on a failed rank
         # (a rank's own error is written after its process group is torn down, so its peers' often come first)
         errs = sorted(Path(err_dir).glob("rank-*.err"),
-                      key=lambda p: (_peer_closed(p.read_text()), p.stat().st_mtime_ns, int(p.stem.split("-")[1])))
+                      key=lambda p: (peer_closed(p.read_text()), p.stat().st_mtime_ns, int(p.stem.split("-")[1])))
         first = errs[0].read_text() if errs else f"rank {failed} exited with status {procs[failed].exitcode}"
         raise TrainFailed(f"rank {errs[0].stem.split('-')[1] if errs else failed}: {first}")
 
@@ -109,7 +109,8 @@ PEER_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken 
 """What a collective raises on a rank whose peer failed (gloo, NCCL): never the cause itself."""
 
 
-def _peer_closed(text: str) -> bool:
+def peer_closed(text: str) -> bool:
+    """Whether an error's text is a collective's on a rank whose peer failed (PEER_CLOSED)."""
     return any(x in text for x in PEER_CLOSED)
 
 
