@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -262,7 +262,9 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
     excess = list(cs.extra.get("excess") or [0.0] * len(limits))   # sum of c / Cbar - 1 so far
 
     total = max(stop - cs.next_slot, 0)
-    last_cache: SlotCache | None = None
+    planner = SlotPlanner(instance, pol, opts, V=V, tolerance=tol, rule_tracked=budget_tolerance is not None,
+                          tracked=tracked, priced=priced, pre=pre, tracker=tracker, history=history, excess=excess,
+                          vc=vc, horizon=horizon, carry=cs.extra.get("carry", []))
     for done, t in enumerate(range(cs.next_slot, stop), start=1):
         state = instance.state(t)
         Q = cs.queues
@@ -273,15 +275,94 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
             iterations_per_slot)
         if aware:
             state = replace(state, risk=risk_at(instance.available, t, preempt))
+        sd = planner.decide(t, state, Q, prev, lost, int(cs.rows[-1]["executed"]) if cs.rows else 0)
+        d = sd.decision
+        if d.plan is None:
+            if on_infeasible == "raise":
+                raise InfeasibleSlotError(f"slot {t} of {instance.name!r}: policy {name} found no feasible plan"
+                                          f" ({d.message or 'no reason given'})")
+            row = _row(t, name, shown_V(pol, planner.vc), state, d, None, Q, Q, float("nan"),
+                       cs.rows[-1] if cs.rows else None, sd.extra)
+            Qn = Q
+        else:
+            ch = sd.charge
+            planner.record(ch.costs)
+            Qn = update_queues(Q, ch.costs, limits)
+            row = _row(t, name, shown_V(pol, planner.vc), state, d, ch, Q, Qn, ch.objective(sd.W, sd.V),
+                       cs.rows[-1] if cs.rows else None, sd.extra)
+            prev = d.plan
+        cs.rows.append(row)
+        cs.extra["pending_preemption"] = lost if d.plan is None else 0.0
+        cs.next_slot, cs.queues, cs.previous_plan, cs.policy_state = t + 1, Qn, prev, pol.state_dict()
+        cs.extra.update(planner.saved())
+        if state_path is not None:
+            cs.save(state_path)
+        if progress is not None:
+            progress(done, total)
+    vc = planner.vc
+    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None, pol,
+                   mode if isinstance(pol, Ours) else None, check)
+
+
+
+@dataclass
+class SlotDecision:
+    """One slot's decision (SlotPlanner.decide): the policy's, or the budget tracker's pick in
+    its place (`decision`); its charge at the slot's state (None without a plan); the weights W
+    (budgets' worth per budget) and V it was chosen at; and the row's extra columns (price_*,
+    target_*, allowance_*, cheapest_*, tracker)."""
+
+    decision: Decision
+    charge: Charge | None
+    W: tuple[float, ...]
+    V: float
+    extra: dict
+
+
+class SlotPlanner:
+    """The controller's slot step: `decide` plans a slot (the default V from the first slot's
+    fastest plan, the price from the history, the policy's search, the budget tracker's pick)
+    and `record` books what the executed slot cost (the budget tracker's excess and the
+    price's target). run_online records each plan's charged costs; dynpar train's controller
+    records the costs it measured (runtime.trainer). `saved` is the state run_online keeps in
+    ControllerState.extra to resume.
+
+    pre: the pre-flight check (its slack plans are the tracker's, unless `preflight_slack` is
+    False: the slack plan is then searched on each slot's own state, as it must be where that
+    state is observed, not the trace's); tracked, priced: whether the budget tracker keeps the
+    budgets and the history prices them (run_online's rules); rule_tracked: the default V
+    rule's flag (online.vrule.choose_V)."""
+
+    def __init__(self, instance: Instance, pol: Policy, opts: SolveOptions, *, V: float | None, tolerance: float,
+                 rule_tracked: bool, tracked: bool, priced: bool, pre: Preflight | None, tracker: Tracker | None,
+                 history: History, excess: Sequence[float], vc: VChoice | None, horizon: int,
+                 carry: Sequence[str] = (), preflight_slack: bool = True) -> None:
+        self.instance, self.pol, self.opts = instance, pol, opts
+        self.V, self.tolerance, self.rule_tracked = V, tolerance, rule_tracked
+        self.tracked, self.priced, self.pre, self.tracker = tracked, priced, pre, tracker
+        self.history, self.excess, self.vc, self.horizon = history, list(excess), vc, horizon
+        self.carry, self.preflight_slack = list(carry), preflight_slack
+        self.limits = [b.limit for b in instance.budgets]
+        self.last_cache: SlotCache | None = None
+
+    def decide(self, t: int, state: SlotState, Q: Sequence[float], prev: Plan | None, lost: float,
+               executed: int) -> SlotDecision:
+        """Slot t's decision on `state` at queues Q after plan `prev`, charged `lost` seconds of
+        preemption; `executed`: the slots with a plan so far (the price's slots left)."""
+        instance, pol, opts, limits, tracker = self.instance, self.pol, self.opts, self.limits, self.tracker
+        replan, iterations_per_slot = opts.replan, opts.iterations_per_slot
         # shared by every search and charge of this slot; exact entries of the last slot's carried over
-        cache = last_cache = SlotCache.following(last_cache, state)
+        cache = self.last_cache = SlotCache.following(self.last_cache, state)
         fastest = _Fastest(state, opts, cache)
-        slack = (pre.plan(t) if pre is not None else cheapest_plan(state, opts)) if tracked else None
-        if vc is None:
-            vc = _decide_V(V, fastest, horizon, tol, budget_tolerance is not None)
-        Vt = vc.V if vc is not None else 1.0
+        slack = None
+        if self.tracked:
+            slack = (self.pre.plan(t) if self.pre is not None and self.preflight_slack
+                     else cheapest_plan(state, opts))
+        if self.vc is None:
+            self.vc = _decide_V(self.V, fastest, self.horizon, self.tolerance, self.rule_tracked)
+        Vt = self.vc.V if self.vc is not None else 1.0
         extra: dict[str, Any] = {}
-        W = Q   # the weights the search and the tracker use: the queues, or V * the price
+        W = tuple(Q)   # the weights the search and the tracker use: the queues, or V * the price
         slot_plans: list[Plan] = []   # with the price: every plan the slot's searches found (tracker candidates)
 
         charged: dict[Plan, Charge] = {}   # the slot's plans are charged several times (price, tracker)
@@ -292,10 +373,10 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 ch = charged[p] = charge_plan(p, state, prev, replan=replan, iterations_per_slot=iterations_per_slot,
                                               cache=cache, preemption_time=lost)
             return ch
-        if priced:
-            W, pr, seen = _priced_weights(state, Vt, slack, history, excess, horizon,
-                                          int(cs.rows[-1]["executed"]) if cs.rows else 0, limits, opts,
-                                          cache, fastest)
+        if self.priced:
+            history = self.history
+            W, pr, seen = _priced_weights(state, Vt, slack, history, self.excess, self.horizon, executed, limits,
+                                          opts, cache, fastest)
             res = pol.solve(state, W, Vt, prev, keep_candidates=True, cache=cache)
             pool = getattr(res, "candidate_pool", ())
             if pool:   # the priced search's plans join the slot's frontier: the price is learnt again
@@ -304,7 +385,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 W = tuple((Vt if Vt > 0 else 1.0) * x for x in pr.lam)
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
                          getattr(res, "solve_time", 0.0))
-            carried = [p for p in (plan_from_json(js) for js in cs.extra.get("carry", [])) if p is not None]
+            carried = [p for p in (plan_from_json(js) for js in self.carry) if p is not None]
             plans = [*seen, *(c[0] for c in pool), *([slack] if slack is not None else [])]
             plans += _reshared(plans + carried, state, W, Vt, limits, cache)
             slot_plans = plans
@@ -319,8 +400,8 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                 extra[f"target_{b.name}"] = pr.target[k]
             d = _best_at_price(d, plans, cache, charge, W, Vt,
                                lambda p: lp_weight(pr, history, points([(p, *_tc(cache.evaluation(p)))], limits)[0]))
-            cs.extra["carry"] = [plan_to_json(p) for p in _top_structures(plans, W, Vt, limits, cache)]
-        elif tracked:
+            self.carry = [plan_to_json(p) for p in _top_structures(plans, W, Vt, limits, cache)]
+        elif self.tracked:
             res = pol.solve(state, Q, Vt, prev, cache=cache)
             d = Decision(res.plan, res.status if res.plan is not None else "infeasible", res.message,
                          getattr(res, "solve_time", 0.0))
@@ -329,66 +410,55 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         if d.plan is not None:
             bad = d.plan.validate(state)
             if bad:   # a policy must never hand back a wrong plan; treat as infeasible, loudly
-                d = Decision(None, "infeasible", f"{name} returned an invalid plan: "
+                d = Decision(None, "infeasible", f"{pol.name} returned an invalid plan: "
                              + "; ".join(str(v) for v in bad[:3]), d.solve_time)
         if tracker is not None:
             a = tracker.allowance()
             for k, b in enumerate(instance.budgets):
                 extra[f"allowance_{b.name}"] = float(a[k])
         if d.plan is None:
-            if on_infeasible == "raise":
-                raise InfeasibleSlotError(f"slot {t} of {instance.name!r}: policy {name} found no feasible plan"
-                                          f" ({d.message or 'no reason given'})")
             if tracker is not None:
                 extra.update({f"cheapest_{b.name}": float("nan") for b in instance.budgets}, tracker="")
-            row = _row(t, name, shown_V(pol, vc), state, d, None, Q, Q, float("nan"),
-                       cs.rows[-1] if cs.rows else None, extra)
-            Qn = Q
-        else:
-            ch = charge(d.plan)
-            if tracker is not None:
-                ch0 = charge(slack) if slack is not None else None
-                tr = track(tracker, d.plan, ch, W, Vt,
-                           lambda q: pol.solve(state, q, Vt, prev, keep_candidates=priced, cache=cache), charge,
-                           slack,
-                           remaining=instance.num_slots - t - 1,
-                           cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
-                           valid=(lambda p: not cache.violations(p)) if priced else None,
-                           others=slot_plans,
-                           resolve_capped=(lambda q, caps, w: pol.solve(state, q, Vt, prev, keep_candidates=True,
-                                                                        cache=cache, caps=caps, cap_weight=w))
-                           if priced else None,
-                           alone=(lambda: own_cheapest_plans(state, opts)) if len(limits) >= 2 else None)
-                if tr.how != "plan":
-                    d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
-                                 d.solve_time + tr.extra_solve_time)
-                ch = tr.charge
-                if ch0 is not None:
-                    tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs, ch.costs,
-                                       [b.limit for b in instance.budgets])
-                tracker.record(ch.costs)
-                extra.update({f"cheapest_{b.name}": (ch0.costs[k] if ch0 else float("nan"))
-                              for k, b in enumerate(instance.budgets)}, tracker=tr.how)
-            Qn = update_queues(Q, ch.costs, limits)
-            excess = [float(e + c / lim - 1.0) for e, c, lim in zip(excess, ch.costs, limits)]
-            row = _row(t, name, shown_V(pol, vc), state, d, ch, Q, Qn, ch.objective(W, Vt),
-                       cs.rows[-1] if cs.rows else None, extra)
-            prev = d.plan
-        cs.rows.append(row)
-        cs.extra["pending_preemption"] = lost if d.plan is None else 0.0
-        cs.next_slot, cs.queues, cs.previous_plan, cs.policy_state = t + 1, Qn, prev, pol.state_dict()
-        cs.extra["V"] = vc.to_dict() if vc is not None else None
+            return SlotDecision(d, None, tuple(W), Vt, extra)
+        ch = charge(d.plan)
         if tracker is not None:
-            cs.extra["tracker"] = tracker.to_dict()
-        if priced:
-            cs.extra["history"] = history.to_dict()
-            cs.extra["excess"] = excess
-        if state_path is not None:
-            cs.save(state_path)
-        if progress is not None:
-            progress(done, total)
-    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None, pol,
-                   mode if isinstance(pol, Ours) else None, check)
+            ch0 = charge(slack) if slack is not None else None
+            tr = track(tracker, d.plan, ch, W, Vt,
+                       lambda q: pol.solve(state, q, Vt, prev, keep_candidates=self.priced, cache=cache), charge,
+                       slack,
+                       remaining=instance.num_slots - t - 1,
+                       cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
+                       valid=(lambda p: not cache.violations(p)) if self.priced else None,
+                       others=slot_plans,
+                       resolve_capped=(lambda q, caps, w: pol.solve(state, q, Vt, prev, keep_candidates=True,
+                                                                    cache=cache, caps=caps, cap_weight=w))
+                       if self.priced else None,
+                       alone=(lambda: own_cheapest_plans(state, opts)) if len(limits) >= 2 else None)
+            if tr.how != "plan":
+                d = Decision(tr.plan, d.status, f"{d.message}; budget tracker: {tr.how}".lstrip("; "),
+                             d.solve_time + tr.extra_solve_time)
+            ch = tr.charge
+            if ch0 is not None:
+                tracker.note_slack(t, [b.name for b in instance.budgets], ch0.costs, ch.costs, limits)
+            extra.update({f"cheapest_{b.name}": (ch0.costs[k] if ch0 else float("nan"))
+                          for k, b in enumerate(instance.budgets)}, tracker=tr.how)
+        return SlotDecision(d, ch, tuple(W), Vt, extra)
+
+    def record(self, costs: Sequence[float]) -> None:
+        """Book an executed slot's costs (USD, J per iteration; charged or measured): the
+        tracker's excess and the price's."""
+        if self.tracker is not None:
+            self.tracker.record(costs)
+        self.excess = [float(e + c / lim - 1.0) for e, c, lim in zip(self.excess, costs, self.limits)]
+
+    def saved(self) -> dict[str, Any]:
+        """What ControllerState.extra keeps of this step to resume (JSON-able)."""
+        out: dict[str, Any] = {"V": self.vc.to_dict() if self.vc is not None else None}
+        if self.tracker is not None:
+            out["tracker"] = self.tracker.to_dict()
+        if self.priced:
+            out.update(history=self.history.to_dict(), excess=self.excess, carry=self.carry)
+        return out
 
 
 def _preemption_time(preempt: Preemption | None, prev: Plan | None, state: SlotState, last: dict | None,
