@@ -148,10 +148,17 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
         assert r["queue_money_after"] == pytest.approx(q)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["slots"] == 3 and summary["restarts"] == 1
-    # the loop's controller is the queue controller, and the run says so (an outside audit: money
-    # ended +414% with nothing said)
-    assert summary["pricing"] == "queue" and summary["budget_tolerance"] is None and summary["V"] == 1.0
-    assert len(summary["notes"]) == 1 and "without dynpar run's budget tracker" in summary["notes"][0]
+    # ours keeps the budgets as dynpar run does, on the measured costs: the tracker's allowance
+    # after each slot is the one before less that slot's measured excess (an outside audit: the
+    # loop had the queue controller alone, money ended +414% with nothing said)
+    assert summary["pricing"] == "history" and summary["budget_tolerance"] == 0.01
+    assert "dynpar run's budget tracker" in summary["notes"][0] and "within_tolerance_money" in summary
+    for rows in (rows_a, rows_b):
+        allow = rows["allowance_money"].to_numpy()
+        used = rows["cost_money"].to_numpy() / LIMIT - 1.0
+        assert allow[0] == pytest.approx(0.01 * 3)
+        np.testing.assert_allclose(allow[1:], allow[:-1] - used[:-1], rtol=1e-9)
+        assert rows["tracker"].notna().all() and rows["price_money"].notna().all()
 
     # the same command once more: nothing left to train, said so, and nothing touched (it had
     # emptied the newest checkpoint of its blocks and counted a restart)
@@ -769,9 +776,9 @@ def test_short_1f1b_groups_run_as_gpipe_or_are_named() -> None:
 def test_the_failing_ranks_own_error_is_the_one_shown(tmp_path: Path) -> None:
     """A rank's error is written after its process group is torn down, so its peers' "Connection
     closed by peer" was often written first and shown instead."""
-    from solver.runtime.launch import _peer_closed
-    assert _peer_closed("RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1")
-    assert not _peer_closed("RuntimeError: slot 0: policy ours found no feasible plan")
+    from solver.runtime.launch import peer_closed
+    assert peer_closed("RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1")
+    assert not peer_closed("RuntimeError: slot 0: policy ours found no feasible plan")
 
 
 def test_unsupported_plan_features_named() -> None:

@@ -54,6 +54,13 @@ def nonneg_int(text: str) -> int:
     return parsed(text, int, lambda v: v >= 0, "an integer >= 0")
 
 
+def tolerance(text: str) -> float | None:
+    """--budget-tolerance: a fraction in [0, 1), or 'off' / 'none' (None: no budget tracker)."""
+    if text.strip().lower() in ("off", "none"):
+        return None
+    return parsed(text, float, lambda v: 0 <= v < 1, "a fraction in [0, 1) or 'off'")
+
+
 def guarded(main: Callable[[], int | None]) -> int:
     """main()'s exit status, or 2 after one line `<script>: error: <message>` on stderr when it
     raises the package's input error (solver.errors.DynparError: a missing or bad instance,

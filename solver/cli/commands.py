@@ -26,7 +26,7 @@ from ..io.pipedream import DEFAULT_KIND
 from ..online.policies import POLICY_NAMES
 from ..model.workload import PRECISIONS
 from ..solve.inputs import QUEUE_MAX
-from .argtypes import out_path, parsed, positive_int, time_factor, v_weight
+from .argtypes import out_path, parsed, positive_int, time_factor, tolerance, v_weight
 from .output import (UNIT_WORDS, UsageError, compare_columns, dumps, out_dir, out_file, plots_skipped,
                      plotting_available, print_slots, progress, slot_columns, summary_keys, table_text, with_units,
                      writable, write_atomic)
@@ -410,12 +410,6 @@ def _version() -> str:
         return "dynpar (version unknown: the package is not installed; pip install .)"
 
 
-def _tolerance(text: str) -> float | None:
-    if text.strip().lower() in ("off", "none"):
-        return None
-    return parsed(text, float, lambda v: 0 <= v < 1, "a fraction in [0, 1) or 'off'")
-
-
 def _preemption(text: str):
     """--preemption RESTART_S:CHECKPOINT_EVERY within the ranges of an instance's [preemption]
     (solver.io.ranges RESTART_S, ITERATIONS)."""
@@ -536,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("instance", nargs="?", help="instance TOML (default: the packaged default instance)")
     r.add_argument("--V", type=v_weight, default=None, help=V_HELP + "; default: the scale-free rule "
                    "V = tolerance x slots / fastest batch time (docs/BUDGETS.md)")
-    r.add_argument("--budget-tolerance", type=_tolerance, default=0.01, metavar="FRACTION",
+    r.add_argument("--budget-tolerance", type=tolerance, default=0.01, metavar="FRACTION",
                    help="keep every budget within (1 + FRACTION) of its limit over the run (default 0.01 = 1%%; "
                         "0: within the limit, and the default V rule then gives V = 0, the cheapest plans, "
                         "unless --V is given (a note says so); 'off': the plain drift-plus-penalty controller)")

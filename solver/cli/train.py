@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import DynparError
 from ..online.policies import POLICY_NAMES
-from .argtypes import out_path, parsed, positive_int, v_weight
+from .argtypes import out_path, parsed, positive_int, tolerance, v_weight
 from .output import UsageError, out_dir, out_file
 
 
@@ -252,7 +252,8 @@ def train_config(args: argparse.Namespace, inst: Any) -> tuple[Any, list[str] | 
     _known("--device-map", dmap.values(), names, inst.name, args.device_map)
     cfg = TrainConfig(args.model, args.steps, args.checkpoint_dir, per_slot, args.checkpoint_every, args.V,
                       args.policy, args.out, repeat, kill, args.timeout, args.engine, accelerator=args.accelerator,
-                      cpu_quota=quota, cpu_pin=pin, contention=_contention(args.contention))
+                      cpu_quota=quota, cpu_pin=pin, contention=_contention(args.contention),
+                      budget_tolerance=args.budget_tolerance)
     return cfg, devices
 
 
@@ -496,6 +497,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--checkpoint-every", type=_count, default=0,
                    help="iterations between checkpoints, >= 0 (0, the default: after re-plans only)")
     t.add_argument("--V", type=v_weight, default=1.0, help="drift-plus-penalty weight, a finite number >= 0 (1)")
+    t.add_argument("--budget-tolerance", type=tolerance, default=0.01, metavar="FRACTION",
+                   help="for policy ours on an instance with budgets: keep every budget within (1 + FRACTION) of "
+                        "its limit with dynpar run's budget tracker and history price, on the measured costs "
+                        "(default 0.01; 'off': the plain queue controller at --V)")
     t.add_argument("--policy", default="ours", choices=POLICY_NAMES, metavar="POLICY",
                    help=f"a `dynpar run` policy: {' | '.join(POLICY_NAMES)} (ours)")
     t.add_argument("--devices", default="", help="comma-separated device names to run (default: all)")

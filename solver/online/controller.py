@@ -300,7 +300,7 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
         if progress is not None:
             progress(done, total)
     vc = planner.vc
-    return _result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None, pol,
+    return run_result(instance, rows_frame(cs.rows), vc, tracker, pre, budget_tolerance if tracked else None, pol,
                    mode if isinstance(pol, Ours) else None, check)
 
 
@@ -331,16 +331,18 @@ class SlotPlanner:
     False: the slack plan is then searched on each slot's own state, as it must be where that
     state is observed, not the trace's); tracked, priced: whether the budget tracker keeps the
     budgets and the history prices them (run_online's rules); rule_tracked: the default V
-    rule's flag (online.vrule.choose_V)."""
+    rule's flag (online.vrule.choose_V); horizon: the run's slots; end: the slot after its last
+    (default the instance's slot count)."""
 
     def __init__(self, instance: Instance, pol: Policy, opts: SolveOptions, *, V: float | None, tolerance: float,
                  rule_tracked: bool, tracked: bool, priced: bool, pre: Preflight | None, tracker: Tracker | None,
                  history: History, excess: Sequence[float], vc: VChoice | None, horizon: int,
-                 carry: Sequence[str] = (), preflight_slack: bool = True) -> None:
+                 end: int | None = None, carry: Sequence[str] = (), preflight_slack: bool = True) -> None:
         self.instance, self.pol, self.opts = instance, pol, opts
         self.V, self.tolerance, self.rule_tracked = V, tolerance, rule_tracked
         self.tracked, self.priced, self.pre, self.tracker = tracked, priced, pre, tracker
         self.history, self.excess, self.vc, self.horizon = history, list(excess), vc, horizon
+        self.end = instance.num_slots if end is None else int(end)
         self.carry, self.preflight_slack = list(carry), preflight_slack
         self.limits = [b.limit for b in instance.budgets]
         self.last_cache: SlotCache | None = None
@@ -426,7 +428,7 @@ class SlotPlanner:
             tr = track(tracker, d.plan, ch, W, Vt,
                        lambda q: pol.solve(state, q, Vt, prev, keep_candidates=self.priced, cache=cache), charge,
                        slack,
-                       remaining=instance.num_slots - t - 1,
+                       remaining=self.end - t - 1,
                        cheapest_now=lambda: pol.solve(state, (1.0,) * len(limits), 0.0, prev, cache=cache),
                        valid=(lambda p: not cache.violations(p)) if self.priced else None,
                        others=slot_plans,
@@ -632,7 +634,7 @@ def shown_V(pol: Policy, vc: VChoice | None) -> float:
     return vc.V if vc is not None else math.nan
 
 
-def _result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker: Tracker | None,
+def run_result(instance: Instance, rows: pd.DataFrame, vc: VChoice | None, tracker: Tracker | None,
             pre: Preflight | None, tolerance: float | None, pol: Policy, pricing: str | None = None,
             check: tuple[Preflight, tuple[str, ...]] | None = None) -> OnlineRun:
     """The OnlineRun of `rows`: status, message, summary and notes. Notes: the default rule's V = 0

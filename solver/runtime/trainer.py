@@ -44,8 +44,11 @@ from ..model import Group, Instance, Plan, plan_from_dict, plan_from_json, plan_
 from ..model.state import SlotState
 from ..model.plan import plan_to_json
 from ..online.charge import charge_plan
-from ..online.controller import rows_frame
-from ..online.policies import Decision, make_policy
+from ..online.controller import SlotPlanner, rows_frame, run_result
+from ..online.policies import Decision, Ours, make_policy
+from ..online.pricing import History
+from ..online.tracking import Tracker, preflight
+from ..online.vrule import VChoice
 from ..online.queues import initial_queues, update_queues
 from ..online.summary import summarise
 from ..solve.options import SolveOptions
@@ -83,7 +86,11 @@ class TrainConfig:
     checkpoint_dir: folder of checkpoints (runtime.ckpt), also where slots.csv and
     summary.json go unless `out`; iterations_per_slot: iterations between controller
     decisions; checkpoint_every: iterations between checkpoints (0: only after re-plans);
-    V: the controller's penalty weight; policy: a solver.online policy name; repeat: device
+    V: the controller's penalty weight; policy: a solver.online policy name; budget_tolerance:
+    for "ours" on an instance with budgets, the budget tracker's tolerance (a fraction; the
+    controller then prices the budgets from its history as `dynpar run` does, and books the
+    measured costs: docs/TRAIN.md "Budgets in the training loop"), None: the plain queue
+    controller at V; repeat: device
     name -> r, its stage compute is done r times (emulated slow device, real work);
     kill: (device name, step) drill: that device's process kills itself with SIGKILL just
     before iteration `step`; timeout_s: collective timeout (seconds); engine: "torch"
@@ -121,13 +128,15 @@ class TrainConfig:
     cpu_pin: dict[str, int] = field(default_factory=dict)
     contention: dict[int, float] = field(default_factory=dict)
     probe_alone: bool = False
+    budget_tolerance: float | None = 0.01
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
         wl = instance.workload
         return {"instance": instance.name, "model": self.model, "layers": wl.num_layers, "batch": wl.batch,
                 "micro_batch": wl.micro_batch, "iterations_per_slot": self.iterations_per_slot,
-                "policy": "given" if self.plans else self.policy, "V": float(self.V)}
+                "policy": "given" if self.plans else self.policy, "V": float(self.V),
+                "budget_tolerance": None if self.plans else self.budget_tolerance}
 
 
 RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
@@ -249,6 +258,7 @@ class Controller:
                                   iterations_per_slot=cfg.iterations_per_slot)
         self.limits = [b.limit for b in instance.budgets]
         s = saved or {}
+        self.planner = self._planner(s.get("planner") or {}, runtime_options(blocks, cfg, no_tp))
         self.queues = tuple(s.get("queues", initial_queues(len(self.limits))))
         prev = s.get("previous_plan")
         self.previous: Plan | None = plan_from_dict(prev) if prev else None
@@ -263,8 +273,34 @@ class Controller:
             self.policy.load_state_dict(s["policy_state"])
         self.pending: dict[str, Any] | None = None
 
+    def _planner(self, saved: dict[str, Any], options: SolveOptions) -> SlotPlanner | None:
+        """The budget tracker and history price of `dynpar run` (online.controller.SlotPlanner)
+        for "ours" on an instance with budgets, unless cfg.budget_tolerance is None or the plans
+        are given (None then: the plain controller). Its horizon is the slots this job trains
+        (steps / iterations per slot, rounded up); its pre-flight check is on the instance's
+        trace (the notes and the levels the tracker keeps), each slot's slack plan is searched on
+        the slot's observed state; `saved`: its state in a checkpoint (SlotPlanner.saved)."""
+        cfg, inst = self.cfg, self.inst
+        tol = cfg.budget_tolerance
+        if tol is None or cfg.plans or not inst.budgets or not (isinstance(self.policy, Ours)
+                                                                  and self.policy.queue_mode == "real"):
+            return None
+        horizon = min(inst.num_slots, -(-cfg.steps // cfg.iterations_per_slot))
+        opts = replace(options, replan=True, iterations_per_slot=cfg.iterations_per_slot)
+        pre = preflight(inst, range(horizon), tol, opts)
+        tracker = (Tracker.from_dict(saved["tracker"]) if saved.get("tracker") else
+                   Tracker(tol, horizon, pre.targets, pre.tracked,
+                           together=[t and not a for t, a in zip(pre.tracked, pre.attainable)]))
+        return SlotPlanner(inst, self.policy, opts, V=cfg.V, tolerance=tol, rule_tracked=True, tracked=True,
+                           priced=True, pre=pre, tracker=tracker,
+                           history=History.from_dict(saved["history"]) if saved.get("history") else History(),
+                           excess=saved.get("excess") or [0.0] * len(self.limits),
+                           vc=VChoice.from_dict(saved["V"]) if saved.get("V") else None, horizon=horizon,
+                           end=horizon, carry=saved.get("carry", []), preflight_slack=False)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"queues": list(self.queues), "speeds": self.speeds.state_dict(),
+        return {"planner": self.planner.saved() if self.planner is not None else None,
+                "queues": list(self.queues), "speeds": self.speeds.state_dict(),
                 "delta": self.delta, "beta": self.beta, "tp_latency": self.tp_latency,
                 "allreduce_latency": self.ar_latency,
                 "previous_plan": plan_to_dict(self.previous) if self.previous else None,
@@ -285,8 +321,12 @@ class Controller:
             bad = d.plan.validate(state)
             if bad:
                 raise RuntimeError(f"slot {t}: the given plan does not fit: " + "; ".join(str(v) for v in bad[:3]))
+            sd = None
+        elif self.planner is not None:
+            sd = self.planner.decide(t, state, self.queues, self.previous, 0.0, len(self.rows))
+            d = sd.decision
         else:
-            d = self.policy.decide(state, self.queues, self.cfg.V, self.previous)
+            d, sd = self.policy.decide(state, self.queues, self.cfg.V, self.previous), None
         if d.plan is None:
             raise RuntimeError(f"slot {t}: policy {self.cfg.policy} found no feasible plan on devices "
                                f"{list(state.available_indices)} ({d.message or 'no reason given'})")
@@ -304,7 +344,7 @@ class Controller:
         ch = charge_plan(d.plan, state, self.previous, replan=True,
                          iterations_per_slot=self.cfg.iterations_per_slot)
         self.pending = {"t": t, "state": state, "decision": d, "charge": ch, "plan": d.plan, "k_of": k_of,
-                        "factors": used, "notes": notes}
+                        "factors": used, "notes": notes, "slot": sd}
         return d.plan
 
     def unmeasured(self, raw: SlotState, factors: dict[int, float],
@@ -345,6 +385,9 @@ class Controller:
         co = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
         costs = tuple(float(c) for c in co.costs(charged, plan.shares))
         Qn = update_queues(self.queues, costs, self.limits)
+        sd = p["slot"]
+        if sd is not None:
+            self.planner.record(costs)
         d = p["decision"]
         row: dict[str, Any] = {"slot": p["t"], "policy": self.policy.name, "V": float(self.cfg.V),
                                "plan": plan.summary(state), "plan_json": plan_to_json(plan),
@@ -357,8 +400,9 @@ class Controller:
         for k, b in enumerate(state.budgets):
             row[f"queue_{b.name}_before"] = float(self.queues[k])
             row[f"queue_{b.name}_after"] = float(Qn[k])
-        row.update({"objective": ch.objective(self.queues, self.cfg.V), "solve_time": float(d.solve_time),
-                    "status": d.status, "message": d.message})
+        row.update(sd.extra if sd is not None else {})
+        row.update({"objective": ch.objective(sd.W, sd.V) if sd is not None else ch.objective(self.queues, self.cfg.V),
+                    "solve_time": float(d.solve_time), "status": d.status, "message": d.message})
         pred = predicted_compute(plan, state)
         row.update({"measured_batch_time": t_meas, "measured_migration_time": measured["migration_s"],
                     "measured_restore_time": measured["restore_s"],
@@ -774,23 +818,31 @@ def budget_note(instance: Instance, cfg: TrainConfig) -> str | None:
     without budgets or with given plans): by its queues alone, not as `dynpar run` does."""
     if not instance.budgets or cfg.plans:
         return None
-    return (f"budgets ({', '.join(b.name for b in instance.budgets)}): dynpar train's controller prices them by "
-            f"their virtual queues on the measured costs at V = {cfg.V:g} (--V; the article's drift-plus-penalty "
-            "controller), without dynpar run's budget tracker, history price and scale-free V: the average cost "
-            "is bounded only by guarantee (a), the final queue over the slots (bound_<budget> in summary.json), "
-            "not kept within 1% (docs/TRAIN.md)")
+    names = ", ".join(b.name for b in instance.budgets)
+    if cfg.budget_tolerance is not None and cfg.policy == "ours":
+        return (f"budgets ({names}): kept within {100 * cfg.budget_tolerance:g}% by dynpar run's budget tracker and "
+                "history price on the measured costs; the tracker admits plans by their predicted costs, so a "
+                "slot that costs more than predicted can take the run past the tolerance (docs/TRAIN.md)")
+    return (f"budgets ({names}): dynpar train's controller prices them by their virtual queues on the measured "
+            f"costs at V = {cfg.V:g} (--V; the article's drift-plus-penalty controller), without the budget "
+            f"tracker{' (--budget-tolerance off)' if cfg.policy == 'ours' else f' (policy {cfg.policy})'}: the "
+            "average cost is bounded only by guarantee (a), the final queue over the slots (bound_<budget> in "
+            "summary.json) (docs/TRAIN.md)")
 
 
 def _write_results(ctl: Controller, inst: Instance, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     df = rows_frame(ctl.rows)
     df.to_csv(out / "slots.csv", index=False)
-    summary = summarise(df, inst)
-    summary["V"] = float(ctl.cfg.V)
-    summary["pricing"] = "queue" if inst.budgets else None
-    summary["budget_tolerance"] = None
     note = budget_note(inst, ctl.cfg)
-    summary["notes"] = [note] if note else []
+    pl = ctl.planner
+    if pl is not None and len(df):    # dynpar run's summary of a tracked run, from the measured costs
+        summary = run_result(inst, df, pl.vc, pl.tracker, pl.pre, pl.tolerance, ctl.policy, "history").summary
+        summary["notes"] = [note, *summary["notes"]]
+    else:
+        summary = summarise(df, inst)
+        summary.update(V=float(ctl.cfg.V), pricing="queue" if inst.budgets else None, budget_tolerance=None,
+                       notes=[note] if note else [])
     if len(df):
         summary["avg_measured_batch_time"] = float(df["measured_batch_time"].mean())
         summary["restarts"] = int(ctl.restarts)
