@@ -501,7 +501,10 @@ def _log(row: dict, instance: Instance) -> str:
     return (f"slot {row['slot']}: {row['plan']} | predicted {row['batch_time']:.4g} s, measured "
             f"{row['measured_batch_time']:.4g} s/iter, migration {row['measured_migration_time']:.3g} s, "
             f"restore {row['measured_restore_time']:.3g} s"
-            + (f" | costs {c} | {q}" if instance.budgets else " | no budgets"))
+            + (f" | costs {c} | {q}" if instance.budgets else " | no budgets")
+            + (f" | tracker: {row['tracker']}, price " + " ".join(f"{b.name}={row[f'price_{b.name}']:.3g}"
+                                                              for b in instance.budgets)
+               if "tracker" in row else ""))
 
 
 def train_worker(rank: int, world: int, init: str, instance: Instance, cfg: TrainConfig,
