@@ -304,7 +304,6 @@ def run_online(instance: Instance, V: float | None = None, policy: str | Policy 
                    mode if isinstance(pol, Ours) else None, check)
 
 
-
 @dataclass
 class SlotDecision:
     """One slot's decision (SlotPlanner.decide): the policy's, or the budget tracker's pick in

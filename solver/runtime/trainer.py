@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -288,6 +289,8 @@ class Controller:
         horizon = min(inst.num_slots, -(-cfg.steps // cfg.iterations_per_slot))
         opts = replace(options, replan=True, iterations_per_slot=cfg.iterations_per_slot)
         pre = preflight(inst, range(horizon), tol, opts)
+        for line in pre.lines:      # budgets no plan meets on average, as dynpar run says them
+            print(f"note: {line}", file=sys.stderr, flush=True)
         tracker = (Tracker.from_dict(saved["tracker"]) if saved.get("tracker") else
                    Tracker(tol, horizon, pre.targets, pre.tracked,
                            together=[t and not a for t, a in zip(pre.tracked, pre.attainable)]))
@@ -818,7 +821,8 @@ def _checkpoint(cfg: TrainConfig, step: int, rank: int, held: dict[int, LayerSta
 
 def budget_note(instance: Instance, cfg: TrainConfig) -> str | None:
     """The line that says how the training loop's controller keeps the instance's budgets (None
-    without budgets or with given plans): by its queues alone, not as `dynpar run` does."""
+    without budgets or with given plans): as `dynpar run` does (ours with a tolerance), or by
+    the queues alone."""
     if not instance.budgets or cfg.plans:
         return None
     names = ", ".join(b.name for b in instance.budgets)
