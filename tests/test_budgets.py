@@ -223,8 +223,9 @@ def test_slack_note_of_a_budget_tracked_to_another_level_says_so() -> None:
     tr.excess = [0.5, 0.0]
     tr.note_slack(3, ["energy", "money"], (3.0, 4.0), (2.5, 4.0), limits=(1.0, 4.0))
     assert tr.notes == ["slot 3: the slack plan (the least summed cost over the budgets) uses 150.0% of the level "
-                        "budget energy is tracked to (2, 200.0% of its limit 1) with -4.00% of the run's tolerance "
-                        "left, the plan run 125.0%; guarantee (c) does not cover energy from here"]
+                        "budget energy is tracked to (2, 200.0% of its limit 1) while the run's allowance is -4.00% "
+                        "of it (the tolerance less the excess so far, over the run's slots), the plan run 125.0%; "
+                        "guarantee (c) does not cover energy from here"]
 
 
 def test_v_rule_says_when_the_tracker_is_off() -> None:

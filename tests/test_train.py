@@ -106,6 +106,28 @@ def train(inst: Path, ckpt: Path, *extra: str, model: str = MODEL) -> int:
                  "--iterations-per-slot", str(PER_SLOT), "--checkpoint-every", "2", *extra])
 
 
+def test_resume_at_a_slot_boundary_keeps_that_slot(tmp_path: Path) -> None:
+    """A checkpoint at a slot's last iteration is written after the controller booked the slot:
+    a job resumed from it keeps the slot's row and queues (an outside audit: it was written
+    before, and where the next slot kept the plan, so that no re-plan wrote another, the resumed
+    job lost the slot). One given plan on p0 and p2 for every slot; p1 is killed at step 9."""
+    from solver.runtime.launch import TrainFailed
+    inst = load_instance(write_instance(tmp_path))
+    plan = Plan((Group((0,), (7,), 16), Group((2,), (7,), 16)))
+    ck = tmp_path / "ck"
+    cfg = TrainConfig(MODEL, 12, str(ck), iterations_per_slot=4, checkpoint_every=4, kill=("p1", 9),
+                      plans=(plan_to_json(plan),))
+    with pytest.raises(TrainFailed):
+        launch(inst, cfg)       # checkpoints at 4 and 8, the ends of slots 0 and 1
+    launch(inst, cfg)
+    rows = pd.read_csv(ck / "slots.csv")
+    assert list(rows["slot"]) == [0, 1, 2] and list(rows["measured_iterations"]) == [4, 4, 4]
+    np.testing.assert_allclose(rows["queue_money_before"].to_numpy()[1:], rows["queue_money_after"].to_numpy()[:-1])
+    assert json.loads((ck / "summary.json").read_text())["executed_slots"] == 3
+    for k, v in reference(12).items():
+        torch.testing.assert_close(final_state(ck, 7)[k], v, rtol=0, atol=1e-12, msg=k)
+
+
 def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
     """With global-norm clipping and a StepLR scheduler (examples.mlp64_clip_sched): its
     state is checkpointed, migrated and resumed with the optimizer's."""

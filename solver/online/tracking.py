@@ -353,8 +353,9 @@ class Tracker:
                     of = (f"the level budget {name} is tracked to ({self.limits[k]:.4g}, {_pct(self.limits[k] / limits[k])} "
                           f"of its limit {limits[k]:.4g})")
                 self.notes.append(f"slot {t}: the slack plan (the least summed cost over the budgets) uses "
-                                  f"{_pct(y[k] + 1)} of {of} with {100 * a[k] / max(self.horizon, 1):.2f}% "
-                                  f"of the run's tolerance left, the plan run {_pct(z[k] + 1)}; guarantee (c) does "
+                                  f"{_pct(y[k] + 1)} of {of} while the run's allowance is "
+                                  f"{100 * a[k] / max(self.horizon, 1):+.2f}% of it (the tolerance less the excess "
+                                  f"so far, over the run's slots), the plan run {_pct(z[k] + 1)}; guarantee (c) does "
                                   f"not cover {name} from here")
 
     def to_dict(self) -> dict:

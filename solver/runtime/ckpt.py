@@ -90,8 +90,13 @@ def same_job(path: Path, meta: dict[str, Any], ident: dict[str, Any]) -> None:
     `path` with metadata `meta` belongs to the job of identity `ident` (TrainConfig.identity)."""
     theirs = meta.get("identity") or {}
     if theirs != ident:
-        diff = {k: (theirs.get(k), v) for k, v in ident.items() if theirs.get(k) != v}
-        raise SpecError(f"checkpoint {path} belongs to another job (checkpoint, this job): {diff}")
+        def words(k: str, v: Any) -> str:
+            if v is None:
+                return "off" if k == "budget_tolerance" else "absent"
+            return f"{100 * v:g}%" if k == "budget_tolerance" else str(v)
+        diff = "; ".join(f"{k}: checkpoint {words(k, theirs.get(k))}, this job {words(k, v)}"
+                         for k, v in ident.items() if theirs.get(k) != v)
+        raise SpecError(f"checkpoint {path} belongs to another job: {diff}")
 
 
 def load_blocks(path: Path, blocks: Sequence[int], templates: Sequence[nn.Module],

@@ -137,7 +137,8 @@ class TrainConfig:
         return {"instance": instance.name, "model": self.model, "layers": wl.num_layers, "batch": wl.batch,
                 "micro_batch": wl.micro_batch, "iterations_per_slot": self.iterations_per_slot,
                 "policy": "given" if self.plans else self.policy, "V": float(self.V),
-                "budget_tolerance": None if self.plans else self.budget_tolerance}
+                "budget_tolerance": None if self.plans else self.budget_tolerance,
+                "budgets": [[b.name, b.kind, float(b.limit)] for b in instance.budgets]}
 
 
 RUNTIME_OPTIONS = SolveOptions(tp_degrees=(1,))
@@ -704,7 +705,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
                 sync_and_step(rank, held, mine_layers, bucket_groups, spec.clip_norm, owned, dev, reduce)
                 done += 1
                 step += 1
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < slot_end:
                     _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
                 continue
             done += 1
@@ -743,7 +744,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             sync_s.append(sy)
             step_s.append(s2 - s1 - sy)
             step += 1
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < slot_end:
                 _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
         report = [None] * dist.get_world_size()
         dist.all_gather_object(report, (devices[rank], role is not None, elapsed, compute, mig, restored,
@@ -770,6 +771,10 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             with cpuquota.outside(quota):
                 print(_log(ctl.finish(measured), inst), flush=True)
                 _write_results(ctl, inst, out)
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+            # at a slot's end: after the controller booked the slot (its row, queues, tracker), so a
+            # job resumed from here does not lose the slot (an outside audit: checkpointed before)
+            _checkpoint(cfg, step, rank, held, holders, ctl, ident, plan, units, templates)
     feed.close()
     if step > start:   # a job that had nothing left to train leaves its newest checkpoint as it was
         _checkpoint(cfg, step, rank, held, holders, ctl, ident, None, units, templates)
@@ -830,11 +835,14 @@ def budget_note(instance: Instance, cfg: TrainConfig) -> str | None:
         return (f"budgets ({names}): kept within {100 * cfg.budget_tolerance:g}% by dynpar run's budget tracker and "
                 "history price on the measured costs; the tracker admits plans by their predicted costs, so a "
                 "slot that costs more than predicted can take the run past the tolerance (docs/TRAIN.md)")
+    if cfg.policy != "ours":
+        return (f"budgets ({names}): policy {cfg.policy} is not kept to them (only ours is tracked); its queues "
+                "advance by the measured costs as bookkeeping, and bound the overshoot (bound_<budget> in "
+                "summary.json) only where the policy weighs them (docs/TRAIN.md)")
     return (f"budgets ({names}): dynpar train's controller prices them by their virtual queues on the measured "
             f"costs at V = {cfg.V:g} (--V; the article's drift-plus-penalty controller), without the budget "
-            f"tracker{' (--budget-tolerance off)' if cfg.policy == 'ours' else f' (policy {cfg.policy})'}: the "
-            "average cost is bounded only by guarantee (a), the final queue over the slots (bound_<budget> in "
-            "summary.json) (docs/TRAIN.md)")
+            "tracker (--budget-tolerance off): the average cost is bounded only by guarantee (a), the final queue "
+            "over the slots (bound_<budget> in summary.json) (docs/TRAIN.md)")
 
 
 def _write_results(ctl: Controller, inst: Instance, out: Path) -> None:
