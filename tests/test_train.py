@@ -128,6 +128,21 @@ def test_resume_at_a_slot_boundary_keeps_that_slot(tmp_path: Path) -> None:
         torch.testing.assert_close(final_state(ck, 7)[k], v, rtol=0, atol=1e-12, msg=k)
 
 
+def test_more_steps_on_resume_keep_the_tolerance_over_every_slot(tmp_path: Path) -> None:
+    """A job trained to 8 steps (2 slots) and resumed with --steps 12 (3 slots) keeps its budget
+    within the tolerance over the 3 slots: the tracker's allowance is 1% of 3 slots less the
+    excess so far (an outside audit: it kept the first job's 2)."""
+    inst = write_instance(tmp_path)
+    ck = tmp_path / "ck"
+    common = ["train", str(inst), "--model", MODEL, "--checkpoint-dir", str(ck), "--iterations-per-slot", "4"]
+    assert main([*common, "--steps", "8"]) == 0
+    assert main([*common, "--steps", "12"]) == 0
+    rows = pd.read_csv(ck / "slots.csv")
+    used = rows["cost_money"].to_numpy() / LIMIT - 1.0
+    assert list(rows["slot"]) == [0, 1, 2]
+    assert rows["allowance_money"].iloc[2] == pytest.approx(0.01 * 3 - used[:2].sum(), rel=1e-9)
+
+
 def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
     """With global-norm clipping and a StepLR scheduler (examples.mlp64_clip_sched): its
     state is checkpointed, migrated and resumed with the optimizer's."""
@@ -181,6 +196,13 @@ def test_kill9_resume_equals_unbroken_run(tmp_path: Path, capsys) -> None:
         assert allow[0] == pytest.approx(0.01 * 3)
         np.testing.assert_allclose(allow[1:], allow[:-1] - used[:-1], rtol=1e-9)
         assert rows["tracker"].notna().all() and rows["price_money"].notna().all()
+    # the mid-slot checkpoint (step 6) keeps the planner as it was before slot 1's decision, which
+    # the resumed job makes again: one frontier per slot in the price's history, each binding
+    # slot counted once (an outside audit: slot 1 was booked twice)
+    from solver.runtime import ckpt
+    planner = ckpt.read_meta(ckpt.latest(tmp_path / "b"))["controller"]["planner"]
+    assert len(planner["history"]["slots"]) == 3
+    assert planner["tracker"]["binding"] == int((rows_b["tracker"] != "plan").sum())
 
     # the same command once more: nothing left to train, said so, and nothing touched (it had
     # emptied the newest checkpoint of its blocks and counted a restart)

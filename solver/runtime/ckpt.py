@@ -93,7 +93,7 @@ def same_job(path: Path, meta: dict[str, Any], ident: dict[str, Any]) -> None:
         def words(k: str, v: Any) -> str:
             if v is None:
                 return "off" if k == "budget_tolerance" else "absent"
-            return f"{100 * v:g}%" if k == "budget_tolerance" else str(v)
+            return f"{100 * v:.12g}%" if k == "budget_tolerance" else str(v)
         diff = "; ".join(f"{k}: checkpoint {words(k, theirs.get(k))}, this job {words(k, v)}"
                          for k, v in ident.items() if theirs.get(k) != v)
         raise SpecError(f"checkpoint {path} belongs to another job: {diff}")

@@ -261,6 +261,7 @@ class Controller:
         self.limits = [b.limit for b in instance.budgets]
         s = saved or {}
         self.planner = self._planner(s.get("planner") or {}, runtime_options(blocks, cfg, no_tp))
+        self.before: dict[str, Any] | None = None     # the planner's state before the pending slot's decision
         self.queues = tuple(s.get("queues", initial_queues(len(self.limits))))
         prev = s.get("previous_plan")
         self.previous: Plan | None = plan_from_dict(prev) if prev else None
@@ -295,6 +296,7 @@ class Controller:
         tracker = (Tracker.from_dict(saved["tracker"]) if saved.get("tracker") else
                    Tracker(tol, horizon, pre.targets, pre.tracked,
                            together=[t and not a for t, a in zip(pre.tracked, pre.attainable)]))
+        tracker.horizon = horizon   # a job resumed with more --steps keeps the tolerance over all its slots
         return SlotPlanner(inst, self.policy, opts, V=cfg.V, tolerance=tol, rule_tracked=True, tracked=True,
                            priced=True, pre=pre, tracker=tracker,
                            history=History.from_dict(saved["history"]) if saved.get("history") else History(),
@@ -303,7 +305,13 @@ class Controller:
                            end=horizon, carry=saved.get("carry", []), preflight_slack=False)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"planner": self.planner.saved() if self.planner is not None else None,
+        """The state a checkpoint keeps. Inside a slot (decided, not yet finished) the planner's
+        is its state before that slot's decision, since a job resumed from it decides the slot
+        again (an outside audit: the slot's frontier and tracker count were booked twice)."""
+        planner = None
+        if self.planner is not None:
+            planner = self.before if self.pending is not None and self.before is not None else self.planner.saved()
+        return {"planner": planner,
                 "queues": list(self.queues), "speeds": self.speeds.state_dict(),
                 "delta": self.delta, "beta": self.beta, "tp_latency": self.tp_latency,
                 "allreduce_latency": self.ar_latency,
@@ -327,6 +335,7 @@ class Controller:
                 raise RuntimeError(f"slot {t}: the given plan does not fit: " + "; ".join(str(v) for v in bad[:3]))
             sd = None
         elif self.planner is not None:
+            self.before = json.loads(json.dumps(self.planner.saved()))    # a copy: decide changes the state
             sd = self.planner.decide(t, state, self.queues, self.previous, 0.0, len(self.rows))
             d = sd.decision
         else:
@@ -383,7 +392,7 @@ class Controller:
         measured, predicted_cost_<budget>: the cost model's; queues) and the measured ones."""
         p = self.pending
         state, ch, plan = p["state"], p["charge"], p["plan"]
-        n_it = self.cfg.iterations_per_slot
+        n_it = max(int(measured.get("ran", self.cfg.iterations_per_slot)), 1)   # fewer in a slot resumed inside
         t_meas = measured["batch_time"]
         charged = t_meas + (measured["migration_s"] + measured["restore_s"]) / n_it
         co = cost_coeffs(state, [group_coeffs(state, g.devices, g.cuts) for g in plan.groups])
@@ -759,7 +768,7 @@ def _train(rank: int, inst: Instance, cfg: TrainConfig, devices: list[int], wher
             measured = {"batch_time": _median(list(it)), "iteration_s": [float(v) for v in it],
                         "migration_s": 0.0 if restored else moved,
                         "restore_s": moved if restored else 0.0,
-                        "iterations": len(it),
+                        "iterations": len(it), "ran": done,
                         "compute": {r[0]: _median(r[3]) for r in report if r[1]},
                         "compute_cpu": {r[0]: _cpu_median(r[7], cfg.accelerator) for r in report if r[1]},
                         "parts": {r[0]: {k: _median(v) for k, v in r[6].items()} for r in report if r[1]},
