@@ -151,7 +151,7 @@ def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
     import torch
 
     from ..runtime.spec import Batches, SpecError, check_layer_count, check_loss, check_optimizer, check_semantics
-    from ..runtime.spec import input_shapes, listed_blocks, load_factory
+    from ..runtime.spec import error_line, input_shapes, listed_blocks, load_factory
     try:
         spec = load_factory(ref)
         check_optimizer(spec.make_optimizer)
@@ -163,8 +163,7 @@ def _check_blocks(ref: str, inst: Any, accelerator: str = "cpu") -> None:
             try:
                 x = data.example()
             except Exception as e:      # the factory's dataset, failing as a worker's would
-                raise SpecError(f"data: reading sample 0 failed: {type(e).__name__}: "
-                                f"{' '.join(str(e).split()) or 'no message'}") from None
+                raise SpecError(f"data: reading sample 0 failed: {error_line(e)}") from None
             input_shapes(blocks, x, spec.autocast_context(torch.device("cpu")))
             check_loss(blocks, spec.loss, data, autocast=spec.autocast)
     except SpecError as e:
@@ -339,7 +338,8 @@ def _rank_failed(rank: int, e: Exception, folder: Path) -> int:
     import traceback
 
     from ..runtime.launch import peer_closed
-    why = " ".join(str(e).split())[:600] or "no message"
+    from ..runtime.spec import error_line
+    why = error_line(e)[:600]
     trace = folder / f"rank-{rank}.trace"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -352,7 +352,7 @@ def _rank_failed(rank: int, e: Exception, folder: Path) -> int:
               f"or was killed, and its own line says why; torchrun restarts the job where --max-restarts allows, "
               f"and the same command resumes from the newest checkpoint{where}", file=sys.stderr)
     else:
-        print(f"dynpar: error: rank {rank}: {type(e).__name__}: {why}{where}", file=sys.stderr)
+        print(f"dynpar: error: rank {rank}: {why}{where}", file=sys.stderr)
     return 1
 
 

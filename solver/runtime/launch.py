@@ -23,6 +23,7 @@ from typing import Sequence
 from ..errors import DynparError
 from ..model import Instance
 from . import cpuquota
+from .spec import error_line
 from .trainer import TrainConfig, train_worker
 
 LOST = "lost.json"
@@ -55,7 +56,7 @@ def _entry(rank: int, world: int, init: str, instance: Instance, cfg: TrainConfi
     try:
         train_worker(rank, world, init, instance, cfg, devices)
     except BaseException as e:  # one line for the launcher; the traceback to a file
-        Path(err_dir, f"rank-{rank}.err").write_text(f"{type(e).__name__}: {' '.join(str(e).split())}"[:600])
+        Path(err_dir, f"rank-{rank}.err").write_text(error_line(e)[:600])
         Path(err_dir, f"rank-{rank}.trace").write_text(traceback.format_exc())
         sys.exit(1)
 

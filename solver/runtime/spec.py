@@ -109,8 +109,7 @@ def load_factory(ref: str) -> TrainSpec:
     try:
         out = fn()
     except Exception as e:
-        why = " ".join(str(e).split()) or "no message"
-        raise SpecError(f"--model: {ref.strip()}: the factory raised {type(e).__name__}: {why}") from None
+        raise SpecError(f"--model: {ref.strip()}: the factory raised {error_line(e)}") from None
     if isinstance(out, TrainSpec):
         return out.check()
     if isinstance(out, tuple) and len(out) == 4:
@@ -228,7 +227,8 @@ def tp_refusal(make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Op
             f"not read other elements; element-wise: {', '.join(ELEMENTWISE_OPTIMIZERS)})")
 
 
-def _why(e: Exception) -> str:
+def error_line(e: BaseException) -> str:
+    """'Type: message' of an error on one line (its whitespace collapsed)."""
     return f"{type(e).__name__}: {' '.join(str(e).split()) or 'no message'}"
 
 
@@ -241,7 +241,7 @@ def check_optimizer(make_optimizer: Callable[[Iterable[nn.Parameter]], Any]) -> 
     try:
         opt = make_optimizer([probe])
     except Exception as e:
-        raise SpecError(f"make_optimizer: fails on a probe parameter: {_why(e)}") from None
+        raise SpecError(f"make_optimizer: fails on a probe parameter: {error_line(e)}") from None
     missing = [m for m in ("step", "zero_grad", "state_dict", "load_state_dict") if not callable(getattr(opt, m, None))]
     if missing:
         raise SpecError(f"make_optimizer: expected a torch.optim.Optimizer (step, zero_grad, state_dict, "
@@ -251,7 +251,7 @@ def check_optimizer(make_optimizer: Callable[[Iterable[nn.Parameter]], Any]) -> 
         opt.step()
     except Exception as e:
         raise SpecError(f"make_optimizer: {type(opt).__name__}.step() fails when called with no closure, as the "
-                        f"runtime calls it once per iteration: {_why(e)}") from None
+                        f"runtime calls it once per iteration: {error_line(e)}") from None
 
 
 LOSS_RTOL = {torch.float64: 1e-9, torch.float32: 1e-5}
@@ -277,7 +277,7 @@ def check_loss(blocks: Sequence[nn.Module], loss: Callable[[torch.Tensor, torch.
     try:
         x, y = data.rows(0, 0, max(1, min(int(samples), data.batch)))
     except Exception as e:      # the factory's dataset, failing as a worker's would
-        raise SpecError(f"data: reading the first samples of batch 0 failed: {_why(e)}") from None
+        raise SpecError(f"data: reading the first samples of batch 0 failed: {error_line(e)}") from None
     context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with torch.no_grad(), context:
         for i, b in enumerate(blocks):
@@ -300,7 +300,7 @@ def _loss_value(loss: Callable, out: torch.Tensor, target: torch.Tensor, what: s
     try:
         v = loss(out, target)
     except Exception as e:
-        raise SpecError(f"loss: fails on the model's output for {what} of batch 0: {_why(e)}") from None
+        raise SpecError(f"loss: fails on the model's output for {what} of batch 0: {error_line(e)}") from None
     if not isinstance(v, torch.Tensor) or v.numel() != 1 or not v.is_floating_point():
         shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
         raise SpecError(f"loss: expected a scalar floating-point tensor (the mean loss over the micro-batch), got "

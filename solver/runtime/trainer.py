@@ -46,7 +46,7 @@ from ..model.state import SlotState
 from ..model.plan import plan_to_json
 from ..online.charge import charge_plan
 from ..online.controller import SlotPlanner, rows_frame, run_result
-from ..online.policies import Decision, Ours, make_policy
+from ..online.policies import Decision, make_policy
 from ..online.pricing import History
 from ..online.tracking import Tracker, preflight
 from ..online.vrule import VChoice
@@ -130,6 +130,12 @@ class TrainConfig:
     contention: dict[int, float] = field(default_factory=dict)
     probe_alone: bool = False
     budget_tolerance: float | None = 0.01
+
+    def tracked(self, instance: Instance) -> bool:
+        """Whether the budget tracker keeps this job's budgets: policy ours with a tolerance, on an
+        instance with budgets, its plans not given."""
+        return self.budget_tolerance is not None and self.policy == "ours" and bool(instance.budgets) \
+            and not self.plans
 
     def identity(self, instance: Instance) -> dict[str, Any]:
         """What a checkpoint must agree with to be resumed by this job."""
@@ -284,10 +290,9 @@ class Controller:
         trace (the notes and the levels the tracker keeps), each slot's slack plan is searched on
         the slot's observed state; `saved`: its state in a checkpoint (SlotPlanner.saved)."""
         cfg, inst = self.cfg, self.inst
-        tol = cfg.budget_tolerance
-        if tol is None or cfg.plans or not inst.budgets or not (isinstance(self.policy, Ours)
-                                                                  and self.policy.queue_mode == "real"):
+        if not cfg.tracked(inst):
             return None
+        tol = cfg.budget_tolerance
         horizon = min(inst.num_slots, -(-cfg.steps // cfg.iterations_per_slot))
         opts = replace(options, replan=True, iterations_per_slot=cfg.iterations_per_slot)
         pre = preflight(inst, range(horizon), tol, opts)
@@ -840,7 +845,7 @@ def budget_note(instance: Instance, cfg: TrainConfig) -> str | None:
     if not instance.budgets or cfg.plans:
         return None
     names = ", ".join(b.name for b in instance.budgets)
-    if cfg.budget_tolerance is not None and cfg.policy == "ours":
+    if cfg.tracked(instance):
         return (f"budgets ({names}): kept within {100 * cfg.budget_tolerance:g}% by dynpar run's budget tracker and "
                 "history price on the measured costs; the tracker admits plans by their predicted costs, so a "
                 "slot that costs more than predicted can take the run past the tolerance (docs/TRAIN.md)")
